@@ -1,0 +1,1 @@
+"""agentgym: Gymnasium-compatible multi-turn environments for LLM agents."""

@@ -1,0 +1,1 @@
+"""Reference trainer (importable as ``agentgym.baselines``)."""

@@ -1,0 +1,1 @@
+"""Environment packages (importable as ``agentgym.envs``)."""

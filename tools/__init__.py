@@ -1,0 +1,1 @@
+"""Tool back-ends (importable as ``agentgym.tools``)."""

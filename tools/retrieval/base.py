@@ -1,0 +1,105 @@
+"""Documents, hits and the retriever interface shared by every retrieval back-end.
+
+Corpora use the Search-R1 / FlashRAG JSONL form: one ``{"id": "0", "contents": "\\"Title\\"\\nText..."}``
+per line, where the first line of ``contents`` is the title (surrounding quotes stripped).
+
+>>> doc = Document("7", '"Lake Ovra"\\nLake Ovra is a lake.')
+>>> doc.title, doc.text
+('Lake Ovra', 'Lake Ovra is a lake.')
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Document:
+    """A corpus passage: ``contents`` is ``"\\"Title\\"\\nText"`` as in Search-R1 corpora."""
+
+    id: str
+    contents: str
+
+    @property
+    def title(self) -> str:
+        return self.contents.split("\n", 1)[0].strip().strip('"')
+
+    @property
+    def text(self) -> str:
+        parts = self.contents.split("\n", 1)
+        return parts[1] if len(parts) > 1 else ""
+
+    @classmethod
+    def from_title_text(cls, id: str, title: str, text: str) -> Document:
+        return cls(id=id, contents=f'"{title}"\n{text}')
+
+    def to_json(self) -> dict[str, str]:
+        return {"id": self.id, "contents": self.contents}
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One retrieved document and its score (higher is better)."""
+
+    doc: Document
+    score: float
+
+
+class Retriever:
+    """Interface of every retriever: ``search`` one query or ``batch_search`` many."""
+
+    def search(self, query: str, topk: int = 3) -> list[Hit]:
+        return self.batch_search([query], topk)[0]
+
+    def batch_search(self, queries: Sequence[str], topk: int = 3) -> list[list[Hit]]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release resources (HTTP clients, thread pools)."""
+
+
+def load_corpus_jsonl(path: str | os.PathLike[str]) -> list[Document]:
+    """Read a Search-R1 / FlashRAG corpus (``{"id", "contents"}`` per line; ``title``+``text`` also accepted)."""
+    docs = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+            if "contents" in row:
+                docs.append(Document(str(row["id"]), str(row["contents"])))
+            elif "text" in row:
+                docs.append(
+                    Document.from_title_text(str(row["id"]), str(row.get("title", "")), str(row["text"]))
+                )
+            else:
+                raise ValueError(f"{path}:{lineno}: a corpus row needs 'contents' (or 'title' and 'text')")
+    return docs
+
+
+def write_jsonl_atomic(path: str | os.PathLike[str], rows: Iterable[dict]) -> None:
+    """Write rows as JSONL to ``path`` atomically (a temporary file renamed into place)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_corpus_jsonl(path: str | os.PathLike[str], docs: Iterable[Document]) -> None:
+    """Write a corpus in Search-R1 JSONL form, atomically."""
+    write_jsonl_atomic(path, (d.to_json() for d in docs))
