@@ -90,15 +90,11 @@ class AgentEnv(gym.Env[list, str]):
     #: Built-in agents for this env: name -> factory ``(env) -> Agent``.
     agents: ClassVar[Mapping[str, Callable[[AgentEnv], Agent]]] = {}
 
-    def __init__(
-        self, *, max_turns: int, max_action_chars: int = MAX_ACTION_CHARS, render_mode: str | None = None
-    ):
+    def __init__(self, *, max_turns: int, max_action_chars: int = MAX_ACTION_CHARS, render_mode: str | None = None):
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(
-                f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}"
-            )
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
         self.max_turns = max_turns
         self.max_action_chars = max_action_chars
         self.render_mode = render_mode

@@ -42,9 +42,7 @@ class UnicodeText(spaces.Text):
     deliberately nasty alphabet (accents, CJK, RTL, emoji, zero-width and control characters).
     """
 
-    def __init__(
-        self, max_length: int, *, min_length: int = 0, seed: int | np.random.Generator | None = None
-    ):
+    def __init__(self, max_length: int, *, min_length: int = 0, seed: int | np.random.Generator | None = None):
         super().__init__(max_length=max_length, min_length=min_length, charset=_SAMPLE_CHARSET, seed=seed)
 
     def contains(self, x: Any) -> bool:
@@ -96,9 +94,7 @@ class Chat(spaces.Space[list]):
         return (
             isinstance(x, list)
             and len(x) <= self.max_messages
-            and all(
-                is_message(m) and m["role"] in self.roles and len(m["content"]) <= self.max_chars for m in x
-            )
+            and all(is_message(m) and m["role"] in self.roles and len(m["content"]) <= self.max_chars for m in x)
         )
 
     def sample(self, mask: Any = None, probability: Any = None) -> list[dict[str, str]]:

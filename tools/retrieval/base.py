@@ -77,9 +77,7 @@ def load_corpus_jsonl(path: str | os.PathLike[str]) -> list[Document]:
             if "contents" in row:
                 docs.append(Document(str(row["id"]), str(row["contents"])))
             elif "text" in row:
-                docs.append(
-                    Document.from_title_text(str(row["id"]), str(row.get("title", "")), str(row["text"]))
-                )
+                docs.append(Document.from_title_text(str(row["id"]), str(row.get("title", "")), str(row["text"])))
             else:
                 raise ValueError(f"{path}:{lineno}: a corpus row needs 'contents' (or 'title' and 'text')")
     return docs
