@@ -1,1 +1,33 @@
-"""agentgym: Gymnasium-compatible multi-turn environments for LLM agents."""
+"""agentgym: Gymnasium-compatible multi-turn environments for LLM agents.
+
+>>> import agentgym, gymnasium as gym
+>>> env = gym.make("agentgym/SearchQA-v0")
+>>> obs, info = env.reset(seed=0)
+>>> obs, reward, terminated, truncated, info = env.step("<search> who directed the film? </search>")
+"""
+
+from agentgym.agents.base import Agent
+from agentgym.core import MAX_ACTION_CHARS, AgentEnv, StepResult
+from agentgym.registry import list_envs, load_plugins, make, register_builtin_envs
+from agentgym.spaces import Chat, UnicodeText
+from agentgym.trajectory import Trajectory, TrajectoryWriter, Turn, read_trajectories
+
+__version__ = "0.1.0"
+__all__ = [
+    "MAX_ACTION_CHARS",
+    "Agent",
+    "AgentEnv",
+    "Chat",
+    "StepResult",
+    "Trajectory",
+    "TrajectoryWriter",
+    "Turn",
+    "UnicodeText",
+    "list_envs",
+    "load_plugins",
+    "make",
+    "read_trajectories",
+]
+
+register_builtin_envs()
+load_plugins()

@@ -1,0 +1,127 @@
+"""``agentgym bench``: every registered env x its built-in agents, as a table, a Markdown report and plots.
+
+For each env the built-in agents play the same ``episodes`` tasks of the test split (task ``i`` with seed
+``seed + i``). The report breaks results down by task category (SearchQA: hop type) and writes
+``report.md``, ``results.json``, ``trajectories/<env>__<agent>.jsonl`` and PNG bar charts to ``out``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+from agentgym.registry import list_envs
+from agentgym.runner import builtin_agents, format_table, run, summarize
+
+#: Per-env constructor arguments used by the bench (the defaults of each env otherwise).
+BENCH_ENV_KWARGS: dict[str, dict[str, Any]] = {}
+#: Columns shown in the printed table, in order (those an env does not report are left out).
+COLUMNS = ("env", "agent", "category", "episodes", "success", "return", "turns", "invalid_rate", "em", "f1", "subem",
+           "supporting_recall", "searches", "seconds")  # fmt: skip
+
+
+@dataclass
+class BenchResult:
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    report_path: Path | None = None
+    plots: list[Path] = field(default_factory=list)
+
+
+def _slug(s: str) -> str:
+    return s.replace("/", "_").replace(":", "_")
+
+
+def bench(
+    *,
+    episodes: int = 100,
+    seed: int = 0,
+    out: str | os.PathLike[str] = "reports/bench",
+    envs: Sequence[str] | None = None,
+    agents: Sequence[str] | None = None,
+    workers: int = 1,
+    progress: bool = True,
+    env_kwargs: dict[str, dict[str, Any]] | None = None,
+) -> BenchResult:
+    """Run the benchmark and write the report; returns the summary rows."""
+    out = Path(out)
+    (out / "trajectories").mkdir(parents=True, exist_ok=True)
+    result = BenchResult()
+    for env_id in envs or list_envs():
+        kwargs = {**BENCH_ENV_KWARGS.get(env_id, {}), **(env_kwargs or {}).get(env_id, {})}
+        probe = gym.make(env_id, **kwargs)
+        names = [a for a in builtin_agents(probe) if agents is None or a in agents]
+        probe.close()
+        for agent in names:
+            path = out / "trajectories" / f"{_slug(env_id)}__{agent}.jsonl"
+            path.unlink(missing_ok=True)
+            start = time.perf_counter()
+            trajs = run(env_id, agent, episodes, seed=seed, env_kwargs=kwargs, workers=workers, out=path,
+                        progress=progress)  # fmt: skip
+            seconds = time.perf_counter() - start
+            for row in summarize(trajs):
+                result.rows.append({"env": env_id, "agent": agent, **row, "seconds": seconds})
+    (out / "results.json").write_text(json.dumps(result.rows, indent=2) + "\n", encoding="utf-8")
+    result.plots = plot_results(result.rows, out)
+    result.report_path = out / "report.md"
+    result.report_path.write_text(render_report(result.rows, result.plots, episodes, seed), encoding="utf-8")
+    return result
+
+
+def table(rows: Sequence[dict[str, Any]]) -> str:
+    present = [c for c in COLUMNS if any(c in r for r in rows)]
+    return format_table(rows, present)
+
+
+def render_report(rows: Sequence[dict[str, Any]], plots: Sequence[Path], episodes: int, seed: int) -> str:
+    lines = [
+        "# agentgym bench",
+        "",
+        f"{episodes} episodes per env and agent (task i with seed {seed} + i), test split.",
+        "`oracle` reads privileged gold data: it is an upper bound proving the tasks are solvable, not a baseline.",
+        "",
+        table(rows),
+        "",
+    ]
+    lines += [f"![{p.stem}]({p.name})" for p in plots]
+    return "\n".join(lines) + "\n"
+
+
+def plot_results(rows: Sequence[dict[str, Any]], out: Path) -> list[Path]:
+    """One PNG per env: success rate per agent and category (grouped bars)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    for env_id in dict.fromkeys(r["env"] for r in rows):
+        env_rows = [r for r in rows if r["env"] == env_id]
+        agents = list(dict.fromkeys(r["agent"] for r in env_rows))
+        cats = list(dict.fromkeys(r["category"] for r in env_rows))
+        fig, ax = plt.subplots(figsize=(1.2 + 1.4 * len(cats), 3.6), dpi=120)
+        width = 0.8 / max(1, len(agents))
+        for k, agent in enumerate(agents):
+            vals = [
+                next((r["success"] for r in env_rows if r["agent"] == agent and r["category"] == c), 0.0) for c in cats
+            ]
+            xs = [i + (k - (len(agents) - 1) / 2) * width for i in range(len(cats))]
+            bars = ax.bar(xs, vals, width=width, label=agent)
+            ax.bar_label(bars, fmt="%.2f", fontsize=7, padding=1)
+        ax.set_xticks(range(len(cats)), cats)
+        ax.set_ylim(0, 1.12)
+        ax.set_ylabel("success rate")
+        ax.set_title(f"{env_id}: success by agent and category")
+        ax.legend(fontsize=8, ncols=len(agents), loc="upper center", bbox_to_anchor=(0.5, -0.12), frameon=False)
+        fig.tight_layout()
+        path = out / f"{_slug(env_id)}_success.png"
+        fig.savefig(path)
+        plt.close(fig)
+        paths.append(path)
+    return paths

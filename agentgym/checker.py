@@ -1,0 +1,164 @@
+"""``check_env`` for text envs: Gymnasium's checker plus the contract of ``agentgym.core``.
+
+Checks, in order: Gymnasium's ``check_env``; the ``info`` keys after ``reset`` and ``step``; same seed ->
+identical episode (observations, rewards, flags and info, compared as JSON); ``info`` JSON-serialisable;
+rewards finite and equal to the sum of ``reward_components``; a battery of malformed actions (empty,
+whitespace, 1 MB, invalid Unicode, unbalanced and nested tags, thousands of tags, broken JSON, binary
+junk, non-strings) raises nothing, yields a valid observation and, where invalid, ``action_valid=False``
+with a ``parse_error`` message.
+
+>>> import agentgym
+>>> report = check("agentgym/SearchQA-v0", env_kwargs={"dataset": "tiny"})
+>>> report.ok
+True
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.utils.env_checker import check_env as gym_check_env
+
+REQUIRED_RESET_KEYS = ("turn", "task_id", "action_valid", "parse_error", "reward_components", "anchor", "gold")
+REQUIRED_STEP_KEYS = ("turn", "task_id", "action_valid", "parse_error", "reward_components", "anchor")
+
+MALFORMED_ACTIONS: tuple[tuple[str, Any], ...] = (
+    ("empty", ""),
+    ("whitespace", " \n\t "),
+    ("plain prose", "I think the answer is probably somewhere."),
+    ("1 MB of text", "x" * (1 << 20)),
+    ("1 MB of open tags", "<search>" * (1 << 17)),
+    ("lone surrogate", "<answer>\ud800</answer>"),
+    ("control characters", "\x00\x01\x1b[31m<answer>\x07</answer>"),
+    ("unbalanced open", "<search> what is it"),
+    ("unbalanced close", "what is it </search>"),
+    ("mismatched", "<search> a </answer>"),
+    ("nested", "<search><answer><search>x</search></answer></search>"),
+    ("thousands of tags", "<search>q</search>" * 5000),
+    ("empty tag", "<answer></answer>"),
+    ("broken tool JSON", '<tool_call>{"name": "f", "arguments": {</tool_call>'),
+    ("deep JSON", "<tool_call>" + "[" * 100_000 + "</tool_call>"),
+    ("tool call with wrong types", '<tool_call>{"name": 3, "arguments": []}</tool_call>'),
+    ("unknown tool", '<tool_call>{"name": "no_such_tool", "arguments": {}}</tool_call>'),
+    ("binary junk", bytes(range(256)).decode("latin-1")),
+    ("RTL and emoji", "\u202e<answer>🙂</answer>\u202c"),
+    ("not a string (None)", None),
+    ("not a string (bytes)", b"<answer>bytes</answer>"),
+    ("not a string (dict)", {"role": "assistant", "content": "hi"}),
+)
+
+
+@dataclass
+class CheckReport:
+    """Results of ``check``: one line per check, ``ok`` if none failed."""
+
+    env_id: str
+    passed: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def __str__(self) -> str:
+        lines = [f"check {self.env_id}: {'OK' if self.ok else 'FAILED'}"]
+        lines += [f"  pass  {p}" for p in self.passed]
+        lines += [f"  FAIL  {f}" for f in self.failed]
+        return "\n".join(lines)
+
+
+def _canonical(x: Any) -> str:
+    return json.dumps(x, sort_keys=True, ensure_ascii=False, allow_nan=False)
+
+
+def _episode(env: gym.Env, seed: int, actions: list[str]) -> list[str]:
+    obs, info = env.reset(seed=seed)
+    record = [_canonical([obs, info])]
+    for a in actions:
+        out = env.step(a)
+        record.append(_canonical(list(out)))
+        if out[2] or out[3]:
+            break
+    return record
+
+
+def check(
+    env_id: str,
+    *,
+    env_kwargs: dict[str, Any] | None = None,
+    seed: int = 0,
+    make_env: Callable[[], gym.Env] | None = None,
+) -> CheckReport:
+    """Run every check on ``env_id`` and return a report (never raises for a failing check)."""
+    factory = make_env or (lambda: gym.make(env_id, **(env_kwargs or {})))
+    report = CheckReport(env_id)
+
+    def run_check(name: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+            report.passed.append(name)
+        except Exception as e:
+            report.failed.append(f"{name}: {type(e).__name__}: {e}")
+
+    def gymnasium_checker() -> None:
+        env = factory()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a checker warning is a failure here
+            gym_check_env(env.unwrapped, skip_render_check=True)
+        env.close()
+
+    def info_contract() -> None:
+        env = factory()
+        obs, info = env.reset(seed=seed)
+        missing = [k for k in REQUIRED_RESET_KEYS if k not in info]
+        assert not missing, f"reset info lacks {missing}"
+        assert env.observation_space.contains(obs), "reset observation is not in observation_space"
+        _, reward, _, _, info = env.step(env.action_space.sample())
+        missing = [k for k in REQUIRED_STEP_KEYS if k not in info]
+        assert not missing, f"step info lacks {missing}"
+        comps = info["reward_components"]
+        assert math.isclose(reward, sum(comps.values()), abs_tol=1e-9), f"reward {reward} != sum of {comps}"
+        _canonical(info)
+        env.close()
+
+    def determinism() -> None:
+        env = factory()
+        sampler = env.action_space
+        sampler.seed(seed)
+        actions = [sampler.sample() for _ in range(8)]
+        first = _episode(env, seed, actions)
+        second = _episode(env, seed, actions)
+        other = factory()
+        third = _episode(other, seed, actions)
+        assert first == second, "same seed, same env object: episodes differ"
+        assert first == third, "same seed, fresh env object: episodes differ"
+        env.close()
+        other.close()
+
+    def malformed_actions() -> None:
+        env = factory()
+        for label, action in MALFORMED_ACTIONS:
+            env.reset(seed=seed)
+            try:
+                obs, reward, _, _, info = env.step(action)
+            except Exception as e:
+                raise AssertionError(f"action {label!r} raised {type(e).__name__}: {e}") from None
+            assert env.observation_space.contains(obs), f"action {label!r}: observation not in the space"
+            assert math.isfinite(reward), f"action {label!r}: reward {reward} is not finite"
+            _canonical(info)
+            if not info["action_valid"]:
+                assert info["parse_error"], f"action {label!r}: invalid but parse_error is empty"
+                assert obs, f"action {label!r}: invalid but no explanatory observation"
+        env.close()
+
+    run_check("gymnasium check_env", gymnasium_checker)
+    run_check("info keys, reward = sum of reward_components, info JSON-serialisable", info_contract)
+    run_check("same seed -> identical episode", determinism)
+    run_check(f"{len(MALFORMED_ACTIONS)} malformed actions raise nothing", malformed_actions)
+    return report

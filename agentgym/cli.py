@@ -1,0 +1,175 @@
+"""The ``agentgym`` command line: list, run, bench, check, replay, serve-retriever.
+
+agentgym list
+agentgym run agentgym/SearchQA-v0 --agent heuristic --episodes 100 --seed 0 --out runs/heuristic
+agentgym bench --episodes 500
+agentgym check agentgym/SearchQA-v0
+agentgym replay runs/heuristic/trajectories.jsonl
+agentgym serve-retriever corpus.jsonl --port 8000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def _kv(pairs: Sequence[str]) -> dict[str, Any]:
+    """Parse ``key=value`` pairs; values are JSON when they parse as JSON, else strings."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise SystemExit(f"expected key=value, got {pair!r}")
+        key, value = pair.split("=", 1)
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    import gymnasium as gym
+
+    from agentgym.registry import list_envs
+    from agentgym.runner import GENERIC_AGENTS, builtin_agents
+
+    for env_id in list_envs():
+        agents = builtin_agents(gym.make(env_id, **_kv(args.env_arg))) if args.agents else []
+        suffix = f"  agents: {', '.join([*agents, *GENERIC_AGENTS])}" if agents else ""
+        print(f"{env_id}{suffix}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from agentgym.runner import format_table, run, summarize
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "trajectories.jsonl"
+    if path.exists() and not args.append:
+        raise SystemExit(f"{path} exists; pass --append to add to it or choose another --out")
+    trajs = run(
+        args.env_id, args.agent, args.episodes, seed=args.seed, env_kwargs=_kv(args.env_arg),
+        agent_kwargs=_kv(args.agent_arg), tasks=args.tasks, workers=args.workers, out=path, progress=not args.quiet,
+    )  # fmt: skip
+    rows = summarize(trajs)
+    (out / "summary.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+    print(format_table(rows))
+    print(f"\ntrajectories: {path}")
+    errors = sum(t.error is not None for t in trajs)
+    if errors:
+        print(f"warning: {errors} episode(s) ended with an agent error (see the 'error' field)", file=sys.stderr)
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from agentgym.bench import bench, table
+
+    result = bench(
+        episodes=args.episodes, seed=args.seed, out=args.out, envs=args.env or None, agents=args.agent or None,
+        workers=args.workers, progress=not args.quiet,
+    )  # fmt: skip
+    print(table(result.rows))
+    print(f"\nreport: {result.report_path}")
+    for p in result.plots:
+        print(f"plot:   {p}")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from agentgym.checker import check
+
+    report = check(args.env_id, env_kwargs=_kv(args.env_arg), seed=args.seed)
+    print(report)
+    return 0 if report.ok else 1
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from agentgym.replay import replay_file
+
+    n = bad = 0
+    for r in replay_file(args.file):
+        n += 1
+        if not r.ok:
+            bad += 1
+            print(f"episode {r.index} ({r.task_id}): DIVERGED: {r.divergence}")
+    print(f"replayed {n} episode(s): {n - bad} identical, {bad} diverged")
+    return 1 if bad else 0
+
+
+def cmd_serve_retriever(args: argparse.Namespace) -> int:
+    from agentgym.tools.retrieval.server import serve_retriever
+
+    serve_retriever(args.corpus, retriever=args.retriever, host=args.host, port=args.port, cache_dir=args.cache_dir)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agentgym", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("list", help="list registered envs")
+    p.add_argument("--agents", action="store_true", help="also list each env's agents (builds each env)")
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
+    p.set_defaults(fn=cmd_list)
+
+    p = sub.add_parser("run", help="run an agent on an env and write trajectories")
+    p.add_argument("env_id")
+    p.add_argument("--agent", required=True, help="a built-in agent (oracle, heuristic, random) or openai / hf")
+    p.add_argument("--episodes", type=int, default=10)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="runs/latest")
+    p.add_argument("--append", action="store_true", help="append to an existing trajectories.jsonl")
+    p.add_argument("--workers", type=int, default=1, help="parallel episodes (threads); output is identical")
+    p.add_argument("--tasks", choices=["sequential", "random"], default="sequential")
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env constructor argument")
+    p.add_argument("--agent-arg", action="append", default=[], metavar="KEY=VALUE", help="agent constructor argument")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(fn=cmd_run)
+
+    p = sub.add_parser("bench", help="every env x built-in agents: table, Markdown report, PNG plots")
+    p.add_argument("--episodes", type=int, default=100)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="reports/bench")
+    p.add_argument("--env", action="append", default=[], help="restrict to these env ids")
+    p.add_argument("--agent", action="append", default=[], help="restrict to these agents")
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(fn=cmd_bench)
+
+    p = sub.add_parser("check", help="run the env checker (Gymnasium + text-env contract)")
+    p.add_argument("env_id")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
+    p.set_defaults(fn=cmd_check)
+
+    p = sub.add_parser("replay", help="re-execute recorded trajectories and report divergence")
+    p.add_argument("file")
+    p.set_defaults(fn=cmd_replay)
+
+    p = sub.add_parser("serve-retriever", help="serve a corpus over Search-R1's POST /retrieve API")
+    p.add_argument("corpus", help='corpus JSONL: {"id", "contents"} per line')
+    p.add_argument("--retriever", default="bm25", help="bm25, bm25:rank_bm25, dense or hybrid")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--cache-dir", default=None, help="where indexes persist")
+    p.set_defaults(fn=cmd_serve_retriever)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    import agentgym  # noqa: F401  (registers the envs)
+
+    return int(args.fn(args) or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,253 @@
+"""Action parsing: XML-tag actions (Search-R1), Hermes ``<tool_call>`` JSON and OpenAI ``tool_calls``.
+
+Every parser runs in linear time (no backtracking regex over the whole action), so a 1 MB action with
+thousands of tags costs milliseconds. Failures raise a typed ``ParseError`` whose message is written for
+the model: envs put it in the explanatory observation and in ``info["parse_error"]``.
+
+Two modes:
+
+* ``"lenient"`` (default): Search-R1 semantics for tags (the leftmost complete ``<tag>...</tag>`` pair
+  wins; anything after it is ignored), case-insensitive tag names, and an unclosed final tag runs to the
+  end of the text (as vLLM's Hermes parser treats an unclosed ``<tool_call>``).
+* ``"strict"``: exactly one well-formed action, nothing but whitespace after it, no stray action tags.
+
+>>> parse_tag_action("<think>hmm</think><search> capital of Ovra </search>", ("search", "answer"))
+TagAction(tag='search', content='capital of Ovra')
+>>> parse_hermes_tool_calls('<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>')
+[ToolCall(name='add', arguments={'a': 1}, id=None)]
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Mode = Literal["lenient", "strict"]
+MODES: tuple[str, ...] = ("lenient", "strict")
+
+
+class ParseError(ValueError):
+    """An action that could not be parsed. ``code`` is a stable machine-readable kind."""
+
+    code = "parse_error"
+
+
+class EmptyActionError(ParseError):
+    code = "empty_action"
+
+
+class NoActionError(ParseError):
+    code = "no_action"
+
+
+class UnclosedTagError(ParseError):
+    code = "unclosed_tag"
+
+
+class MultipleActionsError(ParseError):
+    code = "multiple_actions"
+
+
+class EmptyContentError(ParseError):
+    code = "empty_content"
+
+
+class TrailingTextError(ParseError):
+    code = "trailing_text"
+
+
+class InvalidJSONError(ParseError):
+    code = "invalid_json"
+
+
+class InvalidToolCallError(ParseError):
+    code = "invalid_tool_call"
+
+
+@dataclass(frozen=True)
+class TagAction:
+    """A parsed tag action such as ``<search> query </search>``; ``content`` is stripped."""
+
+    tag: str
+    content: str
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A parsed tool call: a function name, its JSON-object arguments and the call id if one was given."""
+
+    name: str
+    arguments: dict[str, Any]
+    id: str | None = None
+
+
+def _check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+
+
+def _tag_pattern(tags: Sequence[str], ignore_case: bool) -> re.Pattern[str]:
+    names = "|".join(re.escape(t) for t in tags)
+    return re.compile(rf"<(/?)({names})>", re.IGNORECASE if ignore_case else 0)
+
+
+def _describe(tags: Sequence[str]) -> str:
+    return " or ".join(f"<{t}>...</{t}>" for t in tags)
+
+
+def parse_tag_action(text: str, tags: Sequence[str], *, mode: Mode = "lenient") -> TagAction:
+    """Find the action among ``tags`` in ``text`` (see the module docstring for the two modes)."""
+    _check_mode(mode)
+    if not text.strip():
+        raise EmptyActionError(f"The action is empty. Reply with {_describe(tags)}.")
+    lenient = mode == "lenient"
+    tokens = [
+        (m.start(), m.end(), m.group(1) == "/", m.group(2).lower()) for m in _tag_pattern(tags, lenient).finditer(text)
+    ]
+    if not tokens:
+        raise NoActionError(f"No action found. Put your action inside {_describe(tags)}.")
+    if lenient:
+        return _leftmost_pair(text, tokens, tags)
+    return _strict_single(text, tokens, tags)
+
+
+def _leftmost_pair(text: str, tokens: list[tuple[int, int, bool, str]], tags: Sequence[str]) -> TagAction:
+    closes: dict[str, list[int]] = {}
+    for i, (_, _, is_close, name) in enumerate(tokens):
+        if is_close:
+            closes.setdefault(name, []).append(i)
+    for i, (_, end, is_close, name) in enumerate(tokens):
+        if is_close:
+            continue
+        later = closes.get(name, [])
+        j = bisect.bisect_right(later, i)
+        if j < len(later):
+            content = text[end : tokens[later[j]][0]].strip()
+            if not content:
+                raise EmptyContentError(f"The <{name}> tag is empty. Write something between <{name}> and </{name}>.")
+            return TagAction(name, content)
+    opens = [t for t in tokens if not t[2]]
+    if opens:
+        _, end, _, name = opens[-1]
+        content = text[end:].strip()
+        if content:
+            return TagAction(name, content)
+        raise UnclosedTagError(f"The <{name}> tag is never closed. End it with </{name}>.")
+    raise NoActionError(f"Found only closing tags. Put your action inside {_describe(tags)}.")
+
+
+def _strict_single(text: str, tokens: list[tuple[int, int, bool, str]], tags: Sequence[str]) -> TagAction:
+    opens = [t for t in tokens if not t[2]]
+    closes = [t for t in tokens if t[2]]
+    if len(opens) > 1 or len(closes) > 1:
+        raise MultipleActionsError(f"Give exactly one action per turn: one of {_describe(tags)}.")
+    if not opens:
+        raise NoActionError(f"Found only a closing tag. Put your action inside {_describe(tags)}.")
+    _, open_end, _, name = opens[0]
+    if not closes:
+        raise UnclosedTagError(f"The <{name}> tag is never closed. End it with </{name}>.")
+    close_start, close_end, _, close_name = closes[0]
+    if close_name != name or close_start < open_end:
+        raise UnclosedTagError(f"The <{name}> tag is not closed by </{name}>.")
+    content = text[open_end:close_start].strip()
+    if not content:
+        raise EmptyContentError(f"The <{name}> tag is empty. Write something between <{name}> and </{name}>.")
+    if text[close_end:].strip():
+        raise TrailingTextError(f"Nothing may follow </{name}>: end your turn right after the action.")
+    return TagAction(name, content)
+
+
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+
+
+def _tool_call_from_obj(obj: Any, call_id: str | None = None) -> ToolCall:
+    if not isinstance(obj, dict):
+        raise InvalidToolCallError('A tool call must be a JSON object like {"name": ..., "arguments": {...}}.')
+    name = obj.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidToolCallError('A tool call needs a "name" (a non-empty string).')
+    args = obj.get("arguments", obj.get("parameters", {}))
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError as e:
+            raise InvalidJSONError(f'The "arguments" of {name!r} are not valid JSON: {e.msg}.') from None
+    if not isinstance(args, dict):
+        raise InvalidToolCallError(f'The "arguments" of {name!r} must be a JSON object.')
+    extra_id = obj.get("id")
+    return ToolCall(name=name.strip(), arguments=args, id=call_id or (extra_id if isinstance(extra_id, str) else None))
+
+
+def _loads(block: str) -> Any:
+    fenced = _FENCE.match(block)
+    if fenced:
+        block = fenced.group(1)
+    try:
+        return json.loads(block)
+    except json.JSONDecodeError as e:
+        raise InvalidJSONError(f"A <tool_call> does not hold valid JSON: {e.msg} (at character {e.pos}).") from None
+    except RecursionError:
+        raise InvalidJSONError("A <tool_call> holds JSON nested too deeply.") from None
+
+
+def parse_hermes_tool_calls(text: str, *, mode: Mode = "lenient") -> list[ToolCall]:
+    """Parse Hermes/Qwen ``<tool_call>{json}</tool_call>`` blocks (several allowed, in order).
+
+    Lenient mode also accepts an unclosed final ``<tool_call>``, case-insensitive tags, JSON inside a
+    Markdown code fence, and ``arguments`` given as a JSON string. Returns ``[]`` if there is no call.
+    """
+    _check_mode(mode)
+    tokens = [
+        (m.start(), m.end(), m.group(1) == "/") for m in _tag_pattern(("tool_call",), mode == "lenient").finditer(text)
+    ]
+    calls: list[ToolCall] = []
+    i = 0
+    while i < len(tokens):
+        _, end, is_close = tokens[i]
+        if is_close:
+            if mode == "strict":
+                raise UnclosedTagError("Found </tool_call> without a matching <tool_call>.")
+            i += 1
+            continue
+        if i + 1 < len(tokens) and tokens[i + 1][2]:
+            block = text[end : tokens[i + 1][0]]
+            i += 2
+        elif i + 1 < len(tokens):
+            raise UnclosedTagError("A <tool_call> is opened inside another one. Close each call with </tool_call>.")
+        else:
+            if mode == "strict":
+                raise UnclosedTagError("The last <tool_call> is never closed. End it with </tool_call>.")
+            block = text[end:]
+            i += 1
+        calls.append(_tool_call_from_obj(_loads(block.strip())))
+    return calls
+
+
+def parse_openai_tool_calls(message: dict[str, Any] | str) -> list[ToolCall]:
+    """Parse the ``tool_calls`` of an OpenAI assistant message (a dict or its JSON text).
+
+    Each call is ``{"id", "type": "function", "function": {"name", "arguments": "<JSON string>"}}``.
+    """
+    if isinstance(message, str):
+        try:
+            message = json.loads(message)
+        except (json.JSONDecodeError, RecursionError):
+            raise InvalidJSONError("The assistant message is not valid JSON.") from None
+    if not isinstance(message, dict):
+        raise InvalidToolCallError("The assistant message must be a JSON object.")
+    raw = message.get("tool_calls") or []
+    if not isinstance(raw, list):
+        raise InvalidToolCallError('"tool_calls" must be a list.')
+    calls = []
+    for item in raw:
+        if not isinstance(item, dict) or not isinstance(item.get("function"), dict):
+            raise InvalidToolCallError('Each tool call needs a "function" object with "name" and "arguments".')
+        if item.get("type", "function") != "function":
+            raise InvalidToolCallError(f"Unsupported tool call type {item.get('type')!r}; only 'function'.")
+        call_id = item.get("id") if isinstance(item.get("id"), str) else None
+        calls.append(_tool_call_from_obj(item["function"], call_id))
+    return calls

@@ -1,0 +1,75 @@
+"""The env registry: agentgym's envs are ordinary Gymnasium registrations under the ``agentgym/`` namespace.
+
+``import agentgym`` registers the built-in envs and then every third-party plugin: a package lists a
+callable in the ``agentgym.envs`` entry-point group, and agentgym calls it once. In the plugin's
+``pyproject.toml``::
+
+    [project.entry-points."agentgym.envs"]
+    mypkg = "mypkg.envs:register"   # register() calls gymnasium.register(id="mypkg/MyEnv-v0", ...)
+
+>>> import agentgym
+>>> "agentgym/SearchQA-v0" in agentgym.list_envs()
+True
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any
+
+import gymnasium as gym
+
+ENTRY_POINT_GROUP = "agentgym.envs"
+NAMESPACE = "agentgym"
+
+
+@dataclass(frozen=True)
+class BuiltinEnv:
+    """A built-in env: its Gymnasium id, entry point and default constructor arguments."""
+
+    id: str
+    entry_point: str
+    kwargs: tuple[tuple[str, Any], ...] = ()
+
+
+BUILTIN_ENVS: tuple[BuiltinEnv, ...] = (BuiltinEnv("agentgym/SearchQA-v0", "agentgym.envs.search_qa.env:SearchQAEnv"),)
+
+
+def register_builtin_envs() -> None:
+    """Register the built-in envs with Gymnasium (idempotent)."""
+    for env in BUILTIN_ENVS:
+        if env.id not in gym.registry:
+            gym.register(id=env.id, entry_point=env.entry_point, kwargs=dict(env.kwargs))
+
+
+def load_plugins() -> list[str]:
+    """Call every ``agentgym.envs`` entry point; a broken plugin warns instead of breaking the import."""
+    loaded = []
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            ep.load()()
+            loaded.append(ep.name)
+        except Exception as e:  # a third-party bug must not make agentgym unimportable
+            warnings.warn(f"agentgym plugin {ep.name!r} ({ep.value}) failed to register: {e!r}", stacklevel=2)
+    return loaded
+
+
+def list_envs() -> list[str]:
+    """Ids of the registered envs that are ``AgentEnv`` subclasses or live in the agentgym namespace."""
+    return sorted(env_id for env_id, spec in gym.registry.items() if spec.namespace == NAMESPACE or _is_agent_env(spec))
+
+
+def _is_agent_env(spec: gym.envs.registration.EnvSpec) -> bool:
+    entry = spec.entry_point
+    if not isinstance(entry, type):
+        return False
+    from agentgym.core import AgentEnv
+
+    return issubclass(entry, AgentEnv)
+
+
+def make(env_id: str, **kwargs: Any) -> gym.Env:
+    """``gymnasium.make`` for agentgym envs (a thin layer: same arguments, same wrappers)."""
+    return gym.make(env_id, **kwargs)

@@ -1,0 +1,220 @@
+"""SearchQA-v0: search-augmented question answering with the Search-R1 protocol.
+
+Each episode is one question. The agent searches with ``<search> query </search>`` and gets the top-k
+passages back as ``<information>Doc 1(Title: ...) ...</information>``; it ends the episode with
+``<answer> ... </answer>``, scored by exact match (or F1 / substring EM) against the golden answers.
+By default the questions and corpus come from a seeded synthetic knowledge base of invented entities
+(so no model can answer from memory); ``questions_path``/``corpus_path`` run real FlashRAG / Search-R1
+files instead (NQ, HotpotQA, ...).
+
+>>> import gymnasium as gym, agentgym
+>>> env = gym.make("agentgym/SearchQA-v0", dataset="tiny")
+>>> obs, info = env.reset(seed=3)
+>>> obs, r, terminated, truncated, info = env.step("<search>" + info["gold"]["oracle_queries"][0] + "</search>")
+>>> obs[0]["content"].lstrip().startswith("<information>")
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from agentgym.envs.search_qa.agents import HeuristicAgent, OracleAgent, RandomAgent
+from agentgym.envs.search_qa.data import QADataset, QAExample, build_dataset
+from agentgym.envs.search_qa.scoring import exact_match, f1_score, sub_exact_match
+from agentgym.tools.retrieval import Retriever, make_retriever
+from agentgym.tools.retrieval.base import Hit
+
+from agentgym.core import AgentEnv, StepResult
+from agentgym.parsing import ParseError, parse_tag_action
+
+ACTION_TAGS = ("search", "answer")
+REWARD_METRICS = ("em", "f1", "subem")
+
+PROMPT = (
+    "Answer the question below. Think step by step inside <think> and </think> whenever you receive new "
+    "information. When you are missing knowledge, query the search engine with <search> query </search>; the "
+    "top results come back between <information> and </information>. You may search as often as you need. "
+    "Once you know the answer, give it inside <answer> and </answer>, with no explanation, for example "
+    "<answer> Beijing </answer>. Question: {question}\n"
+)
+
+INVALID_ACTION = (
+    "\nMy previous action is invalid: {reason} To search, I should put the query between <search> and "
+    "</search>. To give the final answer, I should put it between <answer> and </answer>. Let me try again.\n"
+)
+
+
+def format_passages(hits: list[Hit]) -> str:
+    """Search-R1 passage block: one ``Doc i(Title: t) text`` line per hit."""
+    return "".join(f"Doc {i}(Title: {h.doc.title}) {h.doc.text}\n" for i, h in enumerate(hits, 1))
+
+
+class SearchQAEnv(AgentEnv):
+    """Search-augmented QA over a corpus (see the module docstring).
+
+    Args:
+        dataset: a ``QADataset`` or the name of a synthetic preset (``"tiny"``, ``"small"``, ``"100k"``).
+        data_seed: seed of the synthetic knowledge base (the episode seed only picks the question).
+        split: ``"train"`` or ``"test"``.
+        retriever: a ``Retriever`` or a spec for ``make_retriever`` (``"bm25"``, ``"dense"``, ``"hybrid"``,
+            ``"bm25:rank_bm25"``, ``"remote:http://127.0.0.1:8000"``).
+        topk: passages returned per search (Search-R1 uses 3).
+        max_turns: agent turns before the episode is truncated (searches plus the answer).
+        reward_metric: ``"em"``, ``"f1"`` or ``"subem"``: the outcome reward given for the answer.
+        invalid_action_penalty: subtracted (as reward component ``format``) for each unparsable action.
+        parse_mode: ``"lenient"`` (Search-R1's first complete tag pair) or ``"strict"``.
+        questions_path, corpus_path: FlashRAG question JSONL and ``{"id","contents"}`` corpus to use
+            instead of the synthetic data.
+        cache_dir: where retriever indexes persist (keyed by a corpus hash).
+    """
+
+    agents: ClassVar[Mapping[str, Any]] = {"oracle": OracleAgent, "heuristic": HeuristicAgent, "random": RandomAgent}
+
+    def __init__(
+        self,
+        *,
+        dataset: QADataset | str = "small",
+        data_seed: int = 0,
+        split: str = "test",
+        retriever: Retriever | str = "bm25",
+        topk: int = 3,
+        max_turns: int = 4,
+        reward_metric: str = "em",
+        invalid_action_penalty: float = 0.0,
+        parse_mode: str = "lenient",
+        questions_path: str | None = None,
+        corpus_path: str | None = None,
+        cache_dir: str | None = None,
+        render_mode: str | None = None,
+    ):
+        super().__init__(max_turns=max_turns, render_mode=render_mode)
+        if reward_metric not in REWARD_METRICS:
+            raise ValueError(f"reward_metric must be one of {REWARD_METRICS}, got {reward_metric!r}")
+        if topk < 1:
+            raise ValueError(f"topk must be >= 1, got {topk}")
+        dataset_name = dataset if isinstance(dataset, str) and questions_path is None else None
+        if questions_path is not None or corpus_path is not None:
+            if questions_path is None or corpus_path is None:
+                raise ValueError("questions_path and corpus_path must be given together")
+            from agentgym.envs.search_qa.flashrag import load_flashrag
+
+            dataset = load_flashrag(questions_path, corpus_path, split=split)
+        elif isinstance(dataset, str):
+            dataset = build_dataset(dataset, seed=data_seed)
+        self.dataset = dataset
+        self.examples: list[QAExample] = dataset.split(split)
+        if not self.examples:
+            raise ValueError(f"split {split!r} has no questions")
+        self.retriever = (
+            make_retriever(retriever, dataset.corpus, cache_dir=cache_dir) if isinstance(retriever, str) else retriever
+        )
+        self.topk = topk
+        self.reward_metric = reward_metric
+        self.invalid_action_penalty = invalid_action_penalty
+        self.parse_mode = parse_mode
+        self._kwargs = {
+            "dataset": dataset_name,
+            "data_seed": data_seed,
+            "split": split,
+            "retriever": retriever if isinstance(retriever, str) else None,
+            "topk": topk,
+            "max_turns": max_turns,
+            "reward_metric": reward_metric,
+            "invalid_action_penalty": invalid_action_penalty,
+            "parse_mode": parse_mode,
+            "questions_path": questions_path,
+            "corpus_path": corpus_path,
+        }
+        self.example: QAExample | None = None
+        self._retrieved: list[str] = []
+
+    def spec_kwargs(self) -> dict[str, Any]:
+        return {k: v for k, v in self._kwargs.items() if v is not None}
+
+    # -- episode ------------------------------------------------------------------------------------
+    def _reset(self, options: dict[str, Any]) -> tuple[list[dict], dict[str, Any]]:
+        if "task_id" in options:
+            matches = [e for e in self.examples if e.id == options["task_id"]]
+            if not matches:
+                raise ValueError(f"unknown task_id {options['task_id']!r}")
+            self.example = matches[0]
+        elif "task_index" in options:
+            self.example = self.examples[int(options["task_index"]) % len(self.examples)]
+        else:
+            self.example = self.examples[int(self.np_random.integers(len(self.examples)))]
+        self._retrieved = []
+        self._searches = 0
+        prompt = PROMPT.format(question=self.example.question)
+        return [{"role": "user", "content": prompt}], self._info()
+
+    def _step(self, action: str) -> StepResult:
+        assert self.example is not None
+        try:
+            parsed = parse_tag_action(action, ACTION_TAGS, mode=self.parse_mode)  # type: ignore[arg-type]
+        except ParseError as e:
+            return StepResult(
+                observation=[{"role": "user", "content": INVALID_ACTION.format(reason=str(e))}],
+                reward_components=self.invalid_action_components(),
+                action_valid=False,
+                parse_error=str(e),
+                info=self._info(last_turn=self.turn >= self.max_turns),
+            )
+        if parsed.tag == "search":
+            hits = self.retriever.search(parsed.content, self.topk)
+            self._searches += 1
+            new_ids = [h.doc.id for h in hits]
+            self._retrieved.extend(i for i in new_ids if i not in self._retrieved)
+            content = f"\n\n<information>{format_passages(hits).strip()}</information>\n\n"
+            return StepResult(
+                observation=[{"role": "user", "content": content}],
+                info={**self._info(last_turn=self.turn >= self.max_turns), "retrieved_doc_ids": new_ids},
+            )
+        info = {**self._info(), "answer": parsed.content}
+        info["metrics"] = self._metrics(parsed.content, info)
+        return StepResult(
+            observation=[],
+            reward_components={"outcome": info["metrics"][self.reward_metric]},
+            terminated=True,
+            success=info["metrics"]["em"] == 1.0,
+            info=info,
+        )
+
+    def _metrics(self, answer: str | None, info: dict[str, Any]) -> dict[str, float]:
+        """Episode metrics; an episode that ran out of turns without answering scores 0."""
+        assert self.example is not None
+        golds = list(self.example.golden_answers)
+        return {
+            "em": exact_match(answer, golds) if answer is not None else 0.0,
+            "f1": f1_score(answer, golds) if answer is not None else 0.0,
+            "subem": sub_exact_match(answer, golds) if answer is not None else 0.0,
+            "supporting_recall": info["supporting_recall"],
+            "searches": float(self._searches),
+        }
+
+    def invalid_action_components(self) -> dict[str, float]:
+        return {"format": -self.invalid_action_penalty} if self.invalid_action_penalty else {}
+
+    def _info(self, *, last_turn: bool = False) -> dict[str, Any]:
+        """Per-step info; on a last turn without an answer it also carries the (zero) episode metrics."""
+        ex = self.example
+        assert ex is not None
+        supporting = set(ex.supporting_doc_ids)
+        found = len(supporting.intersection(self._retrieved))
+        # The anchor is the task plus the set of passages seen: two rollouts that retrieved the same
+        # documents are in the same state whatever the order or wording of their queries.
+        key = hashlib.sha1("\x1f".join(sorted(self._retrieved)).encode()).hexdigest()[:16]
+        info = {
+            "task_id": ex.id,
+            "anchor": f"{ex.id}:{key}",
+            "gold": ex.gold(),
+            "supporting_recall": found / len(supporting) if supporting else 0.0,
+        }
+        if last_turn:
+            info["metrics"] = self._metrics(None, info)
+        return info
+
+    def close(self) -> None:
+        self.retriever.close()

@@ -1,0 +1,196 @@
+"""Action parsing: Search-R1 tags, Hermes tool calls, OpenAI tool_calls; both modes; adversarial input."""
+
+import contextlib
+import json
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentgym.parsing import (
+    EmptyActionError,
+    EmptyContentError,
+    InvalidJSONError,
+    InvalidToolCallError,
+    MultipleActionsError,
+    NoActionError,
+    ParseError,
+    TagAction,
+    ToolCall,
+    TrailingTextError,
+    UnclosedTagError,
+    parse_hermes_tool_calls,
+    parse_openai_tool_calls,
+    parse_tag_action,
+)
+
+TAGS = ("search", "answer")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("<search> capital of Ovra </search>", TagAction("search", "capital of Ovra")),
+        ("<think>plan</think>\n<answer>Paris</answer>", TagAction("answer", "Paris")),
+        # Search-R1: the leftmost complete pair wins, the rest is ignored.
+        ("<search>a</search><answer>b</answer>", TagAction("search", "a")),
+        ("<answer>b</answer> trailing words", TagAction("answer", "b")),
+        # leftmost *open* tag with a matching close, like re.search(r"<(search|answer)>(.*?)</\1>")
+        ("<answer> x <search>q</search>", TagAction("search", "q")),
+        ("<SEARCH>q</Search>", TagAction("search", "q")),
+        ("<answer> unfinished answer", TagAction("answer", "unfinished answer")),
+    ],
+)
+def test_lenient_follows_search_r1(text, expected):
+    assert parse_tag_action(text, TAGS) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("", EmptyActionError),
+        ("   \n", EmptyActionError),
+        ("just prose", NoActionError),
+        ("</search>", NoActionError),
+        ("<answer>   </answer>", EmptyContentError),
+        ("<search>", UnclosedTagError),
+    ],
+)
+def test_lenient_errors(text, error):
+    with pytest.raises(error) as info:
+        parse_tag_action(text, TAGS)
+    assert str(info.value)  # a message the model can read
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("<search>a</search><answer>b</answer>", MultipleActionsError),
+        ("<answer>b</answer> trailing words", TrailingTextError),
+        ("<answer> unfinished", UnclosedTagError),
+        ("<search> a </answer>", UnclosedTagError),
+        ("<SEARCH>q</SEARCH>", NoActionError),
+        ("<answer></answer>", EmptyContentError),
+    ],
+)
+def test_strict_rejects_what_lenient_tolerates(text, error):
+    with pytest.raises(error):
+        parse_tag_action(text, TAGS, mode="strict")
+
+
+def test_strict_accepts_think_then_one_action():
+    assert parse_tag_action("<think>x</think> <answer>42</answer>\n", TAGS, mode="strict") == TagAction("answer", "42")
+
+
+def test_unknown_mode_is_a_clear_error():
+    with pytest.raises(ValueError, match="mode must be one of"):
+        parse_tag_action("<answer>x</answer>", TAGS, mode="loose")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<search>" * 200_000,
+        "<search>q</search>" * 60_000,
+        "<search><answer>" * 100_000 + "</answer>",
+        "<tool_call>" * 100_000,
+        "x" * 1_000_000,
+    ],
+)
+def test_adversarial_inputs_are_linear_time(text):
+    start = time.perf_counter()
+    for parser in (lambda t: parse_tag_action(t, TAGS), lambda t: parse_tag_action(t, TAGS, mode="strict")):
+        with contextlib.suppress(ParseError):
+            parser(text)
+    with contextlib.suppress(ParseError):
+        parse_hermes_tool_calls(text)
+    assert time.perf_counter() - start < 2.0
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("<>/searchnw tool_c{}\"':,x")) | st.characters(), max_size=300))
+def test_any_text_parses_or_raises_a_parse_error(text):
+    for mode in ("lenient", "strict"):
+        try:
+            action = parse_tag_action(text, TAGS, mode=mode)
+            assert action.tag in TAGS and action.content == action.content.strip() and action.content
+        except ParseError as e:
+            assert str(e)
+        try:
+            calls = parse_hermes_tool_calls(text, mode=mode)
+            assert all(isinstance(c, ToolCall) and isinstance(c.arguments, dict) for c in calls)
+        except ParseError as e:
+            assert str(e)
+
+
+@given(st.text(min_size=1).filter(lambda s: s.strip() and "<" not in s))
+def test_lenient_round_trips_content(content):
+    assert parse_tag_action(f"<answer>{content}</answer>", TAGS).content == content.strip()
+
+
+def test_hermes_multiple_calls_in_order():
+    text = (
+        'Let me check.\n<tool_call>\n{"name": "get", "arguments": {"id": 1}}\n</tool_call>\n'
+        '<tool_call>{"name": "put", "arguments": "{\\"id\\": 2}"}</tool_call>'
+    )
+    assert parse_hermes_tool_calls(text) == [ToolCall("get", {"id": 1}), ToolCall("put", {"id": 2})]
+
+
+def test_hermes_unclosed_final_call_counts_only_when_lenient():
+    text = '<tool_call>{"name": "get", "arguments": {}}'
+    assert parse_hermes_tool_calls(text) == [ToolCall("get", {})]
+    with pytest.raises(UnclosedTagError):
+        parse_hermes_tool_calls(text, mode="strict")
+
+
+def test_hermes_code_fence_and_no_calls():
+    assert parse_hermes_tool_calls('<tool_call>```json\n{"name": "f"}\n```</tool_call>') == [ToolCall("f", {})]
+    assert parse_hermes_tool_calls("no calls here") == []
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ('<tool_call>{"name": "f", "arguments": {</tool_call>', InvalidJSONError),
+        ("<tool_call>" + "[" * 50_000 + "</tool_call>", InvalidJSONError),
+        ('<tool_call>{"arguments": {}}</tool_call>', InvalidToolCallError),
+        ('<tool_call>{"name": 3}</tool_call>', InvalidToolCallError),
+        ('<tool_call>{"name": "f", "arguments": [1]}</tool_call>', InvalidToolCallError),
+        ('<tool_call>{"name": "f", "arguments": "{bad"}</tool_call>', InvalidJSONError),
+        ("<tool_call>[1, 2]</tool_call>", InvalidToolCallError),
+        ('<tool_call>{"name": "f"}<tool_call>{"name": "g"}</tool_call>', UnclosedTagError),
+    ],
+)
+def test_hermes_errors(text, error):
+    with pytest.raises(error):
+        parse_hermes_tool_calls(text)
+
+
+def test_openai_tool_calls():
+    msg = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get", "arguments": json.dumps({"id": 7})}}
+        ],
+    }
+    assert parse_openai_tool_calls(msg) == [ToolCall("get", {"id": 7}, "call_1")]
+    assert parse_openai_tool_calls(json.dumps(msg)) == [ToolCall("get", {"id": 7}, "call_1")]
+    assert parse_openai_tool_calls({"role": "assistant", "content": "hi"}) == []
+
+
+@pytest.mark.parametrize(
+    ("msg", "error"),
+    [
+        ("{not json", InvalidJSONError),
+        ("[1]", InvalidToolCallError),
+        ({"tool_calls": {"a": 1}}, InvalidToolCallError),
+        ({"tool_calls": [{"id": "x"}]}, InvalidToolCallError),
+        ({"tool_calls": [{"type": "code", "function": {"name": "f", "arguments": "{}"}}]}, InvalidToolCallError),
+        ({"tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}]}, InvalidJSONError),
+    ],
+)
+def test_openai_tool_call_errors(msg, error):
+    with pytest.raises(error):
+        parse_openai_tool_calls(msg)
