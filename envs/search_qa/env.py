@@ -21,14 +21,13 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from agentgym.core import AgentEnv, StepResult
 from agentgym.envs.search_qa.agents import HeuristicAgent, OracleAgent, RandomAgent
 from agentgym.envs.search_qa.data import QADataset, QAExample, build_dataset
 from agentgym.envs.search_qa.scoring import exact_match, f1_score, sub_exact_match
+from agentgym.parsing import ParseError, parse_tag_action
 from agentgym.tools.retrieval import Retriever, make_retriever
 from agentgym.tools.retrieval.base import Hit
-
-from agentgym.core import AgentEnv, StepResult
-from agentgym.parsing import ParseError, parse_tag_action
 
 ACTION_TAGS = ("search", "answer")
 REWARD_METRICS = ("em", "f1", "subem")
@@ -62,7 +61,8 @@ class SearchQAEnv(AgentEnv):
         retriever: a ``Retriever`` or a spec for ``make_retriever`` (``"bm25"``, ``"dense"``, ``"hybrid"``,
             ``"bm25:rank_bm25"``, ``"remote:http://127.0.0.1:8000"``).
         topk: passages returned per search (Search-R1 uses 3).
-        max_turns: agent turns before the episode is truncated (searches plus the answer).
+        max_turns: agent turns before the episode is truncated (searches plus the answer); 6 lets a
+            4-hop question be solved with one search per hop.
         reward_metric: ``"em"``, ``"f1"`` or ``"subem"``: the outcome reward given for the answer.
         invalid_action_penalty: subtracted (as reward component ``format``) for each unparsable action.
         parse_mode: ``"lenient"`` (Search-R1's first complete tag pair) or ``"strict"``.
@@ -81,7 +81,7 @@ class SearchQAEnv(AgentEnv):
         split: str = "test",
         retriever: Retriever | str = "bm25",
         topk: int = 3,
-        max_turns: int = 4,
+        max_turns: int = 6,
         reward_metric: str = "em",
         invalid_action_penalty: float = 0.0,
         parse_mode: str = "lenient",

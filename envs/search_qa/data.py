@@ -1,0 +1,332 @@
+"""SearchQA data: a seeded synthetic knowledge base rendered into a Search-R1 corpus, plus multi-hop questions.
+
+``build_dataset(config, seed)`` is a pure function of ``(config, seed)`` (all randomness from
+``numpy.random.default_rng(seed)``): the same inputs give byte-identical corpora and questions.
+
+>>> ds = build_dataset("tiny", seed=0)
+>>> ex = ds.test[0]
+>>> ex.id, ex.hops == len(ex.supporting_doc_ids) == len(ex.oracle_queries)
+('test-00000', True)
+>>> any(a in ds.doc(ex.supporting_doc_ids[-1]).contents for a in ex.golden_answers)
+True
+
+Hop types: ``1hop`` (one relation), ``bridge`` (two chained relations, e.g. "Where was the director of the film Y
+born?"), ``comparison`` (two entities, "Who was born earlier, A or B?") and ``multihop`` (3-4 chained relations).
+Test questions are anchored on their own subset of entities (the first entity a question names), so train and
+test never share a question. See ``kb`` for the entities and distractors, ``questions`` for the templates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agentgym.envs.search_qa.kb import KINDS, KnowledgeBase, RenderedCorpus, build_kb, render_corpus
+from agentgym.envs.search_qa.questions import COMPARISONS, PATHS, Draft, draft_chain, draft_comparison
+from agentgym.tools.retrieval.base import Document, write_corpus_jsonl, write_jsonl_atomic
+
+HOP_TYPES: tuple[str, ...] = ("1hop", "bridge", "comparison", "multihop")
+SPLITS: tuple[str, ...] = ("train", "test")
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class QAExample:
+    """One question with its golden answers and privileged supervision.
+
+    ``supporting_doc_ids`` and ``oracle_queries`` have one entry per hop, in hop order; an oracle query names the
+    hop's entity (for later hops, the bridge entity the question does not name) and the relation.
+    ``hop_entities`` are those entities' names, ``hop_answers`` what each hop's document states (the next
+    entity, or the final / compared value); both are empty for loaded benchmark files.
+    """
+
+    id: str
+    question: str
+    golden_answers: tuple[str, ...]
+    hop_type: str
+    hops: int
+    supporting_doc_ids: tuple[str, ...]
+    oracle_queries: tuple[str, ...]
+    split: str
+    template: str = ""
+    hop_entities: tuple[str, ...] = ()
+    hop_answers: tuple[str, ...] = ()
+
+    def gold(self) -> dict[str, Any]:
+        """The privileged record for ``info["gold"]`` (JSON-serialisable)."""
+        return {
+            "answers": list(self.golden_answers),
+            "hop_type": self.hop_type,
+            "hops": self.hops,
+            "supporting_doc_ids": list(self.supporting_doc_ids),
+            "oracle_queries": list(self.oracle_queries),
+            "hop_entities": list(self.hop_entities),
+            "hop_answers": list(self.hop_answers),
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """FlashRAG question row: ``id``, ``question``, ``golden_answers`` and everything else in ``metadata``."""
+        return {
+            "id": self.id,
+            "question": self.question,
+            "golden_answers": list(self.golden_answers),
+            "metadata": {
+                "hop_type": self.hop_type,
+                "hops": self.hops,
+                "supporting_doc_ids": list(self.supporting_doc_ids),
+                "oracle_queries": list(self.oracle_queries),
+                "template": self.template,
+                "hop_entities": list(self.hop_entities),
+                "hop_answers": list(self.hop_answers),
+            },
+        }
+
+
+_PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": dict(n_people=100, n_cities=30, n_companies=25, n_films=30, n_rivers=10, n_countries=6,
+                 event_docs=20, n_train=60, n_test=40),
+    "small": dict(n_people=1500, n_cities=250, n_companies=300, n_films=450, n_rivers=60, n_countries=25,
+                  event_docs=300, n_train=2000, n_test=2000),
+    "100k": dict(n_people=32000, n_cities=6000, n_companies=7000, n_films=9000, n_rivers=1500, n_countries=250,
+                 distractors_per_entity=0.8, event_docs=3000, n_train=20000, n_test=2000),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DatasetConfig:
+    """Knobs of the synthetic dataset. ``preset("tiny" | "small" | "100k")`` gives the named sizes.
+
+    Entity counts: ``n_people`` .. ``n_countries``. ``distractors_per_entity`` (0-2): mean number of distractor
+    passages per entity; ``event_docs``: event reports naming random entities; ``surname_ratio``: distinct
+    surnames per person (lower = more people sharing a surname); ``employed_fraction``: people with an employer;
+    ``directors_per_film``: distinct directors per film. Questions: ``n_train``/``n_test`` per split,
+    ``hop_mix`` the weight of each hop type, ``four_hop_fraction`` the share of 4-hop among multihop questions,
+    ``test_anchor_fraction`` the share of each kind's entities reserved as test anchors.
+    """
+
+    name: str = "custom"
+    n_people: int = 1500
+    n_cities: int = 250
+    n_companies: int = 300
+    n_films: int = 450
+    n_rivers: int = 60
+    n_countries: int = 25
+    distractors_per_entity: float = 1.0
+    event_docs: int = 300
+    surname_ratio: float = 0.7
+    employed_fraction: float = 0.5
+    directors_per_film: float = 0.5
+    n_train: int = 2000
+    n_test: int = 500
+    hop_mix: tuple[tuple[str, float], ...] = (
+        ("1hop", 0.25),
+        ("bridge", 0.25),
+        ("comparison", 0.25),
+        ("multihop", 0.25),
+    )
+    four_hop_fraction: float = 0.5
+    test_anchor_fraction: float = 0.5
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hop_mix", tuple((str(t), float(w)) for t, w in self.hop_mix))  # lists from JSON
+        counts = {
+            f: getattr(self, f) for f in ("n_people", "n_cities", "n_companies", "n_films", "n_rivers", "n_countries")
+        }
+        for f, v in counts.items():
+            if not isinstance(v, int) or v < 2:
+                raise ValueError(f"{f} must be an int >= 2, got {v!r}")
+        if self.n_cities < max(3, self.n_countries):
+            raise ValueError("n_cities must be >= max(3, n_countries) (every country has a city)")
+        if self.n_people < self.n_companies:
+            raise ValueError("n_people must be >= n_companies (every company has its own founder)")
+        if not 0 <= self.distractors_per_entity <= 2:
+            raise ValueError(f"distractors_per_entity must be in [0, 2], got {self.distractors_per_entity}")
+        for f in ("surname_ratio", "employed_fraction", "directors_per_film", "four_hop_fraction"):
+            if not 0 <= getattr(self, f) <= 1:
+                raise ValueError(f"{f} must be in [0, 1], got {getattr(self, f)}")
+        if self.surname_ratio <= 0 or self.directors_per_film <= 0:
+            raise ValueError("surname_ratio and directors_per_film must be > 0")
+        if not 0 < self.test_anchor_fraction < 1:
+            raise ValueError(f"test_anchor_fraction must be in (0, 1), got {self.test_anchor_fraction}")
+        if self.event_docs < 0 or self.n_train < 0 or self.n_test < 0:
+            raise ValueError("event_docs, n_train and n_test must be >= 0")
+        mix = dict(self.hop_mix)
+        if len(mix) != len(self.hop_mix) or not set(mix) <= set(HOP_TYPES):
+            raise ValueError(f"hop_mix must name distinct hop types among {HOP_TYPES}, got {self.hop_mix}")
+        if any(w < 0 for w in mix.values()) or sum(mix.values()) <= 0:
+            raise ValueError(f"hop_mix weights must be >= 0 with a positive sum, got {self.hop_mix}")
+
+    @classmethod
+    def preset(cls, name: str) -> DatasetConfig:
+        """``"tiny"`` (tests), ``"small"`` (default, ~6k docs), ``"100k"`` (>= 100,000 docs, benchmarks)."""
+        if name not in _PRESETS:
+            raise ValueError(f"unknown preset {name!r}; choose one of {sorted(_PRESETS)}")
+        return cls(name=name, **_PRESETS[name])
+
+    def hop_counts(self, n: int) -> dict[str, int]:
+        """Questions of each hop type among ``n`` (largest-remainder rounding of ``hop_mix``)."""
+        mix = dict(self.hop_mix)
+        total = sum(mix.values())
+        exact = {t: n * w / total for t, w in mix.items()}
+        counts = {t: int(v) for t, v in exact.items()}
+        by_remainder = sorted(mix, key=lambda t: (-(exact[t] - counts[t]), HOP_TYPES.index(t)))
+        for t in by_remainder[: n - sum(counts.values())]:
+            counts[t] += 1
+        return counts
+
+
+@dataclass
+class QADataset:
+    """A corpus plus train/test questions. ``config``/``seed`` are ``None`` for loaded benchmark files."""
+
+    config: DatasetConfig | None
+    seed: int | None
+    corpus: list[Document]
+    train: list[QAExample]
+    test: list[QAExample]
+    _by_id: dict[str, Document] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def split(self, name: str) -> list[QAExample]:
+        if name not in SPLITS:
+            raise ValueError(f"unknown split {name!r}; choose 'train' or 'test'")
+        return self.train if name == "train" else self.test
+
+    def doc(self, doc_id: str) -> Document:
+        if self._by_id is None or len(self._by_id) != len(self.corpus):
+            self._by_id = {d.id: d for d in self.corpus}
+        return self._by_id[doc_id]
+
+    def example(self, example_id: str) -> QAExample:
+        """The question with id ``example_id`` (either split)."""
+        for ex in (*self.test, *self.train):
+            if ex.id == example_id:
+                return ex
+        raise KeyError(example_id)
+
+    def save(self, directory: str | os.PathLike[str]) -> None:
+        """Write ``corpus.jsonl``, ``train.jsonl``, ``test.jsonl`` (FlashRAG layout) and ``meta.json``, atomically.
+
+        Reload with ``flashrag.load_saved(directory)`` (both splits, config and seed) or ``load_flashrag``.
+        """
+        directory = Path(directory)
+        write_corpus_jsonl(directory / "corpus.jsonl", self.corpus)
+        for name in SPLITS:
+            write_jsonl_atomic(directory / f"{name}.jsonl", (ex.to_json() for ex in self.split(name)))
+        meta = {
+            "format": "agentgym.search_qa",
+            "version": FORMAT_VERSION,
+            "seed": self.seed,
+            "config": None if self.config is None else dataclasses.asdict(self.config),
+            "counts": {"corpus": len(self.corpus), "train": len(self.train), "test": len(self.test)},
+        }
+        write_jsonl_atomic(directory / "meta.json", [meta])  # one JSON object on one line
+
+    def stats(self) -> dict[str, Any]:
+        """Document count and questions per split and hop type."""
+        out: dict[str, Any] = {"docs": len(self.corpus)}
+        for name in SPLITS:
+            by_type: dict[str, int] = {}
+            for ex in self.split(name):
+                by_type[ex.hop_type] = by_type.get(ex.hop_type, 0) + 1
+            out[name] = by_type
+        return out
+
+
+def config_from_dict(d: dict[str, Any]) -> DatasetConfig:
+    """Inverse of ``dataclasses.asdict`` for ``DatasetConfig`` (``hop_mix`` may come back as lists from JSON)."""
+    return DatasetConfig(**d)
+
+
+def _anchor_pools(kb: KnowledgeBase, frac: float, rng: np.random.Generator) -> dict[str, dict[str, np.ndarray]]:
+    """Per split, per kind: the entity indices that may be named first in a question."""
+    pools: dict[str, dict[str, np.ndarray]] = {"train": {}, "test": {}}
+    for kind in KINDS:
+        n = len(kb[kind])
+        perm = rng.permutation(n)
+        n_test = min(n - 1, max(1, round(n * frac)))
+        pools["test"][kind] = np.sort(perm[:n_test])
+        pools["train"][kind] = np.sort(perm[n_test:])
+    return pools
+
+
+def _draw(
+    kb: KnowledgeBase, hop_type: str, pool: dict[str, np.ndarray], four_hop: float, rng: np.random.Generator
+) -> Draft | None:
+    """One random attempt at a question of ``hop_type`` anchored in ``pool`` (``None``: try again)."""
+    if hop_type == "comparison":
+        cmp = COMPARISONS[int(rng.integers(len(COMPARISONS)))]
+        anchors = pool[cmp.kind]
+        if len(anchors) < 2:
+            return None
+        a, b = (int(anchors[i]) for i in rng.integers(0, len(anchors), size=2))
+        return draft_comparison(kb, cmp, a, b, rng)
+    hops = {"1hop": 1, "bridge": 2}.get(hop_type) or (4 if rng.random() < four_hop else 3)
+    paths = PATHS[hops]
+    path = paths[int(rng.integers(len(paths)))]
+    anchors = pool[path[0].split(".")[0]]
+    if len(anchors) == 0:
+        return None
+    return draft_chain(kb, path, int(anchors[int(rng.integers(len(anchors)))]), rng)
+
+
+def generate_questions(
+    kb: KnowledgeBase, rendered: RenderedCorpus, config: DatasetConfig, rng: np.random.Generator
+) -> dict[str, list[QAExample]]:
+    """Questions for both splits (test first), with the exact ``hop_mix`` counts and no shared question."""
+    pools = _anchor_pools(kb, config.test_anchor_fraction, rng)
+    seen_keys: set[tuple] = set()
+    seen_text: set[str] = set()
+    out: dict[str, list[QAExample]] = {}
+    for split in ("test", "train"):
+        n = config.n_test if split == "test" else config.n_train
+        counts = config.hop_counts(n)
+        types = [t for t in HOP_TYPES for _ in range(counts.get(t, 0))]
+        order = rng.permutation(len(types)).tolist()
+        examples: list[QAExample] = []
+        for i, j in enumerate(order):
+            hop_type = types[j]
+            for _ in range(2000):
+                draft = _draw(kb, hop_type, pools[split], config.four_hop_fraction, rng)
+                if draft is not None and draft.key not in seen_keys and draft.question not in seen_text:
+                    break
+            else:
+                raise ValueError(
+                    f"could not generate {counts[hop_type]} distinct {hop_type!r} questions for split {split!r}; "
+                    "use more entities or fewer questions"
+                )
+            seen_keys.add(draft.key)
+            seen_text.add(draft.question)
+            page = rendered.page_doc
+            examples.append(
+                QAExample(
+                    id=f"{split}-{i:05d}",
+                    question=draft.question,
+                    golden_answers=draft.answers,
+                    hop_type=draft.hop_type,
+                    hops=len(draft.hop_entities),
+                    supporting_doc_ids=tuple(str(int(page[k][e])) for k, e in draft.hop_entities),
+                    oracle_queries=draft.queries,
+                    split=split,
+                    template=draft.template,
+                    hop_entities=tuple(kb[k].names[e] for k, e in draft.hop_entities),
+                    hop_answers=draft.hop_answers,
+                )
+            )
+        out[split] = examples
+    return out
+
+
+def build_dataset(config: DatasetConfig | str = "small", seed: int = 0) -> QADataset:
+    """Build the knowledge base, its corpus and both question splits from ``numpy.random.default_rng(seed)``."""
+    if isinstance(config, str):
+        config = DatasetConfig.preset(config)
+    rng = np.random.default_rng(seed)
+    kb = build_kb(config, rng)
+    rendered = render_corpus(kb, config, rng)
+    splits = generate_questions(kb, rendered, config, rng)
+    return QADataset(config=config, seed=seed, corpus=rendered.docs, train=splits["train"], test=splits["test"])

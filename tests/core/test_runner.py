@@ -1,0 +1,86 @@
+"""Runner, replay and CLI end to end on SearchQA."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from agentgym.cli import main
+from agentgym.replay import replay_file
+from agentgym.runner import format_table, run, summarize
+from agentgym.trajectory import read_trajectories
+
+KW = {"dataset": "tiny"}
+
+
+def test_same_seed_gives_byte_identical_files_serial_and_parallel(tmp_path):
+    paths = [tmp_path / f"{name}.jsonl" for name in ("a", "b", "c")]
+    run("agentgym/SearchQA-v0", "heuristic", 12, seed=7, env_kwargs=KW, out=paths[0], progress=False)
+    run("agentgym/SearchQA-v0", "heuristic", 12, seed=7, env_kwargs=KW, out=paths[1], progress=False)
+    run("agentgym/SearchQA-v0", "heuristic", 12, seed=7, env_kwargs=KW, out=paths[2], workers=4, progress=False)
+    data = [p.read_bytes() for p in paths]
+    assert data[0] == data[1] == data[2] and len(data[0]) > 1000
+    other = tmp_path / "d.jsonl"
+    run("agentgym/SearchQA-v0", "random", 12, seed=8, env_kwargs=KW, out=other, progress=False)
+    assert other.read_bytes() != data[0]
+
+
+def test_replay_reproduces_and_detects_divergence(tmp_path):
+    path = tmp_path / "t.jsonl"
+    run("agentgym/SearchQA-v0", "random", 6, seed=1, env_kwargs=KW, out=path, progress=False)
+    assert all(r.ok for r in replay_file(path))
+    lines = path.read_text(encoding="utf-8").splitlines()
+    record = json.loads(lines[2])
+    record["turns"][0]["reward"] += 0.5  # tamper with one recorded reward
+    lines[2] = json.dumps(record, ensure_ascii=False)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    results = list(replay_file(path))
+    assert [r.ok for r in results] == [True, True, False, True, True, True]
+    assert "turn 1 differs" in results[2].divergence
+
+
+def test_summary_by_hop_type_and_table():
+    trajs = run("agentgym/SearchQA-v0", "oracle", 20, env_kwargs=KW, progress=False)
+    rows = summarize(trajs)
+    cats = {r["category"] for r in rows}
+    assert "all" in cats and {"1hop", "bridge", "comparison", "multihop"} & cats
+    table = format_table(rows, ["category", "episodes", "em"])
+    assert table.splitlines()[0].startswith("| category") and "1.000" in table
+
+
+def test_unknown_agent_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"unknown agent 'nope'.*heuristic"):
+        run("agentgym/SearchQA-v0", "nope", 1, env_kwargs=KW, progress=False)
+
+
+def test_cli_run_replay_check_list(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["run", "agentgym/SearchQA-v0", "--agent", "oracle", "--episodes", "5", "--out", str(out),
+                 "--env-arg", "dataset=tiny", "--quiet"]) == 0  # fmt: skip
+    assert "| all" in capsys.readouterr().out
+    assert len(list(read_trajectories(out / "trajectories.jsonl"))) == 5
+    with pytest.raises(SystemExit, match="exists"):
+        main(["run", "agentgym/SearchQA-v0", "--agent", "oracle", "--out", str(out), "--env-arg", "dataset=tiny"])
+    assert main(["replay", str(out / "trajectories.jsonl")]) == 0
+    assert "5 identical, 0 diverged" in capsys.readouterr().out
+    assert main(["check", "agentgym/SearchQA-v0", "--env-arg", "dataset=tiny"]) == 0
+    assert "OK" in capsys.readouterr().out
+    assert main(["list"]) == 0
+    assert "agentgym/SearchQA-v0" in capsys.readouterr().out
+
+
+def test_console_script_bench_writes_report_and_plots(tmp_path):
+    out = tmp_path / "bench"
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentgym.cli", "bench", "--episodes", "8", "--out", str(out), "--quiet"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "| agentgym/SearchQA-v0 | oracle" in proc.stdout
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "heuristic" in report and "random" in report and "![" in report
+    png = out / "agentgym_SearchQA-v0_success.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = json.loads((out / "results.json").read_text())
+    assert {r["agent"] for r in rows} == {"oracle", "heuristic", "random"}
