@@ -66,7 +66,8 @@ def bench(
                         progress=progress)  # fmt: skip
             seconds = time.perf_counter() - start
             for row in summarize(trajs):
-                result.rows.append({"env": env_id, "agent": agent, **row, "seconds": seconds})
+                timing = {"seconds": seconds} if row["category"] == "all" else {}
+                result.rows.append({"env": env_id, "agent": agent, **row, **timing})
     (out / "results.json").write_text(json.dumps(result.rows, indent=2) + "\n", encoding="utf-8")
     result.plots = plot_results(result.rows, out)
     result.report_path = out / "report.md"
