@@ -1,7 +1,7 @@
 # `make bench` and `make test` work on a fresh machine: they create .venv and install everything first.
 VENV ?= .venv
 PY := $(VENV)/bin/python
-EPISODES ?= 500
+EPISODES ?= 2000
 
 .PHONY: setup bench test test-fast lint format clean
 

@@ -175,3 +175,15 @@ def test_flashrag_files_run_the_same_env(tmp_path, tiny):
     assert info["task_id"] == ds.test[0].id
     _, reward, terminated, _, _ = env.step(f"<answer>{ds.test[0].golden_answers[0]}</answer>")
     assert reward == 1.0 and terminated
+
+
+@pytest.mark.slow
+def test_oracle_answers_500_questions_of_every_hop_type_through_bm25():
+    """Every task is answerable: the oracle's queries go through BM25 and reach EM >= 0.99 per hop type,
+    and its queries retrieve the supporting documents in the top 3 (recall >= 0.95)."""
+    trajs = run("agentgym/SearchQA-v0", "oracle", 2000, env_kwargs={"dataset": "small"}, progress=False)
+    rows = {r["category"]: r for r in summarize(trajs)}
+    for hop_type in ("1hop", "bridge", "comparison", "multihop"):
+        assert rows[hop_type]["episodes"] >= 500
+        assert rows[hop_type]["em"] >= 0.99, rows[hop_type]
+        assert rows[hop_type]["supporting_recall"] >= 0.95, rows[hop_type]
