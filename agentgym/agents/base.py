@@ -22,6 +22,10 @@ import numpy as np
 Message = dict[str, Any]
 
 
+class AgentError(RuntimeError):
+    """An agent could not produce an action (e.g. the model server failed after its retries); see ``__cause__``."""
+
+
 class Agent:
     """Base class for agents. Subclasses override ``act`` (and ``reset`` if they keep episode state)."""
 

@@ -20,8 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agentgym.agents.base import Agent, Message
-from agentgym.agents.openai_agent import AgentError
+from agentgym.agents.base import Agent, AgentError, Message
 
 if TYPE_CHECKING:
     import torch

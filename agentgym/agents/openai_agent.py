@@ -23,17 +23,13 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from agentgym.agents.base import Agent, Message
+from agentgym.agents.base import Agent, AgentError, Message
 from agentgym.tools.llm import ChatResult, LLMClient, LLMError
 
 #: Message keys forwarded to the server; env-specific extras are dropped.
 MESSAGE_KEYS = ("role", "content", "name", "tool_calls", "tool_call_id")
 
 _CLOSING_TAG = re.compile(r"^</([A-Za-z_][\w.-]*)>$")
-
-
-class AgentError(RuntimeError):
-    """An agent could not produce an action (e.g. the model server failed after its retries); see ``__cause__``."""
 
 
 def restore_stop(
