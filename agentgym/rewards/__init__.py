@@ -1,0 +1,1 @@
+"""Dense turn-level rewards: step wrappers, post-episode turn scorers and advantage estimators."""
