@@ -212,6 +212,8 @@ class SearchQAEnv(AgentEnv):
             "gold": ex.gold(),
             "supporting_recall": found / len(supporting) if supporting else 0.0,
         }
+        # Verifiable progress in [0, 1] for process rewards: the share of supporting documents seen so far.
+        info["progress"] = info["supporting_recall"]
         if last_turn:
             info["metrics"] = self._metrics(None, info)
         return info
