@@ -68,6 +68,19 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.rewards:
+        from agentgym.reward_bench import reward_bench
+        from agentgym.reward_bench import table as reward_table
+
+        out = args.out if args.out != "reports/bench" else "reports/rewards"
+        rewards = reward_bench(
+            args.env or None, episodes=args.episodes, seed=args.seed, out=out, agents=args.agent or None
+        )
+        print(reward_table(rewards.rows))
+        print(f"\nreport: {rewards.report_path}")
+        for p in rewards.plots:
+            print(f"plot:   {p}")
+        return 0
     from agentgym.bench import bench, table
 
     result = bench(
@@ -141,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", action="append", default=[], help="restrict to these env ids")
     p.add_argument("--agent", action="append", default=[], help="restrict to these agents")
     p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--rewards", action="store_true", help="benchmark the reward shapers instead (-> reports/rewards)")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(fn=cmd_bench)
 
