@@ -10,10 +10,12 @@ per line, where the first line of ``contents`` is the title (surrounding quotes 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,6 +64,12 @@ class Retriever:
     def close(self) -> None:
         """Release resources (HTTP clients, thread pools)."""
 
+    def __enter__(self) -> Retriever:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 def load_corpus_jsonl(path: str | os.PathLike[str]) -> list[Document]:
     """Read a Search-R1 / FlashRAG corpus (``{"id", "contents"}`` per line; ``title``+``text`` also accepted)."""
@@ -101,3 +109,38 @@ def write_jsonl_atomic(path: str | os.PathLike[str], rows: Iterable[dict]) -> No
 def write_corpus_jsonl(path: str | os.PathLike[str], docs: Iterable[Document]) -> None:
     """Write a corpus in Search-R1 JSONL form, atomically."""
     write_jsonl_atomic(path, (d.to_json() for d in docs))
+
+
+def corpus_fingerprint(docs: Iterable[Document]) -> str:
+    """A hex digest of the ids and contents of ``docs`` (in order): the corpus part of index cache keys."""
+    h = hashlib.blake2b(digest_size=16)
+    n = 0
+    for d in docs:
+        h.update(d.id.encode("utf-8", "surrogatepass"))
+        h.update(b"\x00")
+        h.update(d.contents.encode("utf-8", "surrogatepass"))
+        h.update(b"\x1e")
+        n += 1
+    h.update(str(n).encode())
+    return h.hexdigest()
+
+
+def cache_key(*parts: object) -> str:
+    """A short stable hex key for cache file names, from JSON-serialisable parts."""
+    blob = json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.blake2b(blob.encode(), digest_size=10).hexdigest()
+
+
+@contextmanager
+def atomic_output(path: str | os.PathLike[str]) -> Iterator[str]:
+    """Yield a temporary file name next to ``path``; on success it is renamed onto ``path`` (atomic on POSIX)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

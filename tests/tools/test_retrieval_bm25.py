@@ -1,0 +1,320 @@
+"""BM25: the fast numba back-end against rank-bm25, tokenizer, adversarial queries, persistence and caching."""
+
+from __future__ import annotations
+
+import random
+import re
+import threading
+import unicodedata
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agentgym.tools.retrieval import Document, Hit, make_retriever
+from agentgym.tools.retrieval.bm25 import (
+    STOPWORDS,
+    BM25Retriever,
+    _tokenize_corpus_numba,
+    _tokenize_corpus_python,
+    tokenize,
+)
+
+pytest.importorskip("rank_bm25")
+
+WORDS = [f"w{i}" for i in range(60)] + ["lake", "river", "film", "born", "city", "ovra"]
+
+
+def random_corpus(seed: int, n_docs: int = 200, vocab: int = 40, zipf: float = 1.1) -> list[Document]:
+    """Documents over a small Zipfian vocabulary (so many terms are shared and ties are common)."""
+    rng = random.Random(seed)
+    words = WORDS[:vocab] + sorted(STOPWORDS)[:5]
+    weights = [1 / (i + 1) ** zipf for i in range(len(words))]
+    docs = []
+    for i in range(n_docs):
+        title = " ".join(rng.choices(words, weights, k=rng.randint(0, 3)))
+        text = " ".join(rng.choices(words, weights, k=rng.randint(0, 25)))
+        docs.append(Document.from_title_text(f"d{i}", title, text))
+    return docs
+
+
+def random_queries(seed: int, n: int = 40) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choices([*WORDS, "unknownword", "the", "?"], k=rng.randint(1, 8))) for _ in range(n)]
+
+
+def assert_same_ranking(fast: list[Hit], ref: list[Hit], ref_scores: dict[str, float], tol: float = 1e-4) -> None:
+    """Same length, scores within ``tol`` (relative for big scores), same ids in the same order.
+
+    Ids may differ only between documents whose true (float64) scores are closer than float32 rounding can
+    separate; exact ties are always ordered by corpus index in both back-ends.
+    """
+    assert len(fast) == len(ref), ([h.doc.id for h in fast], [h.doc.id for h in ref])
+    for f, r in zip(fast, ref, strict=True):
+        assert abs(f.score - r.score) <= tol * max(1.0, abs(r.score)), (f, r)
+        assert abs(ref_scores[f.doc.id] - f.score) <= tol * max(1.0, abs(f.score))
+        if f.doc.id != r.doc.id:  # only a float32 near-tie (never an exact tie) may be reordered
+            a, b = ref_scores[f.doc.id], ref_scores[r.doc.id]
+            assert a != b and abs(a - b) <= 1e-5 * max(1.0, abs(a)), (f, r, a, b)
+
+
+def full_scores(ref: BM25Retriever, query: str) -> dict[str, float]:
+    assert ref._rank is not None and ref._rank.bm25 is not None
+    scores = ref._rank.bm25.get_scores(tokenize(query))
+    return {d.id: float(s) for d, s in zip(ref.corpus, scores, strict=True)}
+
+
+# ------------------------------------------------------------------------------------------------ tokenizer
+
+
+def test_tokenize_lowercases_splits_and_drops_stopwords() -> None:
+    assert tokenize("Who directed the film 'Ovra Lake' (1998)?") == ["directed", "film", "ovra", "lake", "1998"]
+    assert tokenize("") == [] and tokenize("the of and a") == [] and tokenize("?!... --- ///") == []
+    assert tokenize("snake_case x-ray") == ["snake", "case", "x", "ray"]
+    assert tokenize("ÉCOLE naïve Ｆｕｌｌ") == ["école", "naïve", "full"]  # NFKC folds full-width letters
+
+
+@given(st.text(max_size=60))
+@settings(max_examples=300, deadline=None)
+def test_tokenize_fast_ascii_path_equals_the_regex_definition(text: str) -> None:
+    ref = [t for t in re.findall(r"[^\W_]+", unicodedata.normalize("NFKC", text).lower()) if t not in STOPWORDS]
+    assert tokenize(text) == ref
+    ascii_text = text.encode("ascii", "replace").decode()
+    ref = [t for t in re.findall(r"[^\W_]+", ascii_text.lower()) if t not in STOPWORDS]
+    assert tokenize(ascii_text) == ref
+
+
+@given(st.lists(st.one_of(st.text(max_size=80), st.text('aB1 .the-ofZz\n"_', max_size=80)), max_size=12))
+@settings(max_examples=200, deadline=None)
+def test_numba_corpus_tokenizer_equals_python_definition(texts: list[str]) -> None:
+    got = _tokenize_corpus_numba(texts)
+    want = _tokenize_corpus_python(texts)
+    assert got[2] == want[2]  # the vocabulary, in order of first occurrence
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_numba_corpus_tokenizer_on_many_words() -> None:
+    # enough distinct words to grow the hash table several times; long words exercise the full byte comparison
+    rng = random.Random(0)
+    texts = [
+        " ".join(f"W{rng.randrange(30_000)}{'x' * rng.randrange(12)} The OF" for _ in range(30)) for _ in range(400)
+    ]
+    got, want = _tokenize_corpus_numba(texts), _tokenize_corpus_python(texts)
+    assert got[2] == want[2] and len(got[2]) > 5000
+    np.testing.assert_array_equal(got[0], want[0])
+
+
+# ------------------------------------------------------------------------------------------------ fast == rank_bm25
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("idf", ["okapi", "lucene"])
+def test_fast_matches_rank_bm25_on_random_corpora(seed: int, idf: str) -> None:
+    corpus = random_corpus(seed)
+    fast = BM25Retriever(corpus, idf=idf)
+    ref = BM25Retriever(corpus, idf=idf, backend="rank_bm25")
+    queries = random_queries(seed)
+    for topk in (1, 3, 10, 500):
+        got, want = fast.batch_search(queries, topk), ref.batch_search(queries, topk)
+        for q, f, r in zip(queries, got, want, strict=True):
+            assert_same_ranking(f, r, full_scores(ref, q))
+    fast.close()
+
+
+@given(
+    docs=st.lists(st.lists(st.sampled_from([*WORDS[:12], "the"]), max_size=12), min_size=1, max_size=30),
+    queries=st.lists(st.lists(st.sampled_from([*WORDS[:14], "of"]), max_size=6), min_size=1, max_size=5),
+    topk=st.integers(1, 40),
+    idf=st.sampled_from(["okapi", "lucene"]),
+)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_fast_matches_rank_bm25_property(docs: list[list[str]], queries: list[list[str]], topk: int, idf: str) -> None:
+    corpus = [Document(str(i), " ".join(d)) for i, d in enumerate(docs)]
+    texts = [" ".join(q) for q in queries]
+    fast = BM25Retriever(corpus, idf=idf, n_threads=1)
+    ref = BM25Retriever(corpus, idf=idf, backend="rank_bm25")
+    for q, f, r in zip(texts, fast.batch_search(texts, topk), ref.batch_search(texts, topk), strict=True):
+        if ref._rank is not None and ref._rank.bm25 is not None:
+            assert_same_ranking(f, r, full_scores(ref, q))
+        else:
+            assert f == r == []
+        matching = {d.id for d in corpus if set(tokenize(d.contents)) & set(tokenize(q))}
+        assert len(f) == min(topk, len(matching)) and {h.doc.id for h in f} <= matching
+
+
+@given(
+    seed=st.integers(0, 10_000),
+    n_docs=st.integers(1, 300),
+    vocab=st.integers(2, 66),
+    zipf=st.floats(0.5, 2.0),
+    topk=st.integers(1, 12),
+    idf=st.sampled_from(["okapi", "lucene"]),
+)
+@settings(max_examples=60, deadline=None)
+def test_pruning_changes_nothing(seed: int, n_docs: int, vocab: int, zipf: float, topk: int, idf: str) -> None:
+    corpus = random_corpus(seed, n_docs=n_docs, vocab=vocab, zipf=zipf)
+    queries = random_queries(seed, n=30)
+    pruned = BM25Retriever(corpus, idf=idf, n_threads=1)
+    assert pruned.prune
+    exhaustive = BM25Retriever(corpus, idf=idf, n_threads=1, prune=False, _index=pruned._fast)
+    assert pruned.batch_search(queries, topk) == exhaustive.batch_search(queries, topk)
+
+
+def test_pruning_kicks_in_with_rare_and_common_terms() -> None:
+    # one rare term decides the top 3; the common terms only update those candidates
+    corpus = [Document(str(i), f"common{i % 3} filler{i % 5} common") for i in range(3000)]
+    corpus += [Document(f"r{i}", f"rare common common{i}") for i in range(3)]
+    r, plain = BM25Retriever(corpus), BM25Retriever(corpus, prune=False)
+    for q in ("rare common common0 filler1", "common rare", "filler2 common1 rare rare"):
+        got = r.search(q, 3)
+        assert {h.doc.id for h in got} == {"r0", "r1", "r2"} and got == plain.search(q, 3)
+        ref = BM25Retriever(corpus, backend="rank_bm25")
+        assert_same_ranking(got, ref.search(q, 3), full_scores(ref, q))
+
+
+def test_ties_break_by_corpus_order_and_no_match_gives_fewer_hits() -> None:
+    corpus = [Document(str(i), "alpha beta") for i in range(6)] + [Document("x", "gamma"), Document("y", "delta")]
+    for backend in ("fast", "rank_bm25"):
+        r = BM25Retriever(corpus, backend=backend)
+        assert [h.doc.id for h in r.search("beta", 4)] == ["0", "1", "2", "3"]
+        assert [h.doc.id for h in r.search("gamma alpha", 10)] == ["x", "0", "1", "2", "3", "4", "5"]
+        assert r.search("epsilon", 3) == [] and r.search("beta", 0) == [] and r.search("beta", -2) == []
+
+
+def test_negative_okapi_idf_uses_the_epsilon_floor_and_stays_a_hit() -> None:
+    # "common" is in 3 of 4 docs -> negative raw idf -> floor = epsilon * mean idf (here negative too).
+    corpus = [Document("0", "common rare"), Document("1", "common"), Document("2", "common"), Document("3", "other")]
+    fast, ref = BM25Retriever(corpus), BM25Retriever(corpus, backend="rank_bm25")
+    for q in ("common", "rare common", "other"):
+        f, r = fast.search(q, 5), ref.search(q, 5)
+        assert [h.doc.id for h in f] == [h.doc.id for h in r]
+        np.testing.assert_allclose([h.score for h in f], [h.score for h in r], rtol=1e-6, atol=1e-6)
+    assert len(fast.search("common", 5)) == 3
+
+
+def test_degenerate_corpora() -> None:
+    for corpus in ([], [Document("0", "the of and"), Document("1", "?!")]):
+        for backend in ("fast", "rank_bm25"):
+            r = BM25Retriever(corpus, backend=backend)
+            assert r.search("the lake", 3) == [] and r.batch_search(["a", "lake"], 2) == [[], []]
+            assert r.batch_search([], 3) == []
+    odd = [Document("s", "lake \ud800 ovra \x00"), Document("u", "Ｌａｋｅ café 湖"), Document("e", "")]
+    for backend in ("fast", "rank_bm25"):
+        r = BM25Retriever(odd, backend=backend)
+        assert [h.doc.id for h in r.search("LAKE", 3)] == ["s", "u"] and r.search("湖", 3)[0].doc.id == "u"
+
+
+# ------------------------------------------------------------------------------------------------ queries
+
+
+ADVERSARIAL = [
+    "",
+    "   \n\t ",
+    "the of and a an is",
+    "?!?!... ((( ))) --- ''' \"\"",
+    "x" * 1_000_000,
+    "lake " * 200_000,  # a 1 MB query of one repeated term
+    " ".join(f"w{i % 60} unseen{i}" for i in range(5000)),  # thousands of distinct tokens
+    "🦆🦆 🌊 lake ✨",
+    "\u202eekal\u202c \u200b\u200d ovra\u0301 ﬁlm ｌａｋｅ",  # bidi, zero-width, combining, ligature, full-width
+    "\ud800 lone surrogate \udfff",
+    "nul\x00byte\x1fcontrol",
+    "Озеро 湖 بحيرة lake",
+]
+
+
+@pytest.mark.parametrize("query", ADVERSARIAL, ids=range(len(ADVERSARIAL)))
+def test_adversarial_queries_never_raise_and_agree(query: str) -> None:
+    corpus = random_corpus(7, n_docs=120)
+    fast, ref = BM25Retriever(corpus), BM25Retriever(corpus, backend="rank_bm25")
+    f, r = fast.search(query, 5), ref.search(query, 5)
+    assert all(isinstance(h, Hit) for h in f)
+    if r:
+        assert_same_ranking(f, r, full_scores(ref, query))
+    else:
+        assert f == []
+    if not tokenize(query) or not set(tokenize(query)) & fast._fast.vocab.keys():  # type: ignore[union-attr]
+        assert f == []
+
+
+def test_batch_parallel_equals_single_queries_and_is_thread_safe() -> None:
+    corpus = random_corpus(3, n_docs=500, vocab=60)
+    queries = random_queries(3, n=300)
+    r = BM25Retriever(corpus, n_threads=4)
+    single = [r.search(q, 7) for q in queries]
+    assert r.batch_search(queries, 7) == single
+    for (ids, scores), hits in zip(r.search_ids(queries, 7, n_threads=1), single, strict=True):
+        assert [corpus[i].id for i in ids.tolist()] == [h.doc.id for h in hits]
+        assert scores.tolist() == [h.score for h in hits]
+    results: dict[int, list[list[Hit]]] = {}
+
+    def worker(t: int) -> None:
+        results[t] = r.batch_search(queries[t::4], 7) + [r.search(q, 7) for q in queries[t::8]]
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for t in range(6):
+        assert results[t] == single[t::4] + single[t::8]
+    r.close()
+
+
+# ------------------------------------------------------------------------------------------------ persistence
+
+
+def test_save_load_round_trip(tmp_path: Path) -> None:
+    corpus = random_corpus(4)
+    r = BM25Retriever(corpus, k1=1.2, b=0.6, idf="lucene")
+    r.save(tmp_path)
+    loaded = BM25Retriever.load(tmp_path, corpus)
+    assert loaded.params == r.params
+    queries = random_queries(4)
+    assert loaded.batch_search(queries, 10) == r.batch_search(queries, 10)
+    changed = [*corpus[:-1], Document(corpus[-1].id, corpus[-1].contents + " extra")]
+    with pytest.raises(ValueError, match="corpus"):
+        BM25Retriever.load(tmp_path, changed)
+    with pytest.raises(ValueError, match="fast"):
+        BM25Retriever(corpus, backend="rank_bm25").save(tmp_path)
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_cache_dir_reuses_and_invalidates(tmp_path: Path) -> None:
+    corpus = random_corpus(5)
+    queries = random_queries(5)
+    first = BM25Retriever(corpus, cache_dir=tmp_path)
+    assert not first.loaded_from_cache and len(list(tmp_path.glob("bm25-*.npz"))) == 1
+    again = BM25Retriever(corpus, cache_dir=tmp_path)
+    assert again.loaded_from_cache and again.batch_search(queries, 5) == first.batch_search(queries, 5)
+
+    changed = [*corpus[:3], Document("new", "lake river ovra"), *corpus[3:]]
+    rebuilt = BM25Retriever(changed, cache_dir=tmp_path)
+    assert not rebuilt.loaded_from_cache and rebuilt.search("ovra lake", 1)[0].doc.id == "new"
+    assert not BM25Retriever(corpus, cache_dir=tmp_path, k1=1.0).loaded_from_cache  # parameters are in the key
+    assert len(list(tmp_path.glob("bm25-*.npz"))) == 3
+
+    path = tmp_path / f"bm25-{first.cache_key()}.npz"
+    path.write_bytes(path.read_bytes()[:100])  # a truncated file (e.g. a crash of some other writer)
+    repaired = BM25Retriever(corpus, cache_dir=tmp_path)
+    assert not repaired.loaded_from_cache and repaired.batch_search(queries, 5) == first.batch_search(queries, 5)
+    assert BM25Retriever(corpus, cache_dir=tmp_path).loaded_from_cache
+
+
+def test_make_retriever_specs(tmp_path: Path) -> None:
+    corpus = random_corpus(6, n_docs=50)
+    assert make_retriever("bm25", corpus).backend == "fast"
+    assert make_retriever("bm25:rank_bm25", corpus).backend == "rank_bm25"
+    from agentgym.tools.retrieval import write_corpus_jsonl
+
+    write_corpus_jsonl(tmp_path / "c.jsonl", corpus)
+    assert make_retriever("bm25", tmp_path / "c.jsonl").search("w1", 2) == make_retriever("bm25", corpus).search(
+        "w1", 2
+    )
+    with pytest.raises(ValueError, match="unknown retriever spec"):
+        make_retriever("tfidf", corpus)
+    with pytest.raises(ValueError, match="backend"):
+        make_retriever("bm25:nope", corpus)
