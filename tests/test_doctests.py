@@ -22,6 +22,8 @@ MODULES = [
     "agentgym.rewards.process",
     "agentgym.rewards.judge",
     "agentgym.rewards.advantages",
+    "agentgym.rewards.answer_scoring",
+    "agentgym.rewards.information",
     "agentgym.reward_bench",
     "agentgym.envs.search_qa.env",
     "agentgym.envs.search_qa.agents",
