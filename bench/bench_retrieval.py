@@ -208,6 +208,19 @@ def bench_bm25s(
     return res
 
 
+class _Precomputed:
+    """An encoder that returns already computed corpus embeddings (and encodes anything else)."""
+
+    def __init__(self, encoder: Any, first_text: str, embeddings: np.ndarray) -> None:
+        self.encoder, self.first_text, self.embeddings = encoder, first_text, embeddings
+        self.id, self.dim, self.batch_size = encoder.id, encoder.dim, encoder.batch_size
+
+    def encode(self, texts: Sequence[str], show_progress: bool | None = None) -> np.ndarray:
+        if len(texts) == len(self.embeddings) and texts and texts[0] == self.first_text:
+            return self.embeddings
+        return self.encoder.encode(texts, show_progress=False)
+
+
 def bench_dense(docs: list[Document], queries: list[str], topk: int, n_docs: int) -> dict[str, Any] | None:
     try:
         from agentgym.tools.retrieval.dense import DenseRetriever, MiniLMEncoder
@@ -219,19 +232,10 @@ def bench_dense(docs: list[Document], queries: list[str], topk: int, n_docs: int
     enc.encode([d.contents for d in sub[:64]])  # warm-up
     emb, encode_s = timed(lambda: enc.encode([d.contents for d in sub]))
     res: dict[str, Any] = {"docs": len(sub), "model_load_s": load_s, "encode_docs_per_s": len(sub) / encode_s}
-    with_cache = {"embeddings": emb}
-
-    class Cached:  # reuse the embeddings just measured instead of encoding the corpus again for every index
-        id, dim, batch_size = enc.id, enc.dim, enc.batch_size
-
-        def encode(self, texts: Sequence[str], show_progress: bool | None = None) -> np.ndarray:
-            if len(texts) == len(sub) and texts[0] == sub[0].contents:
-                return with_cache["embeddings"]
-            return enc.encode(texts, show_progress=False)
-
+    encoder = _Precomputed(enc, sub[0].contents if sub else "", emb)  # index builds reuse the measured embeddings
     qs = queries[:500]
     for kind in ("flat", "hnsw", "ivf"):
-        r, build = timed(lambda kind=kind: DenseRetriever(sub, Cached(), index=kind))
+        r, build = timed(lambda kind=kind: DenseRetriever(sub, encoder, index=kind))
         res[f"{kind}_build_s"] = build
         res[f"{kind}_batch_qps"] = throughput(lambda q, r=r: r.batch_search(q, topk), qs, repeat=1)
         res[f"{kind}_p50_ms"] = latencies(lambda q, r=r: r.search(q, topk), qs[:100])["p50_ms"]

@@ -281,6 +281,13 @@ def test_save_load_round_trip(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="fast"):
         BM25Retriever(corpus, backend="rank_bm25").save(tmp_path)
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    # a tampered file whose postings point outside the corpus is refused (the kernels do not bounds-check)
+    with np.load(tmp_path / "bm25_index.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["post_docs"][0] = len(corpus) + 5
+    np.savez(tmp_path / "bm25_index.npz", **arrays)
+    with pytest.raises(ValueError, match="inconsistent"):
+        BM25Retriever.load(tmp_path, corpus)
 
 
 def test_cache_dir_reuses_and_invalidates(tmp_path: Path) -> None:

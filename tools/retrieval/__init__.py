@@ -66,9 +66,7 @@ _LAZY = {
 }
 
 _BM25_KEYS = frozenset({"k1", "b", "epsilon", "idf", "backend", "n_threads"})
-_DENSE_KEYS = frozenset(
-    {"encoder", "index", "batch_size", "hnsw_m", "ef_search", "nlist", "nprobe", "show_progress", "search_threads"}
-)
+_DENSE_KEYS = frozenset({"encoder", "index", "batch_size", "hnsw_m", "ef_search", "nlist", "nprobe", "show_progress"})
 _HYBRID_KEYS = frozenset({"k", "weights", "depth"})
 
 

@@ -19,11 +19,11 @@ indexed token (empty, only stop words, punctuation, unknown words) returns ``[]`
 The fast back-end is a CSR inverted index (per-term posting lists of document ids with the per-posting BM25 impact
 ``idf * tf-saturation`` precomputed in float32). A numba kernel (compiled once, cached on disk, releasing the GIL)
 accumulates a query term-at-a-time into a dense score buffer, remembering the touched documents, selects the top-k
-among them with quickselect (``O(touched + k log k)``) and resets only the touched entries. Terms are processed in
-decreasing order of their largest impact; as soon as the remaining terms could not lift an unseen document into the
-top k, the kernel stops creating accumulators and only updates (and prunes) the candidates (exact, MaxScore-style
-dynamic pruning). ``batch_search`` spreads query chunks over a thread pool running that kernel in parallel. Indexing
-tokenises the corpus and builds the postings in numba as well.
+among them with quickselect (``O(touched + k log k)``) and resets only the touched entries. Terms are processed
+shortest posting list first; as soon as the largest impacts of the remaining terms could not lift an unseen document
+into the top k, the kernel stops creating accumulators and only updates (and prunes) the candidates: exact,
+MaxScore-style dynamic pruning (the results are the same with ``prune=False``). ``batch_search`` spreads query chunks
+over a thread pool running that kernel in parallel. Indexing tokenises the corpus and builds the postings in numba.
 """
 
 from __future__ import annotations
@@ -665,10 +665,22 @@ class _FastIndex:
     def from_arrays(cls, arrays: Any, n_docs: int) -> _FastIndex:
         words = arrays["vocab"].tobytes().decode("utf-8", "surrogatepass")
         vocab = {w: i for i, w in enumerate(words.split("\n"))} if words else {}
-        indptr = arrays["indptr"]
-        if len(indptr) != len(vocab) + 1 or len(arrays["doc_len"]) != n_docs:
+        indptr, docs, imp = arrays["indptr"], arrays["post_docs"], arrays["post_imp"]
+        # The kernels do not bounds-check: refuse anything that could make them read or write out of bounds.
+        ok = (
+            indptr.dtype == np.int64
+            and docs.dtype == np.int32
+            and imp.dtype == np.float32
+            and len(indptr) == len(vocab) + 1
+            and len(arrays["doc_len"]) == n_docs
+            and indptr[0] == 0
+            and indptr[-1] == len(docs) == len(imp)
+            and bool(np.all(np.diff(indptr) >= 0))
+            and (docs.size == 0 or (docs.min() >= 0 and docs.max() < n_docs))
+        )
+        if not ok:
             raise ValueError("inconsistent BM25 index arrays")
-        return cls(vocab, indptr, arrays["post_docs"], arrays["post_imp"], arrays["doc_len"], n_docs)
+        return cls(vocab, indptr, docs, imp, arrays["doc_len"], n_docs)
 
 
 # ----------------------------------------------------------------------------------------------- rank-bm25

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,7 @@ class MiniLMEncoder:
     _tokenizer: Any = field(default=None, init=False, repr=False)
     _model: Any = field(default=None, init=False, repr=False)
     _id: str = field(default="", init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
         from transformers import AutoModel, AutoTokenizer
@@ -92,7 +93,8 @@ class MiniLMEncoder:
             from tqdm.auto import tqdm
 
             starts = tqdm(starts, desc="encoding", unit="batch")
-        with torch.inference_mode():
+        # One encode at a time: HF fast tokenizers are not safe to call from several threads (e.g. server workers).
+        with self._lock, torch.inference_mode():
             for s in starts:
                 idx = order[s : s + self.batch_size]
                 batch = self._tokenizer(
@@ -110,20 +112,6 @@ class MiniLMEncoder:
         return out
 
 
-@contextmanager
-def _faiss_threads(faiss: Any, n: int | None) -> Iterator[None]:
-    """Run faiss with ``n`` OpenMP threads in this block (OpenMP's thread count is per calling thread)."""
-    if n is None:
-        yield
-        return
-    before = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(n)
-    try:
-        yield
-    finally:
-        faiss.omp_set_num_threads(before)
-
-
 class DenseRetriever(Retriever):
     """Nearest neighbours of query embeddings among document embeddings (inner product = cosine).
 
@@ -136,10 +124,6 @@ class DenseRetriever(Retriever):
         cache_dir: embeddings (and the hnsw/ivf index) are stored here keyed by corpus contents + encoder id
             (+ index parameters) and reloaded when the key matches; files are written atomically.
         show_progress: progress bar while encoding the corpus (default: when it has more than 2,000 documents).
-        search_threads: faiss threads per search (``None``: faiss' default, all cores). The default 1 matters on
-            small machines: faiss and torch ship separate OpenMP runtimes whose busy-waiting thread pools, both
-            sized to all cores, oversubscribe the CPU when query encoding and search alternate (on 2 cores a
-            single query took ~250 ms instead of ~20 ms). Index building always uses faiss' default.
 
     Equal scores are ordered by corpus index. Queries return at most ``min(topk, len(corpus))`` hits.
     """
@@ -157,7 +141,6 @@ class DenseRetriever(Retriever):
         nlist: int | None = None,
         nprobe: int = 16,
         show_progress: bool | None = None,
-        search_threads: int | None = 1,
     ) -> None:
         import faiss
 
@@ -166,7 +149,6 @@ class DenseRetriever(Retriever):
         self.corpus = list(corpus)
         self.encoder = encoder if encoder is not None else MiniLMEncoder(batch_size=batch_size or 64)
         self.index_kind = index
-        self.search_threads = search_threads
         self.loaded_from_cache = False
         fp = corpus_fingerprint(self.corpus)
         emb_key = cache_key("dense-emb", 1, fp, self.encoder.id)
@@ -225,11 +207,8 @@ class DenseRetriever(Retriever):
         k = min(max(0, int(topk)), len(self.corpus))
         if not queries or k == 0:
             return [[] for _ in queries]
-        import faiss
-
         q = self.encoder.encode(queries, show_progress=False)
-        with _faiss_threads(faiss, self.search_threads):
-            scores, ids = self.index.search(q, k)
+        scores, ids = self.index.search(q, k)
         out = []
         for row_s, row_i in zip(scores.tolist(), ids.tolist(), strict=True):
             pairs = sorted((-s, i) for s, i in zip(row_s, row_i, strict=True) if i >= 0)

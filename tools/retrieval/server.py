@@ -91,12 +91,17 @@ def create_app(
         for i, q in enumerate(req.queries):
             if len(q) > max_query_chars:
                 raise HTTPException(413, f"query {i} is too long: {len(q)} > {max_query_chars} characters")
+
+        def search_and_render() -> bytes:  # off the event loop: both can take a while for big batches
+            results = retriever.batch_search(req.queries, topk) if req.queries else []
+            return _render(results, req.return_scores)
+
         try:
-            results = await run_in_threadpool(retriever.batch_search, req.queries, topk) if req.queries else []
+            answer = await run_in_threadpool(search_and_render)
         except Exception as e:
             _log.exception("retrieval failed")
             raise HTTPException(500, f"retrieval failed: {type(e).__name__}: {e}") from None
-        return Response(_render(results, req.return_scores), media_type="application/json")
+        return Response(answer, media_type="application/json")
 
     return app
 
@@ -160,6 +165,8 @@ def serve_retriever(
     from . import make_retriever
     from .base import load_corpus_jsonl
 
+    if token is None and host not in ("127.0.0.1", "localhost", "::1"):
+        _log.warning("serving retrieval on %s without a token: anyone who can reach it can query it", host)
     corpus = load_corpus_jsonl(corpus_path)
     kwargs: dict[str, Any] = {"cache_dir": cache_dir} if cache_dir is not None else {}
     r = make_retriever(retriever, corpus, **kwargs)
