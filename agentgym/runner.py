@@ -233,7 +233,8 @@ def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None =
 
     body = [[cell(r.get(c)) for c in cols] for r in rows]
     widths = [max(len(c), *(len(b[i]) for b in body)) for i, c in enumerate(cols)]
-    numeric = [all(_is_number(r.get(c)) for r in rows) for c in cols]
+    numeric = [any(_is_number(r.get(c)) for r in rows) and all(_is_number(r.get(c)) or r.get(c) is None for r in rows)
+               for c in cols]  # fmt: skip
 
     def line(cells: Sequence[str]) -> str:
         parts = [s.rjust(w) if num else s.ljust(w) for s, w, num in zip(cells, widths, numeric, strict=True)]
