@@ -1,0 +1,169 @@
+"""The guides under docs/ cannot go stale: every ```python block of every Markdown file runs, in order.
+
+Each file gets one fresh module namespace, shared by its blocks (so a later block uses what an earlier one
+defined); a block whose fence reads ```python no-run is skipped (only for examples that need a GPU or a remote
+endpoint). The blocks run in a temporary working directory, offline. A failure names the file and the line of
+the block's fence, and the traceback points into the Markdown file itself.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+DOC_FILES = sorted(DOCS.rglob("*.md"))
+
+FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced code block: its info string words, the line of its opening fence (1-based), its source."""
+
+    info: tuple[str, ...]
+    line: int
+    source: str
+
+    @property
+    def is_python(self) -> bool:
+        return bool(self.info) and self.info[0] == "python"
+
+    @property
+    def runs(self) -> bool:
+        return self.is_python and "no-run" not in self.info[1:]
+
+
+def code_blocks(text: str) -> list[Block]:
+    """The fenced code blocks of a Markdown text (CommonMark fences: ``` or ~~~, closed by a same-char fence at
+    least as long; a backtick fence's info string has no backtick). An unclosed fence raises ``ValueError``: it
+    would silently swallow the rest of the file."""
+    blocks: list[Block] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if m is None or (m["fence"][0] == "`" and "`" in m["info"]):  # inline code, not a fence
+            i += 1
+            continue
+        fence, indent = m["fence"], len(m["indent"])
+        info = tuple(m["info"].split())
+        start = i + 1
+        body: list[str] = []
+        i += 1
+        while i < len(lines):
+            close = FENCE.match(lines[i])
+            if (
+                close
+                and close["fence"][0] == fence[0]
+                and len(close["fence"]) >= len(fence)
+                and not close["info"].strip()
+            ):
+                break
+            line = lines[i]
+            body.append(line[min(indent, len(line) - len(line.lstrip(" "))) :])
+            i += 1
+        else:
+            raise ValueError(f"the code fence opened on line {start} is never closed")
+        blocks.append(Block(info, start, "\n".join(body) + "\n"))
+        i += 1
+    return blocks
+
+
+def test_fence_parser():
+    lines = [
+        "intro",
+        "```python",
+        "a = 1",
+        "```",
+        "```` ```python ```` is inline code",
+        "````markdown",
+        "```python",
+        "not a block",
+        "```",
+        "````",
+        "```python no-run",
+        "b",
+        "```",
+    ]
+    text = "\n".join(lines) + "\n"
+    blocks = code_blocks(text)
+    assert [(b.info, b.line, b.runs) for b in blocks] == [
+        (("python",), 2, True),
+        (("markdown",), 6, False),
+        (("python", "no-run"), 11, False),
+    ]
+    assert blocks[0].source == "a = 1\n"
+    with pytest.raises(ValueError, match="line 1"):
+        code_blocks("```python\nx = 1\n")
+
+
+def test_docs_exist():
+    assert (DOCS / "rewards.md").is_file()
+    assert DOC_FILES, "no Markdown files under docs/"
+
+
+def test_rewards_guide_covers_the_api():
+    """Every public name of ``agentgym.rewards`` and every registered advantage estimator is in the guide."""
+    from agentgym import rewards
+    from agentgym.rewards.advantages import ESTIMATORS
+
+    text = (DOCS / "rewards.md").read_text(encoding="utf-8")
+    missing = [name for name in rewards.__all__ if not re.search(rf"\b{name}\b", text)]
+    missing += [name for name in ESTIMATORS if f"| `{name}` |" not in text]  # a row of the registry table
+    assert not missing, f"docs/rewards.md does not mention {missing}"
+
+
+@pytest.mark.parametrize("path", DOC_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_fences_are_well_formed(path):
+    """A python fence is ``python`` or ``python no-run``: a typo such as ``python norun`` fails instead of
+    silently running (or skipping) the block."""
+    for block in code_blocks(path.read_text(encoding="utf-8")):
+        if block.is_python:
+            assert block.info in (("python",), ("python", "no-run")), f"{path.name}:{block.line}: {block.info}"
+
+
+@pytest.fixture
+def sandbox(tmp_path, monkeypatch):
+    """Offline, in a scratch directory; torch's thread count is restored after (the guides may set it)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    threads = torch.get_num_threads() if torch is not None else None
+    yield tmp_path
+    if torch is not None:
+        torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("path", DOC_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_python_blocks_run(path, sandbox):
+    blocks = [b for b in code_blocks(path.read_text(encoding="utf-8")) if b.runs]
+    if not blocks:
+        pytest.skip(f"{path.name} has no runnable python block")
+    if any("torch" in b.source for b in blocks):
+        pytest.importorskip("torch")
+        pytest.importorskip("transformers")
+    name = "docs_" + re.sub(r"\W", "_", str(path.relative_to(DOCS).with_suffix("")))
+    module = types.ModuleType(name)
+    module.__file__ = str(path)
+    sys.modules[name] = module  # dataclasses and pickling look classes up by module
+    try:
+        for block in blocks:
+            # pad with newlines so tracebacks give the block's real line numbers in the Markdown file
+            code = compile("\n" * block.line + block.source, str(path), "exec")
+            try:
+                exec(code, module.__dict__)
+            except Exception as e:
+                raise AssertionError(f"{path.relative_to(ROOT)}: the block at line {block.line} failed: {e!r}") from e
+    finally:
+        sys.modules.pop(name, None)
