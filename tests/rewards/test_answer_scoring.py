@@ -64,19 +64,8 @@ class SearchThenAnswer(Agent):
         return f"<answer> {gold['answers'][0]} </answer>"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """One intra-op thread for this module: on a shared 2-core machine, 2 OpenMP threads competing with another
-    process made each tiny-model forward ~30x slower (measured: 520 ms vs 15 ms)."""
-    torch = pytest.importorskip("torch")
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
-def tiny(one_torch_thread):
+def tiny():
     return build_tiny_model(seed=0)
 
 

@@ -19,14 +19,6 @@ from agentgym.rewards.information import InformationGain  # noqa: E402
 from agentgym.tools.tiny_model import build_tiny_model  # noqa: E402
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def make_stack():
     env = gym.make("agentgym/SearchQA-v0", dataset="tiny", max_turns=4)
     env = FormatPenalty(env, penalty=0.1)
