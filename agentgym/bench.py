@@ -17,11 +17,14 @@ from typing import Any
 
 import gymnasium as gym
 
-from agentgym.registry import list_envs
+from agentgym.registry import list_envs, unavailable_reason
 from agentgym.runner import builtin_agents, format_table, run, summarize
 
 #: Per-env constructor arguments used by the bench (the defaults of each env otherwise).
 BENCH_ENV_KWARGS: dict[str, dict[str, Any]] = {}
+#: Episode caps per env: a random Household episode runs 50 steps, each recording its admissible commands, so
+#: 2,000 of them would write ~165 MB of trajectories; 500 tasks already cover every task type and split.
+BENCH_MAX_EPISODES: dict[str, int] = {"agentgym/Household-v0": 500}
 #: Columns shown in the printed table, in order (those an env does not report are left out).
 COLUMNS = ("env", "agent", "category", "episodes", "success", "return", "turns", "invalid_rate", "em", "f1", "subem",
            "supporting_recall", "searches", "seconds")  # fmt: skip
@@ -30,6 +33,8 @@ COLUMNS = ("env", "agent", "category", "episodes", "success", "return", "turns",
 @dataclass
 class BenchResult:
     rows: list[dict[str, Any]] = field(default_factory=list)
+    #: env id -> why it was skipped (an adapter whose package or data is missing)
+    skipped: dict[str, str] = field(default_factory=dict)
     report_path: Path | None = None
     plots: list[Path] = field(default_factory=list)
 
@@ -57,12 +62,17 @@ def bench(
         kwargs = {**BENCH_ENV_KWARGS.get(env_id, {}), **(env_kwargs or {}).get(env_id, {})}
         probe = gym.make(env_id, **kwargs)
         names = [a for a in builtin_agents(probe) if agents is None or a in agents]
+        reason = unavailable_reason(probe)
         probe.close()
+        if reason:
+            result.skipped[env_id] = reason
+            continue
+        n = min(episodes, BENCH_MAX_EPISODES.get(env_id, episodes))
         for agent in names:
             path = out / "trajectories" / f"{_slug(env_id)}__{agent}.jsonl"
             path.unlink(missing_ok=True)
             start = time.perf_counter()
-            trajs = run(env_id, agent, episodes, seed=seed, env_kwargs=kwargs, workers=workers, out=path,
+            trajs = run(env_id, agent, n, seed=seed, env_kwargs=kwargs, workers=workers, out=path,
                         progress=progress)  # fmt: skip
             seconds = time.perf_counter() - start
             for row in summarize(trajs):
@@ -71,7 +81,8 @@ def bench(
     (out / "results.json").write_text(json.dumps(result.rows, indent=2) + "\n", encoding="utf-8")
     result.plots = plot_results(result.rows, out)
     result.report_path = out / "report.md"
-    result.report_path.write_text(render_report(result.rows, result.plots, episodes, seed), encoding="utf-8")
+    report = render_report(result.rows, result.plots, episodes, seed, result.skipped)
+    result.report_path.write_text(report, encoding="utf-8")
     return result
 
 
@@ -80,16 +91,20 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
     return format_table(rows, present)
 
 
-def render_report(rows: Sequence[dict[str, Any]], plots: Sequence[Path], episodes: int, seed: int) -> str:
+def render_report(
+    rows: Sequence[dict[str, Any]], plots: Sequence[Path], episodes: int, seed: int, skipped: dict[str, str]
+) -> str:
+    caps = ", ".join(f"{k}: {v}" for k, v in BENCH_MAX_EPISODES.items())
     lines = [
         "# agentgym bench",
         "",
-        f"{episodes} episodes per env and agent (task i with seed {seed} + i), test split.",
+        f"Up to {episodes} episodes per env and agent (caps: {caps}); task i with seed {seed} + i; test split.",
         "`oracle` reads privileged gold data: it is an upper bound proving the tasks are solvable, not a baseline.",
         "",
         table(rows),
         "",
     ]
+    lines += [f"Skipped {env_id}: {why}" for env_id, why in skipped.items()]
     lines += [f"![{p.stem}]({p.name})" for p in plots]
     return "\n".join(lines) + "\n"
 

@@ -77,6 +77,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             args.env or None, episodes=args.episodes, seed=args.seed, out=out, agents=args.agent or None
         )
         print(reward_table(rewards.rows))
+        for env_id, why in rewards.skipped.items():
+            print(f"skipped {env_id}: {why}")
         print(f"\nreport: {rewards.report_path}")
         for p in rewards.plots:
             print(f"plot:   {p}")
@@ -88,6 +90,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         workers=args.workers, progress=not args.quiet,
     )  # fmt: skip
     print(table(result.rows))
+    for env_id, why in result.skipped.items():
+        print(f"skipped {env_id}: {why}")
     print(f"\nreport: {result.report_path}")
     for p in result.plots:
         print(f"plot:   {p}")

@@ -34,7 +34,14 @@ class BuiltinEnv:
     kwargs: tuple[tuple[str, Any], ...] = ()
 
 
-BUILTIN_ENVS: tuple[BuiltinEnv, ...] = (BuiltinEnv("agentgym/SearchQA-v0", "agentgym.envs.search_qa.env:SearchQAEnv"),)
+BUILTIN_ENVS: tuple[BuiltinEnv, ...] = (
+    BuiltinEnv("agentgym/SearchQA-v0", "agentgym.envs.search_qa.env:SearchQAEnv"),
+    BuiltinEnv("agentgym/Household-v0", "agentgym.envs.household.env:HouseholdEnv"),
+    # Adapters to the real benchmarks. Without their package or data they still construct (no built-in agents,
+    # `unavailable_reason` says what to install or download) and reset() raises AdapterUnavailableError.
+    BuiltinEnv("agentgym/TextWorld-v0", "agentgym.envs.household.textworld_adapter:TextWorldEnv"),
+    BuiltinEnv("agentgym/ALFWorld-v0", "agentgym.envs.household.alfworld_adapter:ALFWorldEnv"),
+)
 
 
 def register_builtin_envs() -> None:
@@ -68,6 +75,11 @@ def _is_agent_env(spec: gym.envs.registration.EnvSpec) -> bool:
     from agentgym.core import AgentEnv
 
     return issubclass(entry, AgentEnv)
+
+
+def unavailable_reason(env: gym.Env) -> str | None:
+    """Why an adapter env cannot run here (its package or data is missing), or None if it can."""
+    return getattr(env.unwrapped, "unavailable_reason", None)
 
 
 def make(env_id: str, **kwargs: Any) -> gym.Env:

@@ -35,7 +35,7 @@ import numpy as np
 
 from agentgym.agents.base import Agent
 from agentgym.core import AgentEnv
-from agentgym.registry import list_envs
+from agentgym.registry import list_envs, unavailable_reason
 from agentgym.rewards.base import TurnScorer
 from agentgym.rewards.process import ComponentScorer, GatedAccumulation, PRMClip, PRMDelta
 from agentgym.rewards.wrappers import (
@@ -50,7 +50,10 @@ from agentgym.runner import format_table, make_agent, run_episode
 from agentgym.trajectory import Trajectory
 
 #: Per-env constructor arguments used by the reward bench.
-BENCH_ENV_KWARGS: dict[str, dict[str, Any]] = {"agentgym/SearchQA-v0": {"dataset": "small"}}
+BENCH_ENV_KWARGS: dict[str, dict[str, Any]] = {
+    "agentgym/SearchQA-v0": {"dataset": "small"},
+    "agentgym/Household-v0": {"expert_plan": True},  # progress = 1 - remaining optimal plan / initial plan
+}
 COLUMNS = ("env", "shaper", "kind", "rollouts", "success", "turn_mean", "turn_std", "turn_min", "turn_max",
            "term_sum", "auc_sum", "auc_mean")  # fmt: skip
 
@@ -94,6 +97,8 @@ WRAPPER_NAMES = frozenset(s.name for s in SHAPERS if s.kind == "wrapper")
 @dataclass
 class RewardBenchResult:
     rows: list[dict[str, Any]] = field(default_factory=list)
+    #: env id -> why it was skipped (an adapter whose package or data is missing)
+    skipped: dict[str, str] = field(default_factory=dict)
     report_path: Path | None = None
     json_path: Path | None = None
     plots: list[Path] = field(default_factory=list)
@@ -257,6 +262,12 @@ def reward_bench(
     meta: dict[str, Any] = {"episodes": episodes, "seed": seed, "settings": asdict(settings), "envs": {}}
     for env_id in envs or list_envs():
         kwargs = {**BENCH_ENV_KWARGS.get(env_id, {}), **(env_kwargs or {}).get(env_id, {})}
+        probe = gym.make(env_id, **kwargs)
+        reason = unavailable_reason(probe)
+        probe.close()
+        if reason:
+            result.skipped[env_id] = reason
+            continue
         start = time.perf_counter()
         trajs, available, names = play(
             env_id, episodes=episodes, seed=seed, agents=agents, env_kwargs=kwargs, settings=settings

@@ -1,0 +1,201 @@
+"""Shared machinery of the adapters that play real TextWorld / ALFWorld games with the Household protocol.
+
+``TextGameEnv`` wraps any ``textworld.Environment``: the same prompts (``plain`` / ``verl``), the same ``info``
+keys as Household-v0 (``admissible_commands``, ``won``, ``task_type``, ``anchor``, and with ``expert_plan=True``
+``expert_plan`` / ``plan_length`` / ``progress`` from TextWorld's ``policy_commands``), the same rewards. A
+command is valid when it is one of the admissible commands of the previous state. Commands that are not short
+printable ASCII are not sent to the game (its interpreters expect plain text); they get ``Nothing happens.``.
+
+Adapters construct lazily: when their package, game files or data are missing, construction still succeeds (so
+``agentgym list`` and ``agentgym bench`` can probe every registered env), the env has no built-in agents and its
+``unavailable_reason`` says what to install or download, and ``reset`` raises ``AdapterUnavailableError`` with
+that message. Game paths given explicitly that do not exist raise at construction.
+
+>>> import gymnasium as gym, agentgym
+>>> env = gym.make("agentgym/ALFWorld-v0", data_dir="/nonexistent")
+>>> env.unwrapped.unavailable_reason.startswith("agentgym/ALFWorld-v0 is unavailable here"), env.unwrapped.agents
+(True, {})
+>>> issubclass(AdapterUnavailableError, RuntimeError) and AdapterUnavailableError.env_unavailable
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from agentgym.core import AgentEnv, StepResult
+from agentgym.envs.household.agents import OracleAgent, RandomAgent
+from agentgym.envs.household.engine import NOTHING
+from agentgym.envs.household.prompts import PROMPTS, first_message, step_message
+from agentgym.parsing import ParseError, parse_tag_action
+
+#: Longest command forwarded to a game.
+MAX_COMMAND_CHARS = 200
+GAME_INSTRUCTIONS = (
+    "You are playing a text-based game. Each turn, reply with exactly one command, such as 'look', "
+    "'inventory', 'go east', 'open door' or 'take key'. Type 'help' for the list of commands.\n\n"
+)
+
+
+class AdapterUnavailableError(RuntimeError):
+    """An adapter env cannot be built here (its package or data is missing); the message says how to fix it.
+
+    ``env_unavailable = True`` lets callers (``agentgym bench``) skip such envs without importing this module.
+    """
+
+    env_unavailable = True
+
+
+def sendable(command: str) -> bool:
+    """Whether ``command`` may be forwarded to a game interpreter (short, printable ASCII, one line)."""
+    return 0 < len(command) <= MAX_COMMAND_CHARS and command.isascii() and command.isprintable()
+
+
+class TextGameEnv(AgentEnv):
+    """Base class of the TextWorld / ALFWorld adapters; subclasses pass ``games`` (or ``unavailable``, the reason
+    they cannot play here) and implement ``_load``."""
+
+    agents: ClassVar[Mapping[str, Any]] = {"oracle": OracleAgent, "random": RandomAgent}
+    env_name = "text-based game"
+    instructions = GAME_INSTRUCTIONS
+
+    def __init__(
+        self,
+        *,
+        games: Sequence[str] = (),
+        unavailable: str | None = None,
+        prompt: str = "plain",
+        success_reward: float = 1.0,
+        invalid_action_penalty: float = 0.0,
+        expert_plan: bool = True,
+        max_turns: int = 50,
+        render_mode: str | None = None,
+    ):
+        super().__init__(max_turns=max_turns, render_mode=render_mode)
+        if prompt not in PROMPTS:
+            raise ValueError(f"prompt must be one of {PROMPTS}, got {prompt!r}")
+        if not games and unavailable is None:
+            unavailable = f"{type(self).__name__}: no game files to play"
+        #: Why this env cannot be played here (None when it can); ``reset`` raises it.
+        self.unavailable_reason = unavailable
+        if unavailable is not None:
+            self.agents = {}  # nothing to benchmark: ``agentgym bench`` plays no agent on it
+        self.games = list(games)
+        self.prompt = prompt
+        self.success_reward = float(success_reward)
+        self.invalid_action_penalty = float(invalid_action_penalty)
+        self.expert_plan = bool(expert_plan)
+        self._game: Any = None
+        self._game_path: str | None = None
+        self._state: Any = None
+        self._admissible: list[str] = []
+        self._plan0 = 1
+        self._objective = ""
+
+    # -- to implement -----------------------------------------------------------------------------------------
+    def _load(self, path: str) -> Any:
+        """Start the game at ``path``; returns a ``textworld.Environment``."""
+        raise NotImplementedError
+
+    def task_type_of(self, path: str) -> str:
+        return "textworld"
+
+    def task_id_of(self, path: str) -> str:
+        return path
+
+    # -- episode --------------------------------------------------------------------------------------------------
+    def _reset(self, options: dict[str, Any]) -> tuple[list[dict], dict[str, Any]]:
+        if self.unavailable_reason is not None:
+            raise AdapterUnavailableError(self.unavailable_reason)
+        if "task_index" in options:
+            index = int(options["task_index"]) % len(self.games)
+        elif "task_id" in options:
+            ids = [self.task_id_of(g) for g in self.games]
+            if options["task_id"] not in ids:
+                raise ValueError(f"unknown task_id {options['task_id']!r}")
+            index = ids.index(options["task_id"])
+        else:
+            index = int(self.np_random.integers(len(self.games)))
+        path = self.games[index]
+        if path != self._game_path:
+            self.close()
+            self._game = self._load(path)
+            self._game_path = path
+        state = self._state = self._game.reset()
+        self._admissible = list(state.get("admissible_commands") or [])
+        intro = str(state.get("feedback") or "")
+        self._objective = intro.rsplit("Your task is to: ", 1)[-1].strip() if "Your task is to: " in intro else ""
+        content = first_message(self.prompt, intro.strip("\n"), self._admissible, instructions=self.instructions,
+                                env_name=self.env_name)  # fmt: skip
+        info = self._info()
+        info["gold"] = {"task_type": self.task_type_of(path), "game_file": path, "task_id": self.task_id_of(path)}
+        if self.expert_plan:
+            self._plan0 = max(1, info["plan_length"])
+            info["progress"] = 0.0
+        return [{"role": "user", "content": content}], info
+
+    def _step(self, action: str) -> StepResult:
+        command, error = self._command(action)
+        if command is None or not sendable(command):
+            feedback, valid = NOTHING, False
+            error = error or "The command must be one line of printable ASCII of at most 200 characters."
+        else:
+            valid = " ".join(command.lower().split()) in {c.lower() for c in self._admissible}
+            if not valid:
+                error = f"{command[:100]!r} is not an admissible command here."
+            self._state, _, _ = self._game.step(command)
+            self._admissible = list(self._state.get("admissible_commands") or [])
+            feedback = str(self._state.get("feedback") or "").strip("\n")
+        won, lost = bool(self._state.get("won")), bool(self._state.get("lost"))
+        components: dict[str, float] = {}
+        if not valid and self.invalid_action_penalty:
+            components["format"] = -self.invalid_action_penalty
+        if won:
+            components["outcome"] = self.success_reward
+        content = step_message(self.prompt, feedback, self._admissible, self._objective, self.turn)
+        return StepResult(
+            observation=[{"role": "user", "content": content}],
+            reward_components=components,
+            terminated=won or lost,
+            action_valid=valid,
+            parse_error=None if valid else error,
+            success=won,
+            info=self._info(),
+        )
+
+    def _command(self, action: str) -> tuple[str | None, str | None]:
+        if self.prompt == "verl" or "<action>" in action.lower():
+            try:
+                return parse_tag_action(action, ("action",)).content, None
+            except ParseError as e:
+                if self.prompt == "verl":
+                    return None, str(e)
+        return action.strip(), None
+
+    def invalid_action_components(self) -> dict[str, float]:
+        return {"format": -self.invalid_action_penalty} if self.invalid_action_penalty else {}
+
+    def _info(self) -> dict[str, Any]:
+        path = self._game_path or ""
+        won = bool(self._state.get("won"))
+        # An observation-level anchor: the game and its admissible commands (TextWorld exposes no cheap state key).
+        digest = hashlib.blake2b(("\n".join(self._admissible) + f"|{won}").encode(), digest_size=8).hexdigest()
+        info: dict[str, Any] = {
+            "task_id": self.task_id_of(path),
+            "anchor": f"{self.task_id_of(path)}#{digest}",
+            "task_type": self.task_type_of(path),
+            "won": won,
+            "admissible_commands": list(self._admissible),
+        }
+        if self.expert_plan:
+            plan = list(self._state.get("policy_commands") or [])
+            info.update(expert_plan=plan, plan_length=len(plan), progress=1.0 - len(plan) / self._plan0)
+        return info
+
+    def close(self) -> None:
+        if self._game is not None:
+            self._game.close()
+            self._game = None
+            self._game_path = None
