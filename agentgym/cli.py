@@ -1,4 +1,4 @@
-"""The ``agentgym`` command line: list, run, bench, check, replay, serve-retriever.
+"""The ``agentgym`` command line: list, run, bench, train, check, replay, serve-retriever.
 
 agentgym list
 agentgym run agentgym/SearchQA-v0 --agent heuristic --episodes 100 --seed 0 --out runs/heuristic
@@ -162,6 +162,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(fn=cmd_bench)
 
+    p = sub.add_parser(
+        "train",
+        help="reference PPO/GRPO trainer (agentgym.baselines.trainer): --preset tiny | --config FILE [--set K=V ...]",
+        add_help=False,
+    )
+    p.add_argument("trainer_args", nargs=argparse.REMAINDER)  # handled in main() before parsing
+
     p = sub.add_parser("check", help="run the env checker (Gymnasium + text-env contract)")
     p.add_argument("env_id")
     p.add_argument("--seed", type=int, default=0)
@@ -183,6 +190,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["train"]:  # the trainer has its own parser: hand it every argument, --help included
+        from agentgym.baselines.trainer import main as train_main
+
+        return int(train_main(argv[1:]) or 0)
     args = build_parser().parse_args(argv)
     import agentgym  # noqa: F401  (registers the envs)
 

@@ -85,3 +85,10 @@ def test_console_script_bench_writes_report_and_plots(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = json.loads((out / "results.json").read_text())
     assert {r["agent"] for r in rows} == {"oracle", "heuristic", "random"}
+
+
+def test_cli_hands_train_arguments_to_the_trainer(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["train", "--help"])
+    assert info.value.code == 0
+    assert "--preset" in capsys.readouterr().out
