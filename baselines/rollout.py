@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentgym.agents.hf_agent import _model_input_names, normalize_messages
+from agentgym.agents.hf_agent import model_input_names, normalize_messages
 
 __all__ = [
     "HFPolicy",
@@ -140,7 +140,7 @@ class HFPolicy:
             raise ValueError("the tokenizer has no chat template")
         self.model = model
         self.tokenizer = tokenizer
-        self._cache_kw = _model_input_names(model)[0]
+        self._cache_kw = model_input_names(model)[0]
         eos: set[int] = set()
         for source in (tokenizer, getattr(model, "generation_config", None)):
             value = getattr(source, "eos_token_id", None)

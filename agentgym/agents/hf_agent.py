@@ -78,7 +78,7 @@ def normalize_messages(messages: Sequence[Message]) -> list[Message]:
     return out
 
 
-def _model_input_names(model: Any) -> tuple[str, str | None]:
+def model_input_names(model: Any) -> tuple[str, str | None]:
     """(cache kwarg name, logits-to-keep kwarg name) for this transformers version's forward."""
     import inspect
 
@@ -105,7 +105,7 @@ class LocalLM:
         self.tokenizer = tokenizer
         #: Guards the model and the tokenizer (re-entrant: hold it around several calls to keep them together).
         self.lock = threading.RLock()
-        self._cache_kw, self._keep_kw = _model_input_names(model)
+        self._cache_kw, self._keep_kw = model_input_names(model)
         eos: set[int] = set()
         for source in (getattr(model, "generation_config", None), getattr(model, "config", None), tokenizer):
             value = getattr(source, "eos_token_id", None)
