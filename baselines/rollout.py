@@ -113,6 +113,29 @@ class Rollout:
     def outcome(self) -> float:
         return float(sum(self.turn_rewards))
 
+    def record_turn(
+        self, env: Any, tokens: list[int], logprobs: list[float], action: str
+    ) -> tuple[list[dict[str, Any]], bool, bool]:
+        """Append one turn's sampled tokens (mask 1), step ``env`` with its text and record the step's outcome.
+
+        Returns ``(observation, terminated, truncated)``; on the episode's end the flags and success are set.
+        """
+        start = len(self.response_ids)
+        self.response_ids += tokens
+        self.loss_mask += [1] * len(tokens)
+        self.rollout_logprobs += logprobs
+        self.turn_spans.append((start, len(self.response_ids)))
+        self.actions.append(action)
+        obs, reward, terminated, truncated, info = env.step(action)
+        self.turn_rewards.append(float(reward))
+        self.anchors.append(info.get("anchor"))
+        self.reward_components.append(dict(info.get("reward_components", {})))
+        self.turn_metrics.append(_numeric(info))
+        if terminated or truncated:
+            self.terminated, self.truncated = bool(terminated), bool(truncated)
+            self.success = bool(info.get("success", False))
+        return obs, bool(terminated), bool(truncated)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable record (for JSONL dumps and other trainers)."""
         return {
@@ -281,21 +304,9 @@ def rollout_episode(
         tokens, logprobs, finish = policy.sample(
             context, max_new_tokens=budget, temperature=config.temperature, stop=config.stop, generator=generator
         )
-        start = len(r.response_ids)
-        r.response_ids += tokens
-        r.loss_mask += [1] * len(tokens)
-        r.rollout_logprobs += logprobs
-        r.turn_spans.append((start, len(r.response_ids)))
         action = policy.decode(tokens)
-        r.actions.append(action)
-        obs, reward, terminated, truncated, info = env.step(action)
-        r.turn_rewards.append(float(reward))
-        r.anchors.append(info.get("anchor"))
-        r.reward_components.append(dict(info.get("reward_components", {})))
-        r.turn_metrics.append(_numeric(info))
+        obs, terminated, truncated = r.record_turn(env, tokens, logprobs, action)
         if terminated or truncated:
-            r.terminated, r.truncated = bool(terminated), bool(truncated)
-            r.success = bool(info.get("success", False))
             break
         if turn + 1 == config.max_turns:
             r.truncated = True  # turn limit of the rollout
@@ -373,21 +384,9 @@ def demonstration_episode(
     r = Rollout(prompt_ids=policy.prompt_ids(obs), group_id=group_id, seed=seed, task_id=info.get("task_id"))
     for turn, action in enumerate(actions[: config.max_turns]):
         tokens = [*policy.encode(action), policy.end_token_id]
-        start = len(r.response_ids)
         r.context_lengths.append(len(r.input_ids))
-        r.response_ids += tokens
-        r.loss_mask += [1] * len(tokens)
-        r.rollout_logprobs += [0.0] * len(tokens)
-        r.turn_spans.append((start, len(r.response_ids)))
-        r.actions.append(action)
-        obs, reward, terminated, truncated, info = env.step(action)
-        r.turn_rewards.append(float(reward))
-        r.anchors.append(info.get("anchor"))
-        r.reward_components.append(dict(info.get("reward_components", {})))
-        r.turn_metrics.append(_numeric(info))
+        obs, terminated, truncated = r.record_turn(env, tokens, [0.0] * len(tokens), action)
         if terminated or truncated:
-            r.terminated, r.truncated = bool(terminated), bool(truncated)
-            r.success = bool(info.get("success", False))
             break
         if turn + 1 < min(len(actions), config.max_turns):
             new = policy.observation_ids(obs, last_token=policy.end_token_id)
