@@ -67,6 +67,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_report(table_text: str, skipped: dict[str, str], report: Path | None, plots: Sequence[Path]) -> None:
+    print(table_text)
+    for env_id, why in skipped.items():
+        print(f"skipped {env_id}: {why}")
+    print(f"\nreport: {report}")
+    for p in plots:
+        print(f"plot:   {p}")
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.rewards:
         from agentgym.reward_bench import reward_bench
@@ -76,12 +85,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         rewards = reward_bench(
             args.env or None, episodes=args.episodes, seed=args.seed, out=out, agents=args.agent or None
         )
-        print(reward_table(rewards.rows))
-        for env_id, why in rewards.skipped.items():
-            print(f"skipped {env_id}: {why}")
-        print(f"\nreport: {rewards.report_path}")
-        for p in rewards.plots:
-            print(f"plot:   {p}")
+        _print_report(reward_table(rewards.rows), rewards.skipped, rewards.report_path, rewards.plots)
         return 0
     from agentgym.bench import bench, table
 
@@ -89,12 +93,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         episodes=args.episodes, seed=args.seed, out=args.out, envs=args.env or None, agents=args.agent or None,
         workers=args.workers, progress=not args.quiet,
     )  # fmt: skip
-    print(table(result.rows))
-    for env_id, why in result.skipped.items():
-        print(f"skipped {env_id}: {why}")
-    print(f"\nreport: {result.report_path}")
-    for p in result.plots:
-        print(f"plot:   {p}")
+    _print_report(table(result.rows), result.skipped, result.report_path, result.plots)
     return 0
 
 
