@@ -2,11 +2,7 @@
 model factory. No mocks: every model call runs the real tiny Qwen2."""
 
 import hashlib
-import os
 import socket
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import pytest
 

@@ -3,11 +3,6 @@ turn, the KV-cache chunked path, sliding-window models, and the remote scorer ag
 the same tiny model (plus a fault-injecting ASGI middleware): no mocks.
 """
 
-import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
 import json
 
 import numpy as np

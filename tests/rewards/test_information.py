@@ -3,11 +3,6 @@ properties 1, 6 and 11), plus the remote scorer's failure marking through a real
 constant-log-prob scorer below is a complete (if uninformative) ``AnswerScorer``.
 """
 
-import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
 import copy
 import math
 
