@@ -58,6 +58,7 @@ class SearchQAEnv(AgentEnv):
         dataset: a ``QADataset`` or the name of a synthetic preset (``"tiny"``, ``"small"``, ``"100k"``).
         data_seed: seed of the synthetic knowledge base (the episode seed only picks the question).
         split: ``"train"`` or ``"test"``.
+        max_questions: keep only the split's first N questions (small fixed task sets for quick experiments).
         retriever: a ``Retriever`` or a spec for ``make_retriever`` (``"bm25"``, ``"dense"``, ``"hybrid"``,
             ``"bm25:rank_bm25"``, ``"remote:http://127.0.0.1:8000"``).
         topk: passages returned per search (Search-R1 uses 3).
@@ -79,6 +80,7 @@ class SearchQAEnv(AgentEnv):
         dataset: QADataset | str = "small",
         data_seed: int = 0,
         split: str = "test",
+        max_questions: int | None = None,
         retriever: Retriever | str = "bm25",
         topk: int = 3,
         max_turns: int = 6,
@@ -106,6 +108,10 @@ class SearchQAEnv(AgentEnv):
             dataset = build_dataset(dataset, seed=data_seed)
         self.dataset = dataset
         self.examples: list[QAExample] = dataset.split(split)
+        if max_questions is not None:
+            if max_questions < 1:
+                raise ValueError(f"max_questions must be >= 1, got {max_questions}")
+            self.examples = self.examples[:max_questions]
         if not self.examples:
             raise ValueError(f"split {split!r} has no questions")
         self.retriever = (
@@ -119,6 +125,7 @@ class SearchQAEnv(AgentEnv):
             "dataset": dataset_name,
             "data_seed": data_seed,
             "split": split,
+            "max_questions": max_questions,
             "retriever": retriever if isinstance(retriever, str) else None,
             "topk": topk,
             "max_turns": max_turns,

@@ -187,3 +187,14 @@ def test_oracle_answers_500_questions_of_every_hop_type_through_bm25():
         assert rows[hop_type]["episodes"] >= 500
         assert rows[hop_type]["em"] >= 0.99, rows[hop_type]
         assert rows[hop_type]["supporting_recall"] >= 0.95, rows[hop_type]
+
+
+def test_max_questions_keeps_the_first_questions_of_the_split():
+    full = gym.make("agentgym/SearchQA-v0", dataset="tiny", split="train")
+    few = gym.make("agentgym/SearchQA-v0", dataset="tiny", split="train", max_questions=3)
+    first = [full.reset(seed=0, options={"task_index": i})[1]["task_id"] for i in range(3)]
+    assert [few.reset(seed=0, options={"task_index": i})[1]["task_id"] for i in range(6)] == first * 2
+    assert {few.reset(seed=s)[1]["task_id"] for s in range(40)} == set(first)
+    with pytest.raises(ValueError, match="max_questions"):
+        gym.make("agentgym/SearchQA-v0", dataset="tiny", max_questions=0)
+    assert few.unwrapped.spec_kwargs()["max_questions"] == 3  # recorded for replay
