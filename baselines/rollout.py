@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from agentgym.agents.hf_agent import model_input_names, normalize_messages
+from agentgym.trajectory import Trajectory, Turn
 
 __all__ = [
     "HFPolicy",
@@ -43,7 +44,9 @@ __all__ = [
     "demonstration_actions",
     "demonstration_episode",
     "derive_seed",
+    "oracle_agent",
     "rollout_episode",
+    "run_episodes",
 ]
 
 #: The fixed conversation the fixed-base trick renders new messages after (its content is irrelevant).
@@ -96,6 +99,12 @@ class Rollout:
     reward_components: list[dict[str, float]] = field(default_factory=list)
     context_lengths: list[int] = field(default_factory=list)  # len(prompt + response) fed to the model per turn
     turn_metrics: list[dict[str, float]] = field(default_factory=list)  # numeric info entries per step (progress)
+    # the text-level episode (for post-episode turn scorers, which work on ``agentgym.trajectory.Trajectory``)
+    initial_observation: list[dict[str, Any]] = field(default_factory=list)
+    reset_info: dict[str, Any] = field(default_factory=dict)
+    observations: list[list[dict[str, Any]]] = field(default_factory=list)
+    infos: list[dict[str, Any]] = field(default_factory=list)
+    scored_rewards: list[float] = field(default_factory=list)  # a trainer's turn-scorer rewards (empty: none)
 
     @property
     def input_ids(self) -> list[int]:
@@ -131,10 +140,39 @@ class Rollout:
         self.anchors.append(info.get("anchor"))
         self.reward_components.append(dict(info.get("reward_components", {})))
         self.turn_metrics.append(_numeric(info))
+        self.observations.append(list(obs))
+        self.infos.append(dict(info))
         if terminated or truncated:
             self.terminated, self.truncated = bool(terminated), bool(truncated)
             self.success = bool(info.get("success", False))
         return obs, bool(terminated), bool(truncated)
+
+    def to_trajectory(self, env_id: str = "", agent: str = "policy") -> Trajectory:
+        """The episode as text (what the turn scorers of ``agentgym.rewards`` read)."""
+        turns = [
+            Turn(
+                action=action,
+                observation=obs,
+                reward=reward,
+                terminated=self.terminated and k == len(self.actions) - 1,
+                truncated=self.truncated and k == len(self.actions) - 1,
+                info=info,
+                token_spans=[span],
+            )
+            for k, (action, obs, reward, info, span) in enumerate(
+                zip(self.actions, self.observations, self.turn_rewards, self.infos, self.turn_spans, strict=True)
+            )
+        ]
+        return Trajectory(
+            env_id=env_id,
+            seed=self.seed,
+            task_id=str(self.task_id),
+            agent=agent,
+            initial_observation=self.initial_observation,
+            reset_info=self.reset_info,
+            turns=turns,
+            group_id=str(self.group_id),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable record (for JSONL dumps and other trainers)."""
@@ -158,12 +196,13 @@ class Rollout:
 class HFPolicy:
     """A transformers causal LM + tokenizer as a sampling policy (KV-cache loop, temperature-scaled log-probs)."""
 
-    def __init__(self, model: Any, tokenizer: Any) -> None:
+    def __init__(self, model: Any, tokenizer: Any, *, amp_dtype: torch.dtype | None = None) -> None:
         if getattr(tokenizer, "chat_template", None) is None:
             raise ValueError("the tokenizer has no chat template")
         self.model = model
         self.tokenizer = tokenizer
-        self._cache_kw = model_input_names(model)[0]
+        self.amp_dtype = amp_dtype  # autocast dtype of the forward passes (None: the model's own dtype)
+        self._cache_kw, self._keep_kw = model_input_names(model)
         eos: set[int] = set()
         for source in (tokenizer, getattr(model, "generation_config", None)):
             value = getattr(source, "eos_token_id", None)
@@ -215,13 +254,21 @@ class HFPolicy:
             return self.closing_ids[0]
         return int(self.tokenizer.eos_token_id)
 
-    def _forward(self, ids: torch.Tensor, cache: Any) -> tuple[Any, torch.Tensor]:
-        kwargs: dict[str, Any] = {"use_cache": True}
+    def _forward(
+        self, ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor, cache: Any
+    ) -> tuple[Any, torch.Tensor]:
+        kwargs: dict[str, Any] = {"use_cache": True, "attention_mask": attention, "position_ids": positions}
         if cache is not None:
             kwargs[self._cache_kw] = cache
-        out = self.model(ids, **kwargs)
+        if self._keep_kw is not None:
+            kwargs[self._keep_kw] = 1  # only the last position's logits: the prefill never builds (B, L, vocab)
+        if self.amp_dtype is None:
+            out = self.model(ids, **kwargs)
+        else:
+            with torch.autocast(device_type=ids.device.type, dtype=self.amp_dtype):
+                out = self.model(ids, **kwargs)
         new_cache = out.get("cache")
-        return (out.get("past_key_values") if new_cache is None else new_cache), out.logits[0, -1].float()
+        return (out.get("past_key_values") if new_cache is None else new_cache), out.logits[:, -1].float()
 
     @torch.no_grad()
     def sample(
@@ -235,31 +282,74 @@ class HFPolicy:
     ) -> tuple[list[int], list[float], str]:
         """Sample up to ``max_new_tokens`` after ``context``; returns (ids, log-probs, finish) with finish in
         {"eos", "stop", "length"}. Log-probs are of ``log_softmax(logits / temperature)`` (T=1 when greedy)."""
+        return self.sample_batch(
+            [context], budgets=[max_new_tokens], temperature=temperature, stop=stop, generators=[generator]
+        )[0]
+
+    @torch.no_grad()
+    def sample_batch(
+        self,
+        contexts: Sequence[Sequence[int]],
+        *,
+        budgets: Sequence[int],
+        temperature: float,
+        stop: Sequence[str],
+        generators: Sequence[torch.Generator],
+    ) -> list[tuple[list[int], list[float], str]]:
+        """:meth:`sample` for many contexts at once: left-padded, one forward per new token for the whole batch.
+
+        Row ``i`` samples at most ``budgets[i]`` tokens with its own ``generators[i]``, so its draws do not depend
+        on the other rows; a finished row rides along masked out until the last row ends."""
+        n = len(contexts)
+        if not (n == len(budgets) == len(generators)):
+            raise ValueError("contexts, budgets and generators differ in length")
         device = next(self.model.parameters()).device
         scale = temperature if temperature > 0 else 1.0
-        cache, last = self._forward(torch.tensor([list(context)], device=device), None)
-        tokens: list[int] = []
-        logprobs: list[float] = []
-        finish = "length"
-        for step in range(max_new_tokens):
+        width = max(len(c) for c in contexts)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        ids = torch.full((n, width), int(pad), dtype=torch.long)
+        attention = torch.zeros((n, width), dtype=torch.long)
+        for i, c in enumerate(contexts):
+            ids[i, width - len(c) :] = torch.tensor(list(c), dtype=torch.long)
+            attention[i, width - len(c) :] = 1
+        ids, attention = ids.to(device), attention.to(device)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        cache, last = self._forward(ids, attention, positions, None)
+        tokens: list[list[int]] = [[] for _ in range(n)]
+        logprobs: list[list[float]] = [[] for _ in range(n)]
+        finish = ["length"] * n
+        active = [b > 0 for b in budgets]
+        for _ in range(max(budgets, default=0)):
             lp = torch.log_softmax(last / scale, dim=-1)
-            if temperature > 0:
-                token = int(torch.multinomial(lp.exp().cpu(), 1, generator=generator).item())
+            if temperature > 0:  # inverse-CDF draws: one uniform per row from its own generator
+                cdf = lp.double().exp().cumsum(-1).cpu()
             else:
-                token = int(torch.argmax(lp).item())
-            tokens.append(token)
-            logprobs.append(float(lp[token].item()))
-            if token in self.eos_token_ids:
-                finish = "eos"
+                greedy = torch.argmax(lp, dim=-1).tolist()
+            chosen = [int(pad)] * n
+            for i in range(n):
+                if not active[i]:
+                    continue
+                if temperature > 0:
+                    u = torch.rand((), generator=generators[i], dtype=torch.float64) * cdf[i, -1]
+                    token = min(int(torch.searchsorted(cdf[i], u, right=True)), cdf.shape[1] - 1)
+                else:
+                    token = int(greedy[i])
+                chosen[i] = token
+                tokens[i].append(token)
+                logprobs[i].append(float(lp[i, token].item()))
+                if token in self.eos_token_ids:
+                    finish[i], active[i] = "eos", False
+                elif stop and any(s in self.decode(tokens[i]) for s in stop):
+                    finish[i], active[i] = "stop", False
+                elif len(tokens[i]) >= budgets[i]:
+                    active[i] = False
+            if not any(active):
                 break
-            if stop:
-                text = self.decode(tokens)
-                if any(s in text for s in stop):
-                    finish = "stop"
-                    break
-            if step + 1 < max_new_tokens:
-                cache, last = self._forward(torch.tensor([[token]], device=device), cache)
-        return tokens, logprobs, finish
+            step_mask = torch.tensor([[int(a)] for a in active], dtype=torch.long, device=device)
+            positions = attention.sum(-1, keepdim=True)  # the new token's position = real tokens so far
+            attention = torch.cat([attention, step_mask], dim=-1)
+            cache, last = self._forward(torch.tensor([[t] for t in chosen], device=device), attention, positions, cache)
+        return [(tokens[i], logprobs[i], finish[i]) for i in range(n)]
 
 
 def check_contexts(rollout: Rollout, contexts: Sequence[Sequence[int]]) -> None:
@@ -289,35 +379,79 @@ def rollout_episode(
 ) -> Rollout:
     """Run one episode of ``env`` (reset with ``seed``) with ``policy``; sampling draws from a generator seeded
     with ``sample_seed``."""
-    generator = torch.Generator().manual_seed(sample_seed)
-    obs, info = env.reset(seed=seed)
-    r = Rollout(prompt_ids=policy.prompt_ids(obs), group_id=group_id, seed=seed, task_id=info.get("task_id"))
-    contexts: list[list[int]] = []
+    return run_episodes(policy, [env], seeds=[seed], group_ids=[group_id], sample_seeds=[sample_seed], config=config)[0]
+
+
+def run_episodes(
+    policy: HFPolicy,
+    envs: Sequence[Any],
+    *,
+    seeds: Sequence[int],
+    group_ids: Sequence[Hashable],
+    sample_seeds: Sequence[int],
+    config: RolloutConfig,
+    generation_batch: int | None = None,
+    options: Sequence[dict[str, Any] | None] | None = None,
+) -> list[Rollout]:
+    """Episode ``i`` on ``envs[i]`` (reset with ``seeds[i]`` and ``options[i]``), all in lockstep: each turn,
+    every episode still running samples in one batched generation (chunks of ``generation_batch`` rows; None =
+    all), then each steps its own env. Episode ``i`` samples with a generator seeded with ``sample_seeds[i]``."""
+    n = len(envs)
+    if not (n == len(seeds) == len(group_ids) == len(sample_seeds)):
+        raise ValueError("envs, seeds, group_ids and sample_seeds differ in length")
+    generators = [torch.Generator().manual_seed(int(s)) for s in sample_seeds]
+    rollouts: list[Rollout] = []
+    if options is None:
+        options = [None] * n
+    for env, seed, group_id, opts in zip(envs, seeds, group_ids, options, strict=True):
+        obs, info = env.reset(seed=int(seed), options=opts)
+        r = Rollout(prompt_ids=policy.prompt_ids(obs), group_id=group_id, seed=int(seed), task_id=info.get("task_id"))
+        r.initial_observation, r.reset_info = list(obs), dict(info)
+        rollouts.append(r)
+    contexts: list[list[list[int]]] = [[] for _ in range(n)]
+    running = list(range(n))
+    chunk = generation_batch or max(n, 1)
     for turn in range(config.max_turns):
-        context = r.input_ids
-        budget = min(config.max_new_tokens, config.max_total_tokens - len(context))
-        if budget <= 0:
-            r.truncated = True
+        ready = []
+        for i in running:
+            r = rollouts[i]
+            budget = min(config.max_new_tokens, config.max_total_tokens - len(r.input_ids))
+            if budget <= 0:
+                r.truncated = True  # the context is full
+            else:
+                ready.append((i, budget))
+        running = []
+        for lo in range(0, len(ready), chunk):
+            part = ready[lo : lo + chunk]
+            samples = policy.sample_batch(
+                [rollouts[i].input_ids for i, _ in part],
+                budgets=[b for _, b in part],
+                temperature=config.temperature,
+                stop=config.stop,
+                generators=[generators[i] for i, _ in part],
+            )
+            for (i, _), (tokens, logprobs, finish) in zip(part, samples, strict=True):
+                r = rollouts[i]
+                contexts[i].append(r.input_ids)
+                r.context_lengths.append(len(r.input_ids))
+                obs, terminated, truncated = r.record_turn(envs[i], tokens, logprobs, policy.decode(tokens))
+                if terminated or truncated:
+                    continue
+                if turn + 1 == config.max_turns:
+                    r.truncated = True  # turn limit of the rollout
+                    continue
+                new = policy.observation_ids(obs, last_token=tokens[-1] if finish == "eos" else None)
+                r.response_ids += new
+                r.loss_mask += [0] * len(new)
+                r.rollout_logprobs += [0.0] * len(new)
+                running.append(i)
+        running.sort()
+        if not running:
             break
-        contexts.append(context)
-        r.context_lengths.append(len(context))
-        tokens, logprobs, finish = policy.sample(
-            context, max_new_tokens=budget, temperature=config.temperature, stop=config.stop, generator=generator
-        )
-        action = policy.decode(tokens)
-        obs, terminated, truncated = r.record_turn(env, tokens, logprobs, action)
-        if terminated or truncated:
-            break
-        if turn + 1 == config.max_turns:
-            r.truncated = True  # turn limit of the rollout
-            break
-        new = policy.observation_ids(obs, last_token=tokens[-1] if finish == "eos" else None)
-        r.response_ids += new
-        r.loss_mask += [0] * len(new)
-        r.rollout_logprobs += [0.0] * len(new)
     if config.check:
-        check_contexts(r, contexts)
-    return r
+        for r, ctx in zip(rollouts, contexts, strict=True):
+            check_contexts(r, ctx)
+    return rollouts
 
 
 def collect_rollouts(
@@ -329,33 +463,40 @@ def collect_rollouts(
     config: RolloutConfig,
     sample_seed: int = 0,
     group_offset: int = 0,
+    envs: list[Any] | None = None,
+    generation_batch: int | None = None,
+    options: Sequence[dict[str, Any] | None] | None = None,
 ) -> list[Rollout]:
     """``group_size`` rollouts per task seed (a GRPO group shares its seed); group id = ``group_offset + task
-    index``. Rollout ``j`` samples with ``derive_seed(sample_seed, j)``, so a batch is reproducible."""
+    index``. Rollout ``j`` samples with ``derive_seed(sample_seed, j)``, so a batch is reproducible. ``options[b]``
+    goes to the resets of task ``b`` (e.g. ``{"task_index": b}`` to play a split's tasks in order).
+
+    All rollouts run in lockstep (:func:`run_episodes`), one env each. Pass ``envs`` (a list, grown with
+    ``env_factory`` as needed and left open) to reuse envs across calls; otherwise they are made and closed here."""
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
-    env = env_factory()
+    n = len(task_seeds) * group_size
+    pool = envs if envs is not None else []
+    while len(pool) < n:
+        pool.append(env_factory())
     was_training = policy.model.training
     policy.model.eval()
-    out: list[Rollout] = []
     try:
-        for b, seed in enumerate(task_seeds):
-            for g in range(group_size):
-                j = b * group_size + g
-                out.append(
-                    rollout_episode(
-                        policy,
-                        env,
-                        seed=int(seed),
-                        group_id=group_offset + b,
-                        sample_seed=derive_seed(sample_seed, j),
-                        config=config,
-                    )
-                )
+        return run_episodes(
+            policy,
+            pool[:n],
+            seeds=[int(s) for s in task_seeds for _ in range(group_size)],
+            group_ids=[group_offset + b for b in range(len(task_seeds)) for _ in range(group_size)],
+            sample_seeds=[derive_seed(sample_seed, j) for j in range(n)],
+            config=config,
+            generation_batch=generation_batch,
+            options=None if options is None else [o for o in options for _ in range(group_size)],
+        )
     finally:
-        env.close()
         policy.model.train(was_training)
-    return out
+        if envs is None:
+            for env in pool:
+                env.close()
 
 
 def _numeric(info: dict[str, Any]) -> dict[str, float]:
@@ -372,25 +513,51 @@ def demonstration_actions(info: dict[str, Any]) -> list[str] | None:
     return None
 
 
+def oracle_agent(env: Any) -> Any | None:
+    """The env's built-in ``oracle`` agent (``AgentEnv.agents``), or None when it has none."""
+    from agentgym.runner import make_agent
+
+    try:
+        return make_agent("oracle", env)
+    except ValueError:
+        return None
+
+
 def demonstration_episode(
     policy: HFPolicy, env: Any, *, seed: int, config: RolloutConfig, group_id: Hashable = 0
 ) -> Rollout | None:
-    """Teacher-forced episode for SFT: the oracle actions are tokenised (plus eos) in place of samples, in the same
-    token layout as :func:`rollout_episode` (mask 1 on action tokens, log-probs 0). None without an oracle."""
+    """Teacher-forced episode for SFT: the oracle's actions are tokenised (plus the end-of-message token) in place of
+    samples, in the same token layout as :func:`rollout_episode` (mask 1 on action tokens, log-probs 0).
+
+    The actions come from :func:`demonstration_actions` when the reset info has gold answers (SearchQA: compact
+    ``<search>``/``<answer>`` turns), else from the env's built-in ``oracle`` agent, played turn by turn (Household:
+    the optimal plan, in the prompt's action format). None when the env has neither."""
     obs, info = env.reset(seed=seed)
     actions = demonstration_actions(info)
+    agent = None
     if actions is None:
-        return None
+        agent = oracle_agent(env)
+        if agent is None:
+            return None
+        agent.reset(seed=seed)
     r = Rollout(prompt_ids=policy.prompt_ids(obs), group_id=group_id, seed=seed, task_id=info.get("task_id"))
-    for turn, action in enumerate(actions[: config.max_turns]):
+    r.initial_observation, r.reset_info = list(obs), dict(info)
+    messages = list(obs)
+    limit = config.max_turns if actions is None else min(len(actions), config.max_turns)
+    for turn in range(limit):
+        action = actions[turn] if actions is not None else agent.act(messages, info)
         tokens = [*policy.encode(action), policy.end_token_id]
         r.context_lengths.append(len(r.input_ids))
         obs, terminated, truncated = r.record_turn(env, tokens, [0.0] * len(tokens), action)
+        info = r.infos[-1]
+        messages += [{"role": "assistant", "content": action}, *obs]
         if terminated or truncated:
             break
-        if turn + 1 < min(len(actions), config.max_turns):
+        if turn + 1 < limit:
             new = policy.observation_ids(obs, last_token=policy.end_token_id)
             r.response_ids += new
             r.loss_mask += [0] * len(new)
             r.rollout_logprobs += [0.0] * len(new)
+    if agent is not None:
+        agent.close()
     return r

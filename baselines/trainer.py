@@ -1,8 +1,10 @@
 """Reference RL trainer for multi-turn LLM agents, CleanRL style: one file, read top to bottom.
 
-    config -> model + frozen reference (+ value head for PPO) -> for each iteration:
-        rollouts (token-in/token-out, ``baselines/rollout.py``) -> advantages -> [dynamic sampling]
-        -> old/ref log-probs -> epochs x minibatches of clipped policy-gradient updates -> metrics, checkpoint
+    config -> model + frozen reference (+ value head for PPO) -> [SFT warm start on oracle demonstrations]
+    -> for each iteration:
+        rollouts (token-in/token-out, batched lockstep generation, ``baselines/rollout.py``) -> [turn scorer]
+        -> advantages -> [dynamic sampling] -> old/ref log-probs -> epochs x minibatches of clipped
+        policy-gradient updates -> [SFT steps] -> [held-out eval] -> metrics, checkpoint
     -> metrics.jsonl + metrics.png
 
 Algorithms (``TrainConfig.algo``):
@@ -11,7 +13,14 @@ Algorithms (``TrainConfig.algo``):
   works: ``gtpo``, ``gigpo``, ``mapo``, ...), broadcast to the turn's sampled tokens with explicit turn spans.
 - ``ppo``: a linear value head on the policy's last hidden state (shared trunk); token-level GAE where only sampled
   tokens are steps (``token_gae`` carries ``nextvalue``/``lastgaelam`` across env tokens), each turn's reward on
-  its last sampled token; clipped value loss; advantages whitened over the batch's sampled tokens.
+  its last sampled token; clipped value loss; advantages whitened over the batch's sampled tokens. With
+  ``estimator="turn_ppo"`` the critic is turn-level instead: ``V`` at each turn's first token, GAE over turns
+  (``turn_gae``), the turn's advantage and return broadcast to its tokens.
+
+Dense turn rewards: ``progress_key`` (a potential difference of an env ``info`` entry, e.g. SearchQA's verified
+retrieval progress) and ``scorer`` (``info_gain`` = IGPO, ``info_potential`` = TIPS, ``siop`` = SIOP from
+``agentgym.rewards.information``, scored with the current policy after each batch of rollouts); both are added
+to the env's per-turn rewards before the estimator sees them.
 
 Shared pieces: clip-higher (``eps_low``/``eps_high``); k3 KL to a frozen reference, ``exp(ref - lp) - (ref - lp) - 1``,
 added to the per-token loss with ``kl_coef``; entropy bonus; loss aggregation (``token-mean``,
@@ -29,6 +38,7 @@ run resumed from a checkpoint reproduces the uninterrupted run exactly (on CPU w
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
@@ -57,6 +67,7 @@ from agentgym.rewards.advantages import (
     masked_whiten,
     place_turn_rewards,
     token_gae,
+    turn_gae,
 )
 
 __all__ = [
@@ -70,6 +81,8 @@ __all__ = [
 ]
 
 ALGOS = ("grpo", "dr_grpo", "rloo", "ppo")
+#: Post-episode turn scorers of ``agentgym.rewards.information`` the trainer can run with the policy as scorer model.
+SCORERS = ("info_gain", "info_potential", "siop")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "constant")
 
 
@@ -91,18 +104,24 @@ class TrainConfig:
     model: str = "tiny"
     model_seed: int = 0
     device: str = "cpu"
-    dtype: str = "float32"  # model weights (e.g. "bfloat16" on GPU); log-probs are always computed in float32
+    dtype: str = "float32"  # model weights and optimizer state; log-probs are always computed in float32
+    amp_dtype: str | None = None  # e.g. "bfloat16": forward passes under torch.autocast, float32 master weights
+    gradient_checkpointing: bool = False
     max_turns: int = 3
     max_new_tokens: int = 32
     max_total_tokens: int = 2048
     temperature: float = 1.0
     stop: tuple[str, ...] = ("</search>", "</answer>")
+    generation_batch: int | None = None  # rows per batched generation (None: all rollouts of an iteration at once)
     # algorithm
     algo: str = "grpo"
     estimator: str | None = None  # turn-level estimator name for critic-free algos (None: same as algo)
     estimator_kwargs: dict[str, Any] = field(default_factory=dict)
     progress_key: str | None = None  # dense turn reward: += progress_coef * (info[key]_t - info[key]_{t-1})
     progress_coef: float = 1.0
+    scorer: str | None = None  # post-episode turn scorer run on the policy each iteration (SCORERS), added to turns
+    scorer_kwargs: dict[str, Any] = field(default_factory=dict)
+    scorer_coef: float = 1.0
     gamma: float = 1.0
     lam: float = 0.95
     whiten_advantages: bool = True  # PPO only
@@ -129,6 +148,12 @@ class TrainConfig:
     sft_steps: int = 0  # warm start before the first RL iteration
     sft_steps_per_iteration: int = 0  # SFT:RL ratio afterwards (SFT steps after each RL iteration)
     sft_batch: int = 4  # demonstrations per SFT step
+    sft_lr: float | None = None  # learning rate of the SFT steps (None: lr)
+    # held-out evaluation: the first eval_tasks tasks (task_index 0..n-1) of the env made with eval_env_kwargs
+    eval_every: int = 0  # evaluate before the first iteration and every eval_every iterations (0: never)
+    eval_tasks: int = 32
+    eval_env_kwargs: dict[str, Any] | None = None  # None: env_kwargs
+    eval_temperature: float = 0.0  # 0: greedy
     # output
     out_dir: str = "runs/agentgym"
     checkpoint_every: int = 1
@@ -145,6 +170,10 @@ class TrainConfig:
             raise ValueError(f"old_logprobs must be 'recompute' or 'rollout', got {self.old_logprobs!r}")
         if self.algo != "ppo":
             get_estimator(self.estimator_name)  # fail early on a bad name
+        elif self.estimator not in (None, "ppo", "turn_ppo"):
+            raise ValueError(f"ppo takes estimator None (token-level GAE) or 'turn_ppo', got {self.estimator!r}")
+        if self.scorer is not None and self.scorer not in SCORERS:
+            raise ValueError(f"scorer must be one of {SCORERS}, got {self.scorer!r}")
         if self.group_size < 1 or self.batch_tasks < 1 or self.minibatch_size < 1:
             raise ValueError("group_size, batch_tasks and minibatch_size must be >= 1")
 
@@ -199,6 +228,40 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+def _gpu_preset(batch_tasks: int, minibatch_size: int, out_dir: str) -> dict[str, Any]:
+    """Search-R1-style GRPO on SearchQA ``small`` for a local Qwen2.5 Instruct model (``--model PATH``)."""
+    return {
+        "model": "",  # a local directory, given with --model PATH
+        "device": "cuda",
+        "dtype": "float32",
+        "amp_dtype": "bfloat16",
+        "gradient_checkpointing": True,
+        "env_id": "agentgym/SearchQA-v0",
+        "env_kwargs": {"dataset": "small", "split": "train"},
+        "eval_env_kwargs": {"dataset": "small", "split": "test"},
+        "eval_every": 5,
+        "eval_tasks": 200,
+        "batch_tasks": batch_tasks,
+        "group_size": 8,
+        "max_turns": 4,
+        "max_new_tokens": 256,
+        "max_total_tokens": 4096,
+        "estimator": "grpo",
+        "eps_low": 0.2,
+        "eps_high": 0.28,
+        "kl_coef": 0.001,
+        "lr": 1e-6,
+        "minibatch_size": minibatch_size,
+        "iterations": 100,
+        "dynamic_sampling": True,
+        "out_dir": out_dir,
+    }
+
+
+PRESETS["qwen2.5-0.5b"] = _gpu_preset(batch_tasks=32, minibatch_size=16, out_dir="runs/qwen2.5-0.5b")
+PRESETS["qwen2.5-1.5b"] = _gpu_preset(batch_tasks=16, minibatch_size=8, out_dir="runs/qwen2.5-1.5b")
+
+
 def load_config(
     preset: str | None = None,
     config_file: str | os.PathLike[str] | None = None,
@@ -227,7 +290,10 @@ def load_config(
 
 
 def build_policy(config: TrainConfig) -> tuple[Any, Any]:
-    """(model, tokenizer) on ``config.device`` in ``config.dtype``."""
+    """(model, tokenizer) on ``config.device`` in ``config.dtype``. Never downloads: ``model`` is ``"tiny"`` or a
+    local directory."""
+    if not config.model:
+        raise ValueError("no model: give a local model directory with --model PATH (nothing is downloaded)")
     if config.model == "tiny":
         from agentgym.tools.tiny_model import build_tiny_model
 
@@ -239,7 +305,23 @@ def build_policy(config: TrainConfig) -> tuple[Any, Any]:
 
         tok = load_tokenizer(config.model)
         model = AutoModelForCausalLM.from_pretrained(config.model, local_files_only=True)
-    return model.to(device=config.device, dtype=getattr(torch, config.dtype)), tok
+    model = model.to(device=config.device, dtype=getattr(torch, config.dtype))
+    if config.gradient_checkpointing:
+        # active in train mode only, so sampling keeps its KV cache (transformers 5 renamed the method)
+        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+        enable()
+    return model, tok
+
+
+def amp_dtype(config: TrainConfig) -> torch.dtype | None:
+    return None if config.amp_dtype is None else getattr(torch, config.amp_dtype)
+
+
+def autocast(model: Any, dtype: torch.dtype | None) -> Any:
+    """``torch.autocast`` on the model's device type, or a no-op when ``dtype`` is None."""
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=next(model.parameters()).device.type, dtype=dtype)
 
 
 def build_value_head(model: Any) -> torch.nn.Linear:
@@ -257,6 +339,7 @@ def forward_tokens(
     temperature: float,
     value_head: torch.nn.Module | None = None,
     token_mask: torch.Tensor | None = None,
+    amp: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Per-token ``(logprobs, entropy, values)`` in sequence coordinates ``(B, L)``: entry ``t`` is about token ``t``
     given tokens ``< t`` (entry 0 is 0). Log-probs/entropy of ``softmax(logits / temperature)`` (T=1 if greedy).
@@ -264,19 +347,21 @@ def forward_tokens(
     Only the positions where ``token_mask`` is set (default: every real token) go through the LM head; the others
     are 0. In multi-turn rollouts most tokens are observations, so scoring only the sampled ones saves most of the
     ``(tokens, vocab)`` logits. Assumes ``logits = lm_head(decoder(...).last_hidden_state)`` (Llama/Qwen/Mistral
-    style); a model with logit soft-capping falls back to the full forward."""
+    style); a model with logit soft-capping falls back to the full forward. ``amp``: autocast dtype of the forward
+    (the log-softmax is float32 either way)."""
     scale = temperature if temperature > 0 else 1.0
     sel = (attention_mask if token_mask is None else token_mask).bool().clone()
     sel[:, 0] = False
     rows, cols = sel.nonzero(as_tuple=True)
     decoder, head = model.get_decoder(), model.get_output_embeddings()
-    if decoder is None or head is None or getattr(model.config, "final_logit_softcapping", None):
-        out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, use_cache=False)
-        hidden = out.hidden_states[-1]
-        logits = out.logits[rows, cols - 1]
-    else:
-        hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
-        logits = head(hidden[rows, cols - 1])
+    with autocast(model, amp):
+        if decoder is None or head is None or getattr(model.config, "final_logit_softcapping", None):
+            out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, use_cache=False)
+            hidden = out.hidden_states[-1]
+            logits = out.logits[rows, cols - 1]
+        else:
+            hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+            logits = head(hidden[rows, cols - 1])
     logp = torch.log_softmax(logits.float() / scale, dim=-1)
     lp_sel = logp.gather(-1, input_ids[rows, cols][:, None]).squeeze(-1)
     ent_sel = -(logp.exp() * logp).sum(-1)
@@ -331,14 +416,53 @@ def group_stats(rollouts: Sequence[Rollout], config: TrainConfig) -> dict[Any, f
 def turn_rewards(r: Rollout, config: TrainConfig) -> list[float]:
     """The env's per-turn rewards, plus the progress-difference dense reward when ``progress_key`` is set
     (a potential-based term with potential 0 at reset)."""
-    if config.progress_key is None:
-        return list(r.turn_rewards)
-    prev, out = 0.0, []
-    for reward, metrics in zip(r.turn_rewards, r.turn_metrics, strict=True):
-        now = float(metrics.get(config.progress_key, prev))
-        out.append(reward + config.progress_coef * (now - prev))
-        prev = now
+    out = list(r.turn_rewards)
+    if config.progress_key is not None:
+        prev = 0.0
+        for k, metrics in enumerate(r.turn_metrics):
+            now = float(metrics.get(config.progress_key, prev))
+            out[k] += config.progress_coef * (now - prev)
+            prev = now
+    if r.scored_rewards:
+        out = [x + config.scorer_coef * s for x, s in zip(out, r.scored_rewards, strict=True)]
     return out
+
+
+def build_scorer(config: TrainConfig, model: Any, tokenizer: Any) -> Any:
+    """The ``config.scorer`` turn scorer over the current policy weights (IGPO scores with the policy itself)."""
+    from agentgym.rewards.answer_scoring import LocalAnswerScorer
+    from agentgym.rewards.information import InformationGain, InformationPotential, SelfInducedOutcomePotential
+
+    cls = {"info_gain": InformationGain, "info_potential": InformationPotential, "siop": SelfInducedOutcomePotential}
+    return cls[config.scorer](LocalAnswerScorer(model, tokenizer), **config.scorer_kwargs)  # type: ignore[index]
+
+
+@torch.no_grad()
+def score_turns(rollouts: Sequence[Rollout], config: TrainConfig, model: Any, tokenizer: Any) -> dict[str, float]:
+    """Run the turn scorer on each group's text trajectories and store its per-turn rewards in
+    ``Rollout.scored_rewards`` (a turn it could not score gets 0 and counts in ``scorer_invalid_frac``)."""
+    scorer = build_scorer(config, model, tokenizer)
+    groups: dict[Any, list[int]] = {}
+    for i, r in enumerate(rollouts):
+        groups.setdefault(r.group_id, []).append(i)
+    trajs = {i: r.to_trajectory(config.env_id) for i, r in enumerate(rollouts)}
+    with autocast(model, amp_dtype(config)):
+        if hasattr(scorer, "score_groups"):  # TIPS fits one scale over all groups
+            scored = scorer.score_groups([[trajs[i] for i in idx] for idx in groups.values()])
+        else:
+            scored = [scorer([trajs[i] for i in idx]) for idx in groups.values()]
+    invalid = total = 0
+    for idx, scores in zip(groups.values(), scored, strict=True):
+        for i, sc in zip(idx, scores, strict=True):
+            rewards = [float(x) if ok and math.isfinite(x) else 0.0 for x, ok in zip(sc.rewards, sc.valid, strict=True)]
+            rollouts[i].scored_rewards = rewards
+            invalid += sum(not ok for ok in sc.valid)
+            total += len(sc.valid)
+    flat = [x for r in rollouts for x in r.scored_rewards]
+    return {
+        "scorer_reward_mean": float(np.mean(flat)) if flat else 0.0,
+        "scorer_invalid_frac": invalid / max(total, 1),
+    }
 
 
 def compute_advantages(
@@ -355,8 +479,14 @@ def compute_advantages(
             raise ValueError("ppo needs critic values")
         advs, rets = [], []
         for r, v, m in zip(rollouts, values, masks, strict=True):
-            rewards = place_turn_rewards(turn_rewards(r, config), r.turn_spans, len(r.response_ids))
-            a, ret = token_gae(rewards, v, m, config.gamma, config.lam)
+            if config.estimator == "turn_ppo":  # turn-level critic: V at each turn's start, GAE over turns
+                turn_v = np.array([v[s] for s, _ in r.turn_spans], dtype=np.float64)
+                ta, tret = turn_gae(np.asarray(turn_rewards(r, config)), turn_v, config.gamma, config.lam)
+                a = broadcast_to_tokens(ta, r.turn_spans, len(r.response_ids), r.loss_mask)
+                ret = broadcast_to_tokens(tret, r.turn_spans, len(r.response_ids), r.loss_mask)
+            else:
+                rewards = place_turn_rewards(turn_rewards(r, config), r.turn_spans, len(r.response_ids))
+                a, ret = token_gae(rewards, v, m, config.gamma, config.lam)
             advs.append(a)
             rets.append(ret)
         if config.whiten_advantages and advs:
@@ -441,6 +571,7 @@ def score_batch(
     temperature: float,
     minibatch_size: int,
     value_head: torch.nn.Module | None = None,
+    amp: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (and values) of every row, computed in minibatches, padded to the batch length."""
     n, length = batch["input_ids"].shape
@@ -457,6 +588,7 @@ def score_batch(
             temperature,
             value_head,
             token_mask=mb["loss_mask"].to(device) > 0,
+            amp=amp,
         )
         lps[idx, : lp.shape[1]] = lp.cpu()
         if vals is not None and v is not None:
@@ -476,6 +608,8 @@ class TrainState:
     value_head: torch.nn.Linear | None
     optimizer: torch.optim.Optimizer
     iteration: int = 0  # iterations completed
+    envs: list[Any] = field(default_factory=list)  # rollout envs, reused across iterations
+    eval_envs: list[Any] = field(default_factory=list)
 
 
 def save_checkpoint(state: TrainState, config: TrainConfig, path: Path) -> None:
@@ -522,6 +656,7 @@ def plot_metrics(history: Sequence[dict[str, Any]], path: Path) -> Path | None:
     keys = [
         "reward_mean",
         "success_rate",
+        "eval_success_rate",
         "loss",
         "approx_kl",
         "kl_ref",
@@ -529,12 +664,13 @@ def plot_metrics(history: Sequence[dict[str, Any]], path: Path) -> Path | None:
         "entropy",
         "zero_std_group_frac",
         "explained_variance",
+        "grad_norm",
+        "rollout_tokens_per_s",
     ]
-    fig, axes = plt.subplots(3, 3, figsize=(12, 9))
-    xs = [h["iteration"] for h in history]
+    fig, axes = plt.subplots(3, 4, figsize=(16, 9))
     for ax, key in zip(axes.flat, keys, strict=True):
-        ys = [h.get(key) for h in history]
-        ax.plot(xs, [float("nan") if y is None else y for y in ys], marker="o")
+        points = [(h["iteration"], h[key]) for h in history if h.get(key) is not None]
+        ax.plot([x for x, _ in points], [y for _, y in points], marker="o")
         ax.set_title(key)
         ax.set_xlabel("iteration")
     fig.tight_layout()
@@ -557,15 +693,21 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int) -> dict[str
     task_seeds = rng.integers(0, config.task_seed_range, size=config.batch_tasks).tolist()
     t0 = time.perf_counter()
     rollouts = collect_rollouts(
-        HFPolicy(model, tok),
+        HFPolicy(model, tok, amp_dtype=amp_dtype(config)),
         _env_factory(config),
         task_seeds,
         group_size=config.group_size,
         config=config.rollout_config,
         sample_seed=derive_seed(config.seed, it, 2),
         group_offset=(it - 1) * config.batch_tasks,
+        envs=state.envs,
+        generation_batch=config.generation_batch,
     )
     t_rollout = time.perf_counter() - t0
+    if config.scorer is not None:  # dense turn rewards from a post-episode scorer over the current policy
+        t_s = time.perf_counter()
+        metrics.update(score_turns(rollouts, config, model, tok))
+        metrics["time_scorer"] = time.perf_counter() - t_s
     sampled = sum(r.num_sampled for r in rollouts)
     stds = group_stats(rollouts, config)
     metrics.update(
@@ -597,14 +739,15 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int) -> dict[str
 
     # 3. behaviour (old) log-probs, reference log-probs, values
     model.eval()
-    old_lp, old_v = score_batch(model, batch, config.temperature, config.minibatch_size, state.value_head)
+    amp = amp_dtype(config)
+    old_lp, old_v = score_batch(model, batch, config.temperature, config.minibatch_size, state.value_head, amp)
     diff = (old_lp - batch["rollout_logprobs"]).abs() * (batch["loss_mask"] > 0)
     metrics["rollout_logprob_maxdiff"] = float(diff.max().item())
     if config.old_logprobs == "rollout":
         old_lp = batch["rollout_logprobs"].clone()
     ref_lp = None
     if config.kl_coef > 0:
-        ref_lp, _ = score_batch(state.ref_model, batch, config.temperature, config.minibatch_size)
+        ref_lp, _ = score_batch(state.ref_model, batch, config.temperature, config.minibatch_size, amp=amp)
 
     # 4. advantages (and PPO returns) in response coordinates -> sequence coordinates
     values_resp = None
@@ -656,7 +799,7 @@ def sft_step(state: TrainState, config: TrainConfig, *key: int) -> float:
     """One supervised step on ``sft_batch`` oracle demonstrations (task seeds derived from ``key``): mean negative
     log-likelihood of the action tokens, same token layout as RL rollouts. Returns the loss."""
     rng = np.random.default_rng(derive_seed(config.seed, *key))
-    policy = HFPolicy(state.model, state.tokenizer)
+    policy = HFPolicy(state.model, state.tokenizer, amp_dtype=amp_dtype(config))
     env = _env_factory(config)()
     try:
         demos = [
@@ -672,15 +815,50 @@ def sft_step(state: TrainState, config: TrainConfig, *key: int) -> float:
     batch = {k: v.to(device) for k, v in make_batch(demos, state.tokenizer.pad_token_id).items()}
     state.model.train()
     lp, _, _ = forward_tokens(
-        state.model, batch["input_ids"], batch["attention_mask"], 1.0, token_mask=batch["loss_mask"] > 0
+        state.model,
+        batch["input_ids"],
+        batch["attention_mask"],
+        1.0,
+        token_mask=batch["loss_mask"] > 0,
+        amp=amp_dtype(config),
     )
     loss = -aggregate_loss(lp, batch["loss_mask"], "token-mean")
     state.optimizer.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_([p for g in state.optimizer.param_groups for p in g["params"]], config.max_grad_norm)
+    lrs = [g["lr"] for g in state.optimizer.param_groups]
+    for g in state.optimizer.param_groups:
+        g["lr"] = config.sft_lr if config.sft_lr is not None else config.lr
     state.optimizer.step()
+    for g, lr in zip(state.optimizer.param_groups, lrs, strict=True):
+        g["lr"] = lr
     state.model.eval()
     return float(loss.detach())
+
+
+@torch.no_grad()
+def evaluate(state: TrainState, config: TrainConfig) -> dict[str, float]:
+    """Success and reward on the first ``eval_tasks`` tasks of the eval env (``task_index`` 0..n-1), sampled at
+    ``eval_temperature`` with a fixed seed, so successive evaluations score the same tasks the same way."""
+    n = config.eval_tasks
+    rollouts = collect_rollouts(
+        HFPolicy(state.model, state.tokenizer, amp_dtype=amp_dtype(config)),
+        _env_factory(config, config.eval_env_kwargs),
+        list(range(n)),
+        group_size=1,
+        config=dataclasses.replace(config.rollout_config, temperature=config.eval_temperature),
+        sample_seed=derive_seed(config.seed, 5),
+        envs=state.eval_envs,
+        generation_batch=config.generation_batch,
+        options=[{"task_index": i} for i in range(n)],
+    )
+    return {
+        "eval_success_rate": float(np.mean([r.success for r in rollouts])),
+        "eval_reward_mean": float(np.mean([r.outcome for r in rollouts])),
+        "eval_progress": float(
+            np.mean([r.turn_metrics[-1].get("progress", 0.0) if r.turn_metrics else 0.0 for r in rollouts])
+        ),
+    }
 
 
 def minibatch_loss(
@@ -688,7 +866,13 @@ def minibatch_loss(
 ) -> dict[str, torch.Tensor]:
     """Clipped surrogate (clip-higher) + k3 KL to the reference - entropy bonus (+ clipped value loss)."""
     lp, entropy, values = forward_tokens(
-        model, mb["input_ids"], mb["attention_mask"], config.temperature, value_head, token_mask=mb["loss_mask"] > 0
+        model,
+        mb["input_ids"],
+        mb["attention_mask"],
+        config.temperature,
+        value_head,
+        token_mask=mb["loss_mask"] > 0,
+        amp=amp_dtype(config),
     )
     mask, adv, mode = mb["loss_mask"], mb["advantages"], config.loss_mode
     on = mask > 0
@@ -726,12 +910,13 @@ def minibatch_loss(
     return out
 
 
-def _env_factory(config: TrainConfig) -> Any:
+def _env_factory(config: TrainConfig, env_kwargs: dict[str, Any] | None = None) -> Any:
     import gymnasium
 
     import agentgym  # noqa: F401  (registers the envs)
 
-    return lambda: gymnasium.make(config.env_id, **config.env_kwargs)
+    kwargs = config.env_kwargs if env_kwargs is None else env_kwargs
+    return lambda: gymnasium.make(config.env_id, **kwargs)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -774,15 +959,19 @@ def train(config: TrainConfig) -> dict[str, Any]:
                     history.append(rec)
     metrics_path.write_text("".join(json.dumps(h) + "\n" for h in history), encoding="utf-8")
     (out_dir / "config.json").write_text(json.dumps(asdict(config), indent=2), encoding="utf-8")
-    if not resumed and config.sft_steps > 0:  # warm start (a resumed run, even from iteration 0, skips it)
-        losses = [sft_step(state, config, 0, 4, k) for k in range(config.sft_steps)]
-        warm = {"iteration": 0, "sft_loss": losses[-1], "sft_loss_first": losses[0]}
+    if not resumed and (config.sft_steps > 0 or config.eval_every > 0):  # iteration 0: warm start, first eval
+        warm: dict[str, Any] = {"iteration": 0}
+        if config.sft_steps > 0:  # (a resumed run, even from iteration 0, skips it)
+            losses = [sft_step(state, config, 0, 4, k) for k in range(config.sft_steps)]
+            warm.update(sft_loss=losses[-1], sft_loss_first=losses[0])
+            if state.ref_model is not None:  # the KL anchor is the warm-started policy
+                state.ref_model.load_state_dict(state.model.state_dict())
+        if config.eval_every > 0:
+            warm.update(evaluate(state, config))
         history.append(warm)
         with open(metrics_path, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(warm) + "\n")
-        if state.ref_model is not None:  # the KL anchor is the warm-started policy
-            state.ref_model.load_state_dict(state.model.state_dict())
-        if config.checkpoint_every > 0:
+        if config.sft_steps > 0 and config.checkpoint_every > 0:
             save_checkpoint(state, config, ckpt)
     start = state.iteration + 1
     for it in range(start, config.iterations + 1):
@@ -790,12 +979,18 @@ def train(config: TrainConfig) -> dict[str, Any]:
         if config.sft_steps_per_iteration > 0:
             sft = [sft_step(state, config, it, 4, k) for k in range(config.sft_steps_per_iteration)]
             metrics["sft_loss"] = float(np.mean(sft))
+        if config.eval_every > 0 and (it % config.eval_every == 0 or it == config.iterations):
+            metrics.update(evaluate(state, config))
         state.iteration = it
         history.append(metrics)
         with open(metrics_path, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(_jsonable(metrics)) + "\n")
         if config.checkpoint_every > 0 and (it % config.checkpoint_every == 0 or it == config.iterations):
             save_checkpoint(state, config, ckpt)
+    for env in state.envs + state.eval_envs:
+        env.close()
+    state.envs.clear()
+    state.eval_envs.clear()
     plot = plot_metrics(history, out_dir / "metrics.png") if config.plot and history else None
     return {
         "iterations": state.iteration,
@@ -825,6 +1020,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--preset", choices=sorted(PRESETS))
     parser.add_argument("--config", dest="config_file")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--model", help="local model directory (overrides the preset's model)")
     parser.add_argument("--out-dir")
     parser.add_argument("--iterations", type=int)
     parser.add_argument("--resume", action="store_true")
@@ -837,6 +1033,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not sep:
             parser.error(f"--set expects KEY=VALUE, got {item!r}")
         overrides[key] = _parse_value(value)
+    if args.model is not None:
+        overrides["model"] = args.model
     if args.out_dir is not None:
         overrides["out_dir"] = args.out_dir
     if args.iterations is not None:

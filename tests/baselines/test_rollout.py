@@ -106,3 +106,58 @@ def test_rollout_logprobs_equal_trainer_recomputation(policy, temperature):
     if temperature != 1.0:  # the scaling matters: T=1 log-probs are different numbers
         lp1, _ = score_batch(policy.model, batch, 1.0, minibatch_size=2)
         assert (lp1[on] - batch["rollout_logprobs"][on]).abs().max() > 1e-3
+
+
+def test_batched_generation_matches_one_row_at_a_time(policy, rollouts):
+    """Lockstep generation in one left-padded batch draws the same tokens as generating each row alone: every row
+    has its own generator, and padding does not change a row's distribution."""
+    one_by_one = collect_rollouts(
+        policy, search_env, [5, 9], group_size=2, config=CONFIG, sample_seed=1, generation_batch=1
+    )
+    assert [r.response_ids for r in one_by_one] == [r.response_ids for r in rollouts]
+    for a, b in zip(one_by_one, rollouts, strict=True):
+        assert a.rollout_logprobs == pytest.approx(b.rollout_logprobs, abs=1e-5)
+
+
+def test_sample_batch_respects_each_rows_budget_and_greedy_is_deterministic(policy):
+    contexts = [policy.prompt_ids([{"role": "user", "content": text}]) for text in ("hi", "a much longer question")]
+    gens = [torch.Generator().manual_seed(0), torch.Generator().manual_seed(1)]
+    out = policy.sample_batch(contexts, budgets=[3, 7], temperature=0.0, stop=(), generators=gens)
+    assert [len(t) for t, _, _ in out] == [3, 7] or any(f == "eos" for _, _, f in out)
+    again = [
+        policy.sample(c, max_new_tokens=b, temperature=0.0, stop=(), generator=g)
+        for c, b, g in zip(contexts, [3, 7], gens, strict=True)
+    ]
+    assert [t for t, _, _ in again] == [t for t, _, _ in out]
+
+
+def test_envs_pool_is_reused_and_left_open(policy):
+    pool: list = []
+    first = collect_rollouts(policy, search_env, [5], group_size=2, config=CONFIG, sample_seed=1, envs=pool)
+    assert len(pool) == 2
+    kept = list(pool)
+    collect_rollouts(policy, search_env, [9], group_size=2, config=CONFIG, sample_seed=1, envs=pool)
+    assert pool == kept  # no new envs
+    assert first[0].seed == 5
+    indexed = collect_rollouts(
+        policy, search_env, [0, 0], group_size=1, config=CONFIG, envs=pool, options=[{"task_index": 1}, None]
+    )
+    assert indexed[0].task_id != indexed[1].task_id or indexed[0].task_id is None
+    for env in pool:
+        env.close()
+
+
+def test_household_demonstrations_come_from_the_oracle_agent(policy):
+    """Envs without gold answers in their reset info get demonstrations from their built-in oracle agent, played
+    turn by turn: on Household the teacher-forced episode wins, in the prompt's <action> format."""
+    from agentgym.baselines.rollout import demonstration_episode
+
+    env = gymnasium.make("agentgym/Household-v0", prompt="verl")
+    config = RolloutConfig(max_turns=30, max_new_tokens=64, max_total_tokens=10**6)
+    demo = demonstration_episode(policy, env, seed=3, config=config)
+    assert demo is not None and demo.success and demo.terminated
+    assert all("<action>" in a for a in demo.actions)
+    check_contexts(demo, [demo.input_ids[:n] for n in demo.context_lengths])
+    assert demo.turn_end_indices == [e - 1 for _, e in demo.turn_spans]
+    for (s, e), action in zip(demo.turn_spans, demo.actions, strict=True):
+        assert demo.response_ids[s:e] == [*policy.encode(action), policy.end_token_id]

@@ -159,7 +159,7 @@ def test_config_loading(tmp_path):
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_first_minibatch_ratio_is_one_and_kl_is_zero(tmp_path, temperature):
-    summary = train(toy_config(tmp_path, epochs=2, temperature=temperature))
+    summary = train(toy_config(tmp_path, epochs=2, temperature=temperature, group_size=4, max_new_tokens=8))
     m = summary["last"]
     assert m["rollout_logprob_maxdiff"] < 1e-5
     assert m["first_ratio_maxdev"] < 1e-5
@@ -261,3 +261,152 @@ def test_sft_warm_start_on_oracle_demonstrations(tmp_path):
     assert warm["iteration"] == 0 and warm["sft_loss"] < warm["sft_loss_first"]
     assert it1["iteration"] == 1 and np.isfinite(it1["sft_loss"])
     assert config.kl_coef > 0 and it1["first_kl_ref"] < 1e-7  # the KL anchor is the warm-started policy
+
+
+def test_held_out_evaluation_and_sft_learning_rate(tmp_path):
+    """eval_every scores the same first tasks of the eval split before training and after; SFT steps use sft_lr
+    and leave the RL learning rate in place."""
+    config = load_config(
+        "tiny",
+        overrides={
+            "out_dir": str(tmp_path / "ev"),
+            "iterations": 1,
+            "max_turns": 2,
+            "max_new_tokens": 3,
+            "batch_tasks": 1,
+            "sft_steps": 1,
+            "sft_batch": 1,
+            "sft_lr": 5e-3,
+            "lr": 1e-4,
+            "eval_every": 1,
+            "eval_tasks": 3,
+            "eval_env_kwargs": {"dataset": "tiny", "split": "test"},
+            "plot": False,
+        },
+    )
+    summary = train(config)
+    warm, it1 = summary["history"]
+    for rec in (warm, it1):
+        assert {"eval_success_rate", "eval_reward_mean", "eval_progress"} <= set(rec)
+        assert 0.0 <= rec["eval_success_rate"] <= 1.0
+    assert summary["state"].optimizer.param_groups[0]["lr"] == 1e-4
+    assert summary["state"].envs == []  # closed at the end
+
+
+def test_evaluation_plays_the_first_tasks_of_the_split_in_order(tmp_path):
+    from agentgym.baselines.trainer import evaluate, setup
+
+    config = load_config(
+        "tiny",
+        overrides={"out_dir": str(tmp_path / "e"), "max_turns": 1, "max_new_tokens": 2, "eval_tasks": 4},
+    )
+    state = setup(config)
+    first = evaluate(state, config)
+    tasks = [env.unwrapped.example.id for env in state.eval_envs]
+    env = gymnasium.make(config.env_id, **config.env_kwargs)
+    expected = [env.reset(seed=0, options={"task_index": i})[1]["task_id"] for i in range(4)]
+    assert tasks == expected
+    assert evaluate(state, config) == first  # greedy, fixed tasks: the same numbers again
+
+
+def test_gpu_presets_need_a_local_model_and_load_one(tmp_path):
+    """The Qwen2.5 presets never download: without --model they stop with a clear error; with a local directory
+    (here the tiny model saved to disk, on CPU, cut down) the same preset trains."""
+    from agentgym.tools.tiny_model import save_tiny_model
+
+    assert {"qwen2.5-0.5b", "qwen2.5-1.5b"} <= set(PRESETS)
+    for name in ("qwen2.5-0.5b", "qwen2.5-1.5b"):
+        config = load_config(name)
+        assert config.device == "cuda" and config.amp_dtype == "bfloat16" and config.model == ""
+        assert config.env_kwargs["split"] == "train" and config.eval_env_kwargs["split"] == "test"
+    with pytest.raises(ValueError, match="--model PATH"):
+        main(["--preset", "qwen2.5-0.5b", "--out-dir", str(tmp_path / "none")])
+    model_dir = save_tiny_model(tmp_path / "model", seed=0)
+    small = [
+        'device="cpu"',
+        "amp_dtype=null",
+        'env_kwargs={"dataset": "tiny", "split": "train"}',
+        'eval_env_kwargs={"dataset": "tiny", "split": "test"}',
+        "eval_tasks=2",
+        "batch_tasks=1",
+        "group_size=2",
+        "max_turns=1",
+        "max_new_tokens=3",
+        "minibatch_size=2",
+    ]
+    args = ["--preset", "qwen2.5-0.5b", "--model", str(model_dir), "--iterations", "1"]
+    args += ["--out-dir", str(tmp_path / "r")]
+    assert main([*args, *[a for s in small for a in ("--set", s)], "--set", "plot=false"]) == 0
+    lines = [json.loads(x) for x in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["iteration"] for x in lines] == [0, 1] and "eval_success_rate" in lines[1]
+
+
+def test_mixed_precision_keeps_float32_master_weights(tmp_path):
+    """amp_dtype runs the forwards under autocast (bfloat16 on CPU here); weights and optimizer stay float32 and
+    the first-minibatch ratio is still 1 (old log-probs are recomputed under the same autocast)."""
+    summary = train(toy_config(tmp_path, amp_dtype="bfloat16", gradient_checkpointing=True, kl_coef=0.0))
+    m = summary["last"]
+    assert all(p.dtype == torch.float32 for p in summary["state"].model.parameters())
+    assert np.isfinite(m["loss"]) and m["first_ratio_maxdev"] < 1e-3
+
+
+def test_turn_level_critic_ppo(tmp_path):
+    """ppo + turn_ppo: the value target of every token of a turn is that turn's GAE return (one value per turn)."""
+    from agentgym.baselines.trainer import compute_advantages
+
+    r = hand_rollout([0.0, 1.0])
+    values = np.zeros(len(r.response_ids))
+    (s0, e0), (s1, e1) = r.turn_spans
+    values[s0], values[s1] = 0.25, 0.5
+    config = toy_config(tmp_path, algo="ppo", estimator="turn_ppo", gamma=1.0, lam=1.0, whiten_advantages=False)
+    advs, rets = compute_advantages([r], config, [values])
+    # turn GAE with gamma = lam = 1: A_1 = 1 - 0.5, A_0 = 0 + 0.5 - 0.25 + A_1 = 0.75; returns = A + V
+    assert advs[0][s0:e0].tolist() == [0.75] * (e0 - s0) and advs[0][s1:e1].tolist() == [0.5] * (e1 - s1)
+    assert rets[0][s0:e0].tolist() == [1.0] * (e0 - s0) and rets[0][s1:e1].tolist() == [1.0] * (e1 - s1)
+    assert advs[0][e0:s1].tolist() == [0.0] * (s1 - e0)  # env tokens
+    summary = train(toy_config(tmp_path, algo="ppo", estimator="turn_ppo"))
+    assert np.isfinite(summary["last"]["value_loss"])
+    with pytest.raises(ValueError, match="turn_ppo"):
+        toy_config(tmp_path, algo="ppo", estimator="gtpo")
+
+
+@pytest.mark.parametrize("scorer", ["info_gain", "info_potential", "siop"])
+def test_turn_scorer_runs_inside_the_trainer(tmp_path, scorer):
+    """IGPO / TIPS / SIOP score each iteration's rollouts with the current policy; their per-turn rewards join the
+    env's before the estimator (igpo reads them as information-gain turns + outcome)."""
+    config = load_config(
+        "tiny",
+        overrides={
+            "out_dir": str(tmp_path / scorer),
+            "iterations": 1,
+            "max_turns": 2,
+            "max_new_tokens": 4,
+            "batch_tasks": 1,
+            "group_size": 3,
+            "scorer": scorer,
+            "estimator": "igpo" if scorer == "info_gain" else "gtpo",
+            "plot": False,
+        },
+    )
+    m = train(config)["last"]
+    assert m["scorer_invalid_frac"] == 0.0 and np.isfinite(m["scorer_reward_mean"]) and m["time_scorer"] > 0
+    if scorer == "info_potential":  # TIPS emits shaping even without an answer; its rewards are not all zero
+        assert m["scorer_reward_mean"] != 0.0
+    with pytest.raises(ValueError, match="scorer must be one of"):
+        load_config("tiny", overrides={"scorer": "nope"})
+
+
+def test_rollouts_convert_to_text_trajectories():
+    from agentgym.baselines.rollout import HFPolicy, RolloutConfig, collect_rollouts
+    from agentgym.tools.tiny_model import build_tiny_model
+
+    policy = HFPolicy(*build_tiny_model(seed=0))
+
+    def factory():
+        return gymnasium.make("agentgym/SearchQA-v0", dataset="tiny")
+
+    (r,) = collect_rollouts(policy, factory, [4], group_size=1, config=RolloutConfig(max_turns=2, max_new_tokens=4))
+    traj = r.to_trajectory("agentgym/SearchQA-v0")
+    assert [t.action for t in traj.turns] == r.actions and traj.reset_info["gold"]["answers"]
+    assert traj.initial_observation[0]["role"] in ("system", "user") and traj.total_reward == r.outcome
+    assert traj.turns[-1].terminated == r.terminated and traj.turns[-1].truncated == r.truncated
