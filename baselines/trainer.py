@@ -113,6 +113,8 @@ class TrainConfig:
     temperature: float = 1.0
     stop: tuple[str, ...] = ("</search>", "</answer>")
     generation_batch: int | None = None  # rows per batched generation (None: all rollouts of an iteration at once)
+    rollout_backend: str = "hf"  # "hf" (transformers KV-cache loop) or "vllm" (colocated engine, optional extra)
+    vllm_kwargs: dict[str, Any] = field(default_factory=dict)  # VLLMPolicy arguments (gpu_memory_utilization, ...)
     # algorithm
     algo: str = "grpo"
     estimator: str | None = None  # turn-level estimator name for critic-free algos (None: same as algo)
@@ -172,6 +174,8 @@ class TrainConfig:
             get_estimator(self.estimator_name)  # fail early on a bad name
         elif self.estimator not in (None, "ppo", "turn_ppo"):
             raise ValueError(f"ppo takes estimator None (token-level GAE) or 'turn_ppo', got {self.estimator!r}")
+        if self.rollout_backend not in ("hf", "vllm"):
+            raise ValueError(f"rollout_backend must be 'hf' or 'vllm', got {self.rollout_backend!r}")
         if self.scorer is not None and self.scorer not in SCORERS:
             raise ValueError(f"scorer must be one of {SCORERS}, got {self.scorer!r}")
         if self.group_size < 1 or self.batch_tasks < 1 or self.minibatch_size < 1:
@@ -609,6 +613,7 @@ class TrainState:
     optimizer: torch.optim.Optimizer
     iteration: int = 0  # iterations completed
     envs: list[Any] = field(default_factory=list)  # rollout envs, reused across iterations
+    policy: Any = None  # the sampling back-end when it keeps state (vLLM engine); None: a fresh HFPolicy per use
     eval_envs: list[Any] = field(default_factory=list)
 
 
@@ -692,8 +697,9 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int) -> dict[str
     rng = np.random.default_rng(derive_seed(config.seed, it, 1))
     task_seeds = rng.integers(0, config.task_seed_range, size=config.batch_tasks).tolist()
     t0 = time.perf_counter()
+    policy = sampling_policy(state, config)
     rollouts = collect_rollouts(
-        HFPolicy(model, tok, amp_dtype=amp_dtype(config)),
+        policy,
         _env_factory(config),
         task_seeds,
         group_size=config.group_size,
@@ -703,6 +709,8 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int) -> dict[str
         envs=state.envs,
         generation_batch=config.generation_batch,
     )
+    if hasattr(policy, "sleep"):  # a colocated engine gives its GPU memory back to the update
+        policy.sleep()
     t_rollout = time.perf_counter() - t0
     if config.scorer is not None:  # dense turn rewards from a post-episode scorer over the current policy
         t_s = time.perf_counter()
@@ -788,6 +796,8 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int) -> dict[str
             if not first:
                 first = {"first_ratio_maxdev": float(out["ratio_maxdev"]), "first_kl_ref": float(out["kl_ref"])}
     model.eval()
+    if state.policy is not None:
+        state.policy.mark_stale()
     t_update = time.perf_counter() - t1
     metrics.update({k: float(np.mean(v)) for k, v in logs.items() if v})
     metrics.update(first)
@@ -832,6 +842,8 @@ def sft_step(state: TrainState, config: TrainConfig, *key: int) -> float:
     state.optimizer.step()
     for g, lr in zip(state.optimizer.param_groups, lrs, strict=True):
         g["lr"] = lr
+    if state.policy is not None:
+        state.policy.mark_stale()
     state.model.eval()
     return float(loss.detach())
 
@@ -842,7 +854,7 @@ def evaluate(state: TrainState, config: TrainConfig) -> dict[str, float]:
     ``eval_temperature`` with a fixed seed, so successive evaluations score the same tasks the same way."""
     n = config.eval_tasks
     rollouts = collect_rollouts(
-        HFPolicy(state.model, state.tokenizer, amp_dtype=amp_dtype(config)),
+        sampling_policy(state, config),
         _env_factory(config, config.eval_env_kwargs),
         list(range(n)),
         group_size=1,
@@ -910,6 +922,13 @@ def minibatch_loss(
     return out
 
 
+def sampling_policy(state: TrainState, config: TrainConfig) -> HFPolicy:
+    """The rollout back-end: the stateful one of ``state`` (vLLM) or an HF KV-cache loop over the live model."""
+    if state.policy is not None:
+        return state.policy
+    return HFPolicy(state.model, state.tokenizer, amp_dtype=amp_dtype(config))
+
+
 def _env_factory(config: TrainConfig, env_kwargs: dict[str, Any] | None = None) -> Any:
     import gymnasium
 
@@ -935,7 +954,12 @@ def setup(config: TrainConfig) -> TrainState:
     value_head = build_value_head(model) if config.algo == "ppo" else None
     params = list(model.parameters()) + ([] if value_head is None else list(value_head.parameters()))
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
-    return TrainState(model, tok, ref_model, value_head, optimizer)
+    state = TrainState(model, tok, ref_model, value_head, optimizer)
+    if config.rollout_backend == "vllm":
+        from agentgym.baselines.vllm_backend import VLLMPolicy
+
+        state.policy = VLLMPolicy(model, tok, model_path=config.model, seed=config.seed, **config.vllm_kwargs)
+    return state
 
 
 def train(config: TrainConfig) -> dict[str, Any]:

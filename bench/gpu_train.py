@@ -2,6 +2,7 @@
 
     python bench/gpu_train.py --model /path/to/local/Qwen2.5-0.5B-Instruct --iterations 3
     python bench/gpu_train.py --preset qwen2.5-1.5b --model /path/to/Qwen2.5-1.5B-Instruct
+    python bench/gpu_train.py --model /path/to/Qwen2.5-0.5B-Instruct --backend vllm   # pip install 'agentgym[vllm]'
     python bench/gpu_train.py --model tiny --device cpu --amp-dtype none --env-dataset tiny --iterations 1 \
         --batch-tasks 1 --group-size 2 --max-new-tokens 8      # CPU dry run of the code path
 
@@ -29,6 +30,7 @@ def main() -> None:
     parser.add_argument("--preset", default="qwen2.5-0.5b", choices=("qwen2.5-0.5b", "qwen2.5-1.5b"))
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--amp-dtype", default="bfloat16", help="'none' to run in the weights' dtype")
+    parser.add_argument("--backend", default="hf", choices=("hf", "vllm"), help="rollout back-end")
     parser.add_argument("--env-dataset", default="small")
     parser.add_argument("--algo", default="grpo")
     parser.add_argument("--iterations", type=int, default=3)
@@ -47,6 +49,7 @@ def main() -> None:
             "device": args.device,
             "amp_dtype": None if args.amp_dtype == "none" else args.amp_dtype,
             "algo": args.algo,
+            "rollout_backend": args.backend,
             "env_kwargs": {"dataset": args.env_dataset, "split": "train"},
             "batch_tasks": args.batch_tasks,
             "group_size": args.group_size,
