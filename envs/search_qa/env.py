@@ -18,12 +18,12 @@ True
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from agentgym.core import AgentEnv, StepResult
 from agentgym.envs.search_qa.agents import HeuristicAgent, OracleAgent, RandomAgent
-from agentgym.envs.search_qa.data import QADataset, QAExample, build_dataset
+from agentgym.envs.search_qa.data import HOP_TYPES, QADataset, QAExample, build_dataset
 from agentgym.envs.search_qa.scoring import exact_match, f1_score, sub_exact_match
 from agentgym.parsing import ParseError, parse_tag_action
 from agentgym.tools.retrieval import Retriever, make_retriever
@@ -59,6 +59,8 @@ class SearchQAEnv(AgentEnv):
         data_seed: seed of the synthetic knowledge base (the episode seed only picks the question).
         split: ``"train"`` or ``"test"``.
         max_questions: keep only the split's first N questions (small fixed task sets for quick experiments).
+        hop_types: keep only these question types (``"1hop"``, ``"bridge"``, ``"comparison"``, ``"multihop"``),
+            applied before ``max_questions``.
         retriever: a ``Retriever`` or a spec for ``make_retriever`` (``"bm25"``, ``"dense"``, ``"hybrid"``,
             ``"bm25:rank_bm25"``, ``"remote:http://127.0.0.1:8000"``).
         topk: passages returned per search (Search-R1 uses 3).
@@ -81,6 +83,7 @@ class SearchQAEnv(AgentEnv):
         data_seed: int = 0,
         split: str = "test",
         max_questions: int | None = None,
+        hop_types: Sequence[str] | None = None,
         retriever: Retriever | str = "bm25",
         topk: int = 3,
         max_turns: int = 6,
@@ -108,6 +111,11 @@ class SearchQAEnv(AgentEnv):
             dataset = build_dataset(dataset, seed=data_seed)
         self.dataset = dataset
         self.examples: list[QAExample] = dataset.split(split)
+        if hop_types is not None:
+            unknown = sorted(set(hop_types) - set(HOP_TYPES))
+            if unknown:
+                raise ValueError(f"unknown hop types {unknown}; known: {list(HOP_TYPES)}")
+            self.examples = [e for e in self.examples if e.hop_type in set(hop_types)]
         if max_questions is not None:
             if max_questions < 1:
                 raise ValueError(f"max_questions must be >= 1, got {max_questions}")
@@ -126,6 +134,7 @@ class SearchQAEnv(AgentEnv):
             "data_seed": data_seed,
             "split": split,
             "max_questions": max_questions,
+            "hop_types": None if hop_types is None else list(hop_types),
             "retriever": retriever if isinstance(retriever, str) else None,
             "topk": topk,
             "max_turns": max_turns,

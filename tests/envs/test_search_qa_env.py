@@ -198,3 +198,14 @@ def test_max_questions_keeps_the_first_questions_of_the_split():
     with pytest.raises(ValueError, match="max_questions"):
         gym.make("agentgym/SearchQA-v0", dataset="tiny", max_questions=0)
     assert few.unwrapped.spec_kwargs()["max_questions"] == 3  # recorded for replay
+
+
+def test_hop_types_filter_before_max_questions():
+    env = gym.make(
+        "agentgym/SearchQA-v0", dataset="tiny", split="train", hop_types=["1hop", "comparison"], max_questions=5
+    )
+    types = {env.reset(seed=0, options={"task_index": i})[1]["gold"]["hop_type"] for i in range(5)}
+    assert types <= {"1hop", "comparison"} and len(env.unwrapped.examples) == 5
+    assert env.unwrapped.spec_kwargs()["hop_types"] == ["1hop", "comparison"]
+    with pytest.raises(ValueError, match="unknown hop types"):
+        gym.make("agentgym/SearchQA-v0", dataset="tiny", hop_types=["2hop"])
