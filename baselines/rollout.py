@@ -5,8 +5,11 @@ One loop, read top to bottom:
 1. ``env.reset(seed=task_seed)``; the prompt is the chat template of the first observation plus the generation
    prompt, tokenised once. These are ``prompt_ids``.
 2. Each turn the policy samples from ``softmax(logits / temperature)`` with a KV cache (HF forward back-end, CPU or
-   GPU) and records the log-prob of every sampled token *under that temperature-scaled distribution*, so a trainer
-   that recomputes ``log_softmax(logits / temperature)`` over the final ids gets the same numbers.
+   GPU; ``agentgym.baselines.vllm_backend`` on GPU) and records the log-prob of every sampled token *under that
+   temperature-scaled distribution*, so a trainer that recomputes ``log_softmax(logits / temperature)`` over the
+   final ids gets the same numbers. All episodes of a batch advance in lockstep (:func:`run_episodes`): the turn's
+   contexts of every running episode are left-padded into one batch, and each row draws from its own generator
+   (inverse-CDF sampling), so a row's tokens do not depend on the rest of the batch.
 3. The sampled ids are appended as they are (never decoded and re-encoded). The decoded text is the env action.
 4. The env's new messages are tokenised with the *fixed-base trick*: render ``template(BASE + new_msgs)`` with the
    generation prompt, tokenise, and slice off the tokens of ``template(BASE)`` (``BASE`` = a fixed user/assistant
