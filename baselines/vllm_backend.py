@@ -69,10 +69,10 @@ class VLLMPolicy(HFPolicy):
         engine_kwargs: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(model, tokenizer)
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # before vllm reads its settings
         reason = vllm_unavailable_reason()
         if reason is not None:
             raise RuntimeError(reason)
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         from vllm import LLM
 
         self.llm = LLM(
