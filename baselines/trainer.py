@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from agentgym.baselines.rollout import (
     HFPolicy,
@@ -161,6 +162,7 @@ class TrainConfig:
     checkpoint_every: int = 1
     resume: bool = False
     plot: bool = True
+    progress: bool = True  # a progress bar over iterations (stderr) with the latest reward/success
 
     def __post_init__(self) -> None:
         self.stop = tuple(self.stop)
@@ -998,6 +1000,13 @@ def train(config: TrainConfig) -> dict[str, Any]:
         if config.sft_steps > 0 and config.checkpoint_every > 0:
             save_checkpoint(state, config, ckpt)
     start = state.iteration + 1
+    bar = tqdm(
+        total=config.iterations,
+        initial=state.iteration,
+        desc="train",
+        unit="it",
+        disable=not config.progress or start > config.iterations,
+    )
     for it in range(start, config.iterations + 1):
         metrics = train_iteration(state, config, it)
         if config.sft_steps_per_iteration > 0:
@@ -1011,6 +1020,12 @@ def train(config: TrainConfig) -> dict[str, Any]:
             fh.write(json.dumps(_jsonable(metrics)) + "\n")
         if config.checkpoint_every > 0 and (it % config.checkpoint_every == 0 or it == config.iterations):
             save_checkpoint(state, config, ckpt)
+        shown = {"reward": metrics["reward_mean"], "success": metrics["success_rate"]}
+        if "eval_success_rate" in metrics:
+            shown["eval"] = metrics["eval_success_rate"]
+        bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items()}, refresh=False)
+        bar.update(1)
+    bar.close()
     for env in state.envs + state.eval_envs:
         env.close()
     state.envs.clear()

@@ -60,6 +60,7 @@ def common(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         "lr": args.lr,
         "kl_coef": 0.0,
         "plot": False,
+        "progress": False,  # worker processes would interleave their bars
     }
 
 
