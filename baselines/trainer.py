@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import dataclasses
 import json
 import math
@@ -214,26 +215,6 @@ class TrainConfig:
         return cls(**data)
 
 
-#: Named starting points (``load_config(preset=...)``).
-PRESETS: dict[str, dict[str, Any]] = {
-    # CPU smoke run: the tiny random Qwen2 on SearchQA's tiny dataset.
-    "tiny": {
-        "model": "tiny",
-        "env_id": "agentgym/SearchQA-v0",
-        "env_kwargs": {"dataset": "tiny"},
-        "batch_tasks": 2,
-        "group_size": 2,
-        "max_turns": 2,
-        "max_new_tokens": 12,
-        "minibatch_size": 4,
-        "iterations": 2,
-        "lr": 1e-4,
-        "kl_coef": 0.01,
-        "out_dir": "runs/tiny",
-    },
-}
-
-
 def _gpu_preset(batch_tasks: int, minibatch_size: int, out_dir: str) -> dict[str, Any]:
     """Search-R1-style GRPO on SearchQA ``small`` for a local Qwen2.5 Instruct model (``--model PATH``)."""
     return {
@@ -264,8 +245,27 @@ def _gpu_preset(batch_tasks: int, minibatch_size: int, out_dir: str) -> dict[str
     }
 
 
-PRESETS["qwen2.5-0.5b"] = _gpu_preset(batch_tasks=32, minibatch_size=16, out_dir="runs/qwen2.5-0.5b")
-PRESETS["qwen2.5-1.5b"] = _gpu_preset(batch_tasks=16, minibatch_size=8, out_dir="runs/qwen2.5-1.5b")
+#: Named starting points (``load_config(preset=...)``).
+PRESETS: dict[str, dict[str, Any]] = {
+    # CPU smoke run: the tiny random Qwen2 on SearchQA's tiny dataset.
+    "tiny": {
+        "model": "tiny",
+        "env_id": "agentgym/SearchQA-v0",
+        "env_kwargs": {"dataset": "tiny"},
+        "batch_tasks": 2,
+        "group_size": 2,
+        "max_turns": 2,
+        "max_new_tokens": 12,
+        "minibatch_size": 4,
+        "iterations": 2,
+        "lr": 1e-4,
+        "kl_coef": 0.01,
+        "out_dir": "runs/tiny",
+    },
+    # GPU: a local Qwen2.5 Instruct checkpoint (--model PATH), Search-R1-style GRPO on SearchQA small.
+    "qwen2.5-0.5b": _gpu_preset(batch_tasks=32, minibatch_size=16, out_dir="runs/qwen2.5-0.5b"),
+    "qwen2.5-1.5b": _gpu_preset(batch_tasks=16, minibatch_size=8, out_dir="runs/qwen2.5-1.5b"),
+}
 
 
 def load_config(
@@ -278,7 +278,7 @@ def load_config(
     if preset is not None:
         if preset not in PRESETS:
             raise KeyError(f"unknown preset {preset!r}; known: {', '.join(sorted(PRESETS))}")
-        data.update(PRESETS[preset])
+        data.update(copy.deepcopy(PRESETS[preset]))  # a config never shares (or mutates) the preset's dicts
     if config_file is not None:
         path = Path(config_file)
         if path.suffix == ".toml":
