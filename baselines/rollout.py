@@ -150,6 +150,17 @@ class Rollout:
             self.success = bool(info.get("success", False))
         return obs, bool(terminated), bool(truncated)
 
+    @property
+    def final_progress(self) -> float:
+        """The env's ``info["progress"]`` after the last turn (0 when the env reports none)."""
+        return float(self.turn_metrics[-1].get("progress", 0.0)) if self.turn_metrics else 0.0
+
+    def append_observation(self, ids: list[int]) -> None:
+        """Append env/template tokens (mask 0, log-prob 0) after a turn."""
+        self.response_ids += ids
+        self.loss_mask += [0] * len(ids)
+        self.rollout_logprobs += [0.0] * len(ids)
+
     def to_trajectory(self, env_id: str = "", agent: str = "policy") -> Trajectory:
         """The episode as text (what the turn scorers of ``agentgym.rewards`` read)."""
         turns = [
@@ -443,10 +454,7 @@ def run_episodes(
                 if turn + 1 == config.max_turns:
                     r.truncated = True  # turn limit of the rollout
                     continue
-                new = policy.observation_ids(obs, last_token=tokens[-1] if finish == "eos" else None)
-                r.response_ids += new
-                r.loss_mask += [0] * len(new)
-                r.rollout_logprobs += [0.0] * len(new)
+                r.append_observation(policy.observation_ids(obs, last_token=tokens[-1] if finish == "eos" else None))
                 running.append(i)
         running.sort()
         if not running:
@@ -557,10 +565,7 @@ def demonstration_episode(
         if terminated or truncated:
             break
         if turn + 1 < limit:
-            new = policy.observation_ids(obs, last_token=policy.end_token_id)
-            r.response_ids += new
-            r.loss_mask += [0] * len(new)
-            r.rollout_logprobs += [0.0] * len(new)
+            r.append_observation(policy.observation_ids(obs, last_token=policy.end_token_id))
     if agent is not None:
         agent.close()
     return r

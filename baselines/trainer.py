@@ -725,9 +725,7 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int) -> dict[str
         success_rate=float(np.mean([r.success for r in rollouts])),
         turns_mean=float(np.mean([len(r.turn_spans) for r in rollouts])),
         truncated_frac=float(np.mean([r.truncated and not r.terminated for r in rollouts])),
-        progress_final=float(
-            np.mean([r.turn_metrics[-1].get("progress", 0.0) if r.turn_metrics else 0.0 for r in rollouts])
-        ),
+        progress_final=float(np.mean([r.final_progress for r in rollouts])),
         train_return_mean=float(np.mean([math.fsum(turn_rewards(r, config)) for r in rollouts])),
         sampled_tokens=sampled,
         zero_std_group_frac=float(np.mean([s == 0.0 for s in stds.values()])),
@@ -869,9 +867,7 @@ def evaluate(state: TrainState, config: TrainConfig) -> dict[str, float]:
     return {
         "eval_success_rate": float(np.mean([r.success for r in rollouts])),
         "eval_reward_mean": float(np.mean([r.outcome for r in rollouts])),
-        "eval_progress": float(
-            np.mean([r.turn_metrics[-1].get("progress", 0.0) if r.turn_metrics else 0.0 for r in rollouts])
-        ),
+        "eval_progress": float(np.mean([r.final_progress for r in rollouts])),
     }
 
 

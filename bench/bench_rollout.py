@@ -17,6 +17,7 @@ import time
 import torch
 
 from agentgym.baselines.rollout import HFPolicy, RolloutConfig, collect_rollouts
+from agentgym.baselines.trainer import TrainConfig, build_policy
 
 
 def main() -> None:
@@ -35,18 +36,9 @@ def main() -> None:
 
     import agentgym  # noqa: F401
 
-    if args.model == "tiny":
-        from agentgym.tools.tiny_model import build_tiny_model
-
-        model, tok = build_tiny_model(0)
-    else:
-        from transformers import AutoModelForCausalLM
-
-        from agentgym.tools.tiny_model import load_tokenizer
-
-        tok = load_tokenizer(args.model)
-        model = AutoModelForCausalLM.from_pretrained(args.model, local_files_only=True, dtype=torch.bfloat16)
-    policy = HFPolicy(model.to(args.device).eval(), tok)
+    dtype = "float32" if args.model == "tiny" else "bfloat16"
+    model, tok = build_policy(TrainConfig(model=args.model, device=args.device, dtype=dtype))
+    policy = HFPolicy(model.eval(), tok)
     envs: list = []
 
     def factory():
