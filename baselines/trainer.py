@@ -853,8 +853,9 @@ def evaluate(state: TrainState, config: TrainConfig) -> dict[str, float]:
     """Success and reward on the first ``eval_tasks`` tasks of the eval env (``task_index`` 0..n-1), sampled at
     ``eval_temperature`` with a fixed seed, so successive evaluations score the same tasks the same way."""
     n = config.eval_tasks
+    policy = sampling_policy(state, config)
     rollouts = collect_rollouts(
-        sampling_policy(state, config),
+        policy,
         _env_factory(config, config.eval_env_kwargs),
         list(range(n)),
         group_size=1,
@@ -864,6 +865,8 @@ def evaluate(state: TrainState, config: TrainConfig) -> dict[str, float]:
         generation_batch=config.generation_batch,
         options=[{"task_index": i} for i in range(n)],
     )
+    if hasattr(policy, "sleep"):  # a colocated engine gives its GPU memory back to training
+        policy.sleep()
     return {
         "eval_success_rate": float(np.mean([r.success for r in rollouts])),
         "eval_reward_mean": float(np.mean([r.outcome for r in rollouts])),
