@@ -28,6 +28,7 @@ True
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +43,7 @@ __all__ = [
     "HFPolicy",
     "Rollout",
     "RolloutConfig",
+    "autocast",
     "check_contexts",
     "collect_rollouts",
     "demonstration_actions",
@@ -57,6 +59,13 @@ BASE_MESSAGES: tuple[dict[str, str], ...] = (
     {"role": "user", "content": "base"},
     {"role": "assistant", "content": "base"},
 )
+
+
+def autocast(model: Any, dtype: torch.dtype | None) -> Any:
+    """``torch.autocast`` on the model's device type, or a no-op when ``dtype`` is None."""
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=next(model.parameters()).device.type, dtype=dtype)
 
 
 def derive_seed(*parts: int) -> int:
@@ -268,6 +277,10 @@ class HFPolicy:
             return self.closing_ids[0]
         return int(self.tokenizer.eos_token_id)
 
+    def sleep(self) -> None:
+        """Release generation memory between rollout phases: nothing to release for the HF loop (the vLLM back-end
+        overrides it)."""
+
     def _forward(
         self, ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor, cache: Any
     ) -> tuple[Any, torch.Tensor]:
@@ -276,11 +289,8 @@ class HFPolicy:
             kwargs[self._cache_kw] = cache
         if self._keep_kw is not None:
             kwargs[self._keep_kw] = 1  # only the last position's logits: the prefill never builds (B, L, vocab)
-        if self.amp_dtype is None:
+        with autocast(self.model, self.amp_dtype):
             out = self.model(ids, **kwargs)
-        else:
-            with torch.autocast(device_type=ids.device.type, dtype=self.amp_dtype):
-                out = self.model(ids, **kwargs)
         new_cache = out.get("cache")
         return (out.get("past_key_values") if new_cache is None else new_cache), out.logits[:, -1].float()
 

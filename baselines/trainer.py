@@ -38,7 +38,6 @@ run resumed from a checkpoint reproduces the uninterrupted run exactly (on CPU w
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import dataclasses
 import json
@@ -58,6 +57,7 @@ from agentgym.baselines.rollout import (
     HFPolicy,
     Rollout,
     RolloutConfig,
+    autocast,
     collect_rollouts,
     demonstration_episode,
     derive_seed,
@@ -321,13 +321,6 @@ def build_policy(config: TrainConfig) -> tuple[Any, Any]:
 
 def amp_dtype(config: TrainConfig) -> torch.dtype | None:
     return None if config.amp_dtype is None else getattr(torch, config.amp_dtype)
-
-
-def autocast(model: Any, dtype: torch.dtype | None) -> Any:
-    """``torch.autocast`` on the model's device type, or a no-op when ``dtype`` is None."""
-    if dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=next(model.parameters()).device.type, dtype=dtype)
 
 
 def build_value_head(model: Any) -> torch.nn.Linear:
@@ -711,8 +704,7 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int) -> dict[str
         envs=state.envs,
         generation_batch=config.generation_batch,
     )
-    if hasattr(policy, "sleep"):  # a colocated engine gives its GPU memory back to the update
-        policy.sleep()
+    policy.sleep()  # a colocated engine gives its GPU memory back to the update
     t_rollout = time.perf_counter() - t0
     if config.scorer is not None:  # dense turn rewards from a post-episode scorer over the current policy
         t_s = time.perf_counter()
@@ -865,8 +857,7 @@ def evaluate(state: TrainState, config: TrainConfig) -> dict[str, float]:
         generation_batch=config.generation_batch,
         options=[{"task_index": i} for i in range(n)],
     )
-    if hasattr(policy, "sleep"):  # a colocated engine gives its GPU memory back to training
-        policy.sleep()
+    policy.sleep()  # a colocated engine gives its GPU memory back to training
     return {
         "eval_success_rate": float(np.mean([r.success for r in rollouts])),
         "eval_reward_mean": float(np.mean([r.outcome for r in rollouts])),
