@@ -1,4 +1,7 @@
-"""The ``agentgym`` command line: list, run, bench, train, check, replay, serve-retriever.
+"""The ``agentgym`` command line: list, run, bench, check, replay, serve-retriever, and plugin commands (train).
+
+Plugin commands come from the ``agentgym.commands`` entry-point group: ``agentgym NAME ARGS...`` calls the entry
+point's ``main(ARGS)`` (``--help`` included). agentgym's own ``train`` is one (``agentgym.baselines.trainer:main``).
 
 agentgym list
 agentgym run agentgym/SearchQA-v0 --agent heuristic --episodes 100 --seed 0 --out runs/heuristic
@@ -6,6 +9,7 @@ agentgym bench --episodes 500
 agentgym check agentgym/SearchQA-v0
 agentgym replay runs/heuristic/trajectories.jsonl
 agentgym serve-retriever corpus.jsonl --port 8000
+agentgym train --preset tiny
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any
 
@@ -125,7 +130,7 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(plugins: Mapping[str, EntryPoint] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agentgym", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -161,13 +166,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(fn=cmd_bench)
 
-    p = sub.add_parser(
-        "train",
-        help="reference PPO/GRPO trainer (agentgym.baselines.trainer): --preset tiny | --config FILE [--set K=V ...]",
-        add_help=False,
-    )
-    p.add_argument("trainer_args", nargs=argparse.REMAINDER)  # handled in main() before parsing
-
     p = sub.add_parser("check", help="run the env checker (Gymnasium + text-env contract)")
     p.add_argument("env_id")
     p.add_argument("--seed", type=int, default=0)
@@ -185,16 +183,51 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--cache-dir", default=None, help="where indexes persist")
     p.set_defaults(fn=cmd_serve_retriever)
+
+    for name, ep in sorted((plugins or {}).items()):  # listed in --help; main() dispatches them before parsing
+        where = ep.value.replace("%", "%%")  # argparse %-formats help strings
+        p = sub.add_parser(name, help=f"plugin command from {where}: see agentgym {name} --help", add_help=False)
+        p.add_argument("plugin_args", nargs=argparse.REMAINDER)
     return parser
+
+
+#: Entry-point group of plugin commands: ``name = "module:main"``, where ``main(argv: list[str]) -> int | None``.
+COMMAND_GROUP = "agentgym.commands"
+
+
+def builtin_commands() -> frozenset[str]:
+    """The commands ``build_parser`` defines; a plugin with one of these names is ignored."""
+    subparsers = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return frozenset(subparsers.choices)
+
+
+def plugin_commands() -> dict[str, EntryPoint]:
+    """The ``agentgym.commands`` entry points by name, without the ones that would shadow a built-in command."""
+    builtin = builtin_commands()
+    found: dict[str, EntryPoint] = {}
+    for ep in entry_points(group=COMMAND_GROUP):
+        if ep.name not in builtin:
+            found.setdefault(ep.name, ep)
+    return found
+
+
+def run_plugin(ep: EntryPoint, argv: Sequence[str]) -> int:
+    """Load a plugin command and call it with ``argv``; a plugin that fails to load is a one-line error (exit 2)."""
+    try:
+        command = ep.load()
+    except Exception as exc:  # a broken third-party plugin: one line, not a traceback
+        why = " ".join(f"{type(exc).__name__}: {exc}".split())
+        print(f"agentgym: command {ep.name!r} ({ep.value}) failed to load: {why}", file=sys.stderr)
+        return 2
+    return int(command(list(argv)) or 0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["train"]:  # the trainer has its own parser: hand it every argument, --help included
-        from agentgym.baselines.trainer import main as train_main
-
-        return int(train_main(argv[1:]) or 0)
-    args = build_parser().parse_args(argv)
+    plugins = plugin_commands()
+    if argv[:1] and argv[0] in plugins:  # a plugin has its own parser: hand it every other argument, --help included
+        return run_plugin(plugins[argv[0]], argv[1:])
+    args = build_parser(plugins).parse_args(argv)
     import agentgym  # noqa: F401  (registers the envs)
 
     return int(args.fn(args) or 0)

@@ -1,4 +1,4 @@
-"""The reference token-in/token-out multi-turn rollout (DESIGN.md "Core contracts", ENVS.md token-in/token-out).
+"""The reference token-in/token-out multi-turn rollout (docs/architecture.md, 'The env contract' and 'Data flow').
 
 One loop, read top to bottom:
 
@@ -36,7 +36,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentgym.agents.hf_agent import model_input_names, normalize_messages
+from agentgym.agents.base import normalize_messages
+from agentgym.tools.local_lm import model_input_names
 from agentgym.trajectory import Trajectory, Turn
 
 __all__ = [

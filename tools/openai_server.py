@@ -1,7 +1,7 @@
 """An OpenAI-compatible HTTP server for a local transformers causal LM (FastAPI), plus a background-thread runner.
 
 Endpoints: ``GET /v1/models``, ``GET /health``, ``POST /v1/chat/completions`` and ``POST /v1/completions``.
-Sampling follows ``agentgym.agents.hf_agent.LocalLM``: greedy at ``temperature`` 0, else temperature + ``top_p``;
+Sampling follows ``agentgym.tools.local_lm.LocalLM``: greedy at ``temperature`` 0, else temperature + ``top_p``;
 ``seed`` makes sampling deterministic (one ``torch.Generator`` per request, shared by its ``n`` choices); ``stop``
 strings are cut from the text as in OpenAI, and vLLM's ``stop_reason`` says which one matched (None for eos).
 Completions take a prompt as text or token ids (or a list of either), support ``echo``, legacy ``logprobs=k``
@@ -32,7 +32,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from agentgym.agents.hf_agent import Generation, LocalLM, TokenLogprob
+from agentgym.tools.local_lm import Generation, LocalLM, TokenLogprob
 
 logger = logging.getLogger(__name__)
 

@@ -15,6 +15,7 @@ action the agent took, in order) and the latest ``info``. Agents that need privi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -46,3 +47,25 @@ class Agent:
 
     def close(self) -> None:
         """Release resources (HTTP clients, models)."""
+
+
+def normalize_messages(messages: Sequence[Message]) -> list[Message]:
+    """Copy chat messages for a chat template: list-of-parts content joined to text, None content -> ''."""
+    out: list[Message] = []
+    for msg in messages:
+        if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
+            raise ValueError(f"each message must be a dict with a string 'role', got {msg!r:.200}")
+        content = msg.get("content")
+        if content is None:
+            content = ""
+        elif isinstance(content, list):
+            texts = []
+            for part in content:
+                if not isinstance(part, dict) or part.get("type", "text") != "text":
+                    raise ValueError(f"only text content parts are supported, got {part!r:.200}")
+                texts.append(str(part.get("text", "")))
+            content = "".join(texts)
+        elif not isinstance(content, str):
+            raise ValueError(f"message content must be a string, a list of text parts or null, got {content!r:.200}")
+        out.append({**msg, "content": content})
+    return out

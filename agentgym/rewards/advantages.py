@@ -1,7 +1,8 @@
 """Advantage estimators: groups of scored rollouts -> per-turn advantages -> per-token advantages.
 
 Framework-free (numpy in, numpy out, float64 inside; torch tensors are accepted and converted) so any RL
-trainer can import it. Notation and formulas follow REWARDS.md.
+trainer can import it. Notation and formulas follow docs/rewards.md, 'Advantage estimators' (the notation is
+defined at the top of that guide).
 
 Conventions
 - A *group* is the G rollouts of one task (same prompt and seed), named by ``group_ids`` (any hashables).
@@ -193,7 +194,7 @@ def _per_turn(values: np.ndarray, rows: list[np.ndarray]) -> list[np.ndarray]:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# trajectory-level estimators (REWARDS.md 14)
+# trajectory-level estimators (docs/rewards.md, 'GRPO, Dr. GRPO, RLOO')
 
 
 def grpo(outcomes: ArrayLike, group_ids: ArrayLike, eps: float = DEFAULT_EPS, scale: bool = True) -> np.ndarray:
@@ -412,8 +413,9 @@ def broadcast_to_tokens_batch(
 
 
 def place_turn_rewards(turn_rewards: ArrayLike, turn_spans: Sequence[Any], length: int) -> np.ndarray:
-    """Token rewards ``(length,)`` with each turn's reward on the last token of its span (REWARDS.md: every
-    per-turn reward lands on the last policy token of its turn), 0 elsewhere: the input of :func:`token_gae`.
+    """Token rewards ``(length,)`` with each turn's reward on the last token of its span, 0 elsewhere: the input of
+    :func:`token_gae` (docs/rewards.md, 'Token-level PPO GAE and broadcasting': every per-turn reward lands on the last
+    policy token of its turn).
 
     >>> place_turn_rewards([0.5, 1.0], [(0, 3), (5, 7)], 8).tolist()
     [0.0, 0.0, 0.5, 0.0, 0.0, 0.0, 1.0, 0.0]
@@ -566,10 +568,11 @@ def a2tgpo_advantages(
     sqrt_scale: bool = True,
     eps: float = DEFAULT_EPS,
 ) -> list[np.ndarray]:
-    """A^2TGPO advantage (unverified exact form, REWARDS.md 5): ``r~ =`` :func:`turn_group_normalize` ``(r)``, then
-    ``A_{i,t} = (sum_{k>=t} gamma^(k-t) r~_{i,k}) / sqrt(T_i - t + 1)`` (1-based ``t``; the divisor is the number
-    of summed terms, which keeps a sum of unit-variance terms at unit variance). ``sqrt_scale=False`` drops the
-    divisor. Pair with :func:`adaptive_clip_scale` for the per-turn clip range.
+    """A^2TGPO advantage (unverified exact form; docs/rewards.md, 'A^2TGPO'): ``r~ =``
+    :func:`turn_group_normalize` ``(r)``, then ``A_{i,t} = (sum_{k>=t} gamma^(k-t) r~_{i,k}) / sqrt(T_i - t + 1)``
+    (1-based ``t``; the divisor is the number of summed terms, which keeps a sum of unit-variance terms at unit
+    variance). ``sqrt_scale=False`` drops the divisor. Pair with :func:`adaptive_clip_scale` for the per-turn clip
+    range.
 
     >>> [a.round(4).tolist() for a in a2tgpo_advantages([[1.0, 1.0], [0.0, 0.0]], [0, 0], eps=0.0)]
     [[1.4142, 1.0], [-1.4142, -1.0]]
@@ -676,7 +679,7 @@ def mapo_mixed(
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# UserRL credit variants (REWARDS.md 16)
+# UserRL credit variants (docs/rewards.md, 'MatchTIR dual-level, MAPO, UserRL')
 
 UserRLTurnMethod = Literal["equalized", "r2g", "em"]
 UserRLTrajectoryMethod = Literal["sum", "r2g"]

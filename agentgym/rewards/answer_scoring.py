@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from agentgym.agents.hf_agent import normalize_messages
+from agentgym.agents.base import normalize_messages
 from agentgym.rewards.base import ScorerError
 from agentgym.trajectory import Trajectory
 

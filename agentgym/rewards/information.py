@@ -1,4 +1,6 @@
-"""Information-based turn rewards from answer likelihoods: IGPO, TIPS, SIOP and InfoPO (REWARDS.md methods 2, 3, 4, 13).
+"""Information-based turn rewards from answer likelihoods: IGPO, TIPS, SIOP and InfoPO.
+
+The methods, their formulas and properties: docs/rewards.md, 'Post-episode turn scorers'.
 
 Each scorer is a ``TurnScorer``: ``scorer(group)`` -> one ``TurnScores`` per trajectory (reward per agent turn,
 validity, and the per-turn probability/potential series in ``extras``). They all ask an ``AnswerScorer``
@@ -32,7 +34,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from agentgym.envs.search_qa.scoring import f1_score, normalize_answer
+from agentgym.answers import f1_score, normalize_answer
 from agentgym.parsing import ParseError, parse_tag_action
 from agentgym.rewards.answer_scoring import (
     AnswerScorer,
@@ -170,8 +172,9 @@ class InformationPotential(TurnScorer):
     Emitted per turn: ``c*w*(Phi_t - Phi_{t-1})`` for t = 1..T, and on the last turn also ``-c*w*Phi_T`` (the
     terminal convention ``Phi(terminal) = 0``; a truncated episode's end counts as terminal too), so the last turn
     gets ``-c*w*Phi_{T-1}`` and the emitted rewards sum to ``-c*w*Phi_0``. The outcome ``R`` is *not* emitted: it
-    stays in the env's ``outcome`` reward component, so after ``annotate`` the turn rewards sum to REWARDS.md's
-    ``R - c*w*Phi_0`` for any ``c``. ``terminal_zero=False`` skips the terminal term (sum ``c*w*(Phi_T - Phi_0)``).
+    stays in the env's ``outcome`` reward component, so after ``annotate`` the turn rewards sum to ``R - c*w*Phi_0``
+    for any ``c`` (docs/rewards.md, 'TIPS: information potential'). ``terminal_zero=False`` skips the terminal term
+    (sum ``c*w*(Phi_T - Phi_0)``).
 
     ``scale``: a fixed ``c`` (0.02) or ``"adaptive"``: ``c = scale_target / mean|dPhi|`` over the non-terminal
     differences of the batch, clipped to ``scale_bounds`` (``fit_scale``; ``score_groups`` fits one ``c`` for several

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 from agentgym.core import AgentEnv, StepResult
 from agentgym.envs.search_qa.agents import HeuristicAgent, OracleAgent, RandomAgent
 from agentgym.envs.search_qa.data import HOP_TYPES, QADataset, QAExample, build_dataset
-from agentgym.envs.search_qa.scoring import exact_match, f1_score, sub_exact_match
+from agentgym.answers import exact_match, f1_score, sub_exact_match
 from agentgym.parsing import ParseError, parse_tag_action
 from agentgym.tools.retrieval import Retriever, make_retriever
 from agentgym.tools.retrieval.base import Hit

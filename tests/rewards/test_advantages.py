@@ -1,5 +1,7 @@
-"""Advantage estimators: REWARDS.md properties 2, 3, 4, 5, 7, 8 and 11 as hypothesis tests, plus a worked example
-per estimator (numbers computed by hand or by an independent numpy formula)."""
+"""Advantage estimators: the properties stated in docs/rewards.md, 'Advantage estimators' as hypothesis tests (GRPO's
+invariances, env tokens that are not GAE steps, explicit turn spans, A^2TGPO's cells and clip bounds, GiGPO's anchor
+groups, and determinism and permutation equivariance on any batch), plus a worked example per estimator (numbers
+computed by hand or by an independent numpy formula)."""
 
 import doctest
 import math
@@ -101,7 +103,7 @@ def test_module_docstring_examples_run():
     assert tried > 20 and failures == 0
 
 
-# --- GRPO, Dr. GRPO, RLOO (REWARDS.md 14; properties 2, 3) ----------------------------------------------------
+# --- GRPO, Dr. GRPO, RLOO (docs/rewards.md, 'GRPO, Dr. GRPO, RLOO') --------------------------------------------
 
 
 def test_grpo_worked_example():
@@ -196,7 +198,7 @@ def test_group_zscore_with_tuple_keys():
         group_zscore([1.0], [0], eps=-1.0)
 
 
-# --- token GAE (REWARDS.md 14; property 4) --------------------------------------------------------------------
+# --- token GAE: env tokens are not steps (docs/rewards.md, 'Token-level PPO GAE') ------------------------------
 
 
 def test_token_gae_worked_example_with_interleaved_env_tokens():
@@ -329,7 +331,7 @@ def test_masked_whiten():
     assert masked_whiten([1.0, 2.0], [0, 0]).tolist() == [0.0, 0.0]
 
 
-# --- broadcast to tokens (property 5) -------------------------------------------------------------------------
+# --- broadcast to tokens (explicit turn spans, 0 elsewhere) ----------------------------------------------------
 
 
 def test_broadcast_worked_example():
@@ -503,7 +505,7 @@ def test_siop_worked_example():
     assert siop_advantages([[1.0, 0.0], [0.0, 1.0]], [0, 0], gamma=0.5, eps=0.0)[0].tolist() == [0.5, -1.0]
 
 
-# --- A^2TGPO (property 7) ---------------------------------------------------------------------------------------
+# --- A^2TGPO (docs/rewards.md, 'A^2TGPO') ----------------------------------------------------------------------
 
 
 def test_a2tgpo_worked_example():
@@ -560,7 +562,7 @@ def test_adaptive_clip_scale_closed_bounds_and_monotone(r, beta):
         adaptive_clip_scale([0.0], 1.0)
 
 
-# --- GiGPO (property 8) -----------------------------------------------------------------------------------------
+# --- GiGPO (docs/rewards.md, 'GiGPO') --------------------------------------------------------------------------
 
 
 def test_gigpo_worked_example():
@@ -607,7 +609,7 @@ def test_gigpo_permutation_invariant(batch, perm):
     assert all(np.array_equal(x, y) for x, y in zip(a, c, strict=True))
 
 
-# --- MatchTIR, MAPO, UserRL -------------------------------------------------------------------------------------
+# --- MatchTIR, MAPO, UserRL ------------------------------------------------------------------------------------
 
 
 def test_matchtir_dual_worked_example():
@@ -678,7 +680,7 @@ def test_userrl_token_weighted_mean_is_the_trajectory_advantage(batch, turn_meth
             assert np.all(x == 0)
 
 
-# --- registry and the batch-level properties (property 11) -----------------------------------------------------
+# --- registry and the batch-level properties (determinism, equivariance) ---------------------------------------
 
 NAMES = ["grpo", "dr_grpo", "rloo", "gtpo", "turn_ppo", "igpo", "siop", "a2tgpo", "gigpo", "matchtir", "mapo", "userrl"]
 

@@ -1,6 +1,7 @@
-"""IGPO, TIPS, SIOP and InfoPO turn scorers on real SearchQA trajectories and the real tiny model (REWARDS.md
-properties 1, 6 and 11), plus the remote scorer's failure marking through a real loopback server. No mocks: the
-constant-log-prob scorer below is a complete (if uninformative) ``AnswerScorer``.
+"""IGPO, TIPS, SIOP and InfoPO turn scorers on real SearchQA trajectories and the real tiny model (docs/rewards.md,
+'Post-episode turn scorers': TIPS and IGPO telescope; determinism, permutation equivariance, empty inputs), plus the
+remote scorer's failure marking through a real loopback server. No mocks: the constant-log-prob scorer below is a
+complete (if uninformative) ``AnswerScorer``.
 """
 
 import copy
@@ -155,7 +156,7 @@ def test_igpo_matches_per_turn_reference_and_telescopes(tiny, local, trajectorie
         p = np.array(s.extras["p"])
         assert len(p) == T and np.allclose(p, p_ref, atol=1e-4)
         assert s.rewards[-1] == 0.0
-        if mode == "prob_diff":  # property 6: sum of IG = p_{T-1} - p_0
+        if mode == "prob_diff":  # telescoping: sum of IG = p_{T-1} - p_0
             assert math.isclose(sum(s.rewards), p[T - 1] - p[0], abs_tol=1e-12)
 
 

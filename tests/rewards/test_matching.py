@@ -1,5 +1,5 @@
-"""MatchTIR matching: similarity bounds (property 9), optimal >= greedy, Sinkhorn, and the turn scorer
-(properties 11: empty inputs, determinism, permutation equivariance)."""
+"""MatchTIR matching (docs/rewards.md, 'MatchTIR: tool-call matching'): similarity bounds, optimal >= greedy,
+Sinkhorn, and the turn scorer (empty inputs, determinism, permutation equivariance)."""
 
 import json
 import math

@@ -1,5 +1,5 @@
-"""G-RA, PRM Clip and PRM Delta (property 10), their scorer adapters on real SearchQA trajectories, and
-property 11 (empty and T=1 inputs, determinism, permutation equivariance)."""
+"""G-RA, PRM Clip and PRM Delta (docs/rewards.md, 'G-RA, PRM Clip and PRM Delta'), their scorer adapters on real
+SearchQA trajectories, and the batch properties (empty and T=1 inputs, determinism, permutation equivariance)."""
 
 import math
 

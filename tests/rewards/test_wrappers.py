@@ -1,5 +1,6 @@
-"""Reward wrappers: telescoping of potential shaping (property 1), component bookkeeping, stacking in any order,
-check_env on the wrapped env, and order-independent novelty bonuses, on scripted and real SearchQA episodes."""
+"""Reward wrappers: telescoping of potential shaping (docs/rewards.md, 'Potential-based shaping'), component
+bookkeeping, stacking in any order, check_env on the wrapped env, and order-independent novelty bonuses, on scripted
+and real SearchQA episodes."""
 
 import itertools
 import math
@@ -82,7 +83,7 @@ def discounted(xs, gamma):
     return sum(gamma**t * x for t, x in enumerate(xs))
 
 
-# ---------------------------------------------------------------- property 1 on random sequences
+# ---------------------------------------------------------------- telescoping on random sequences
 
 
 @SETTINGS

@@ -1,4 +1,4 @@
-"""SearchQA answer scoring: SQuAD normalisation, EM, substring EM, token F1."""
+"""agentgym.answers: SQuAD normalisation, EM, substring EM, token F1."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentgym.envs.search_qa.scoring import exact_match, f1_score, normalize_answer, score_answer, sub_exact_match
+from agentgym.answers import exact_match, f1_score, normalize_answer, score_answer, sub_exact_match
 
 texts = st.text(max_size=40) | st.sampled_from(["the", "a", "An", "The Hemlo City", "hemlo", "1,234", "", " . "])
 gold_lists = st.lists(texts, min_size=1, max_size=4)

@@ -1,6 +1,8 @@
-"""Answer scoring for search-augmented QA: SQuAD normalisation, exact match, substring EM and token F1.
+"""Answer normalisation and scoring: SQuAD normalisation, exact match, substring EM and token F1.
 
-Conventions of Search-R1 / FlashRAG: a prediction is compared with every golden answer and the best score counts.
+Shared by every layer that compares a predicted answer with golden ones: the search-QA env's metrics and the reward
+methods (``agentgym.rewards``). Conventions of Search-R1 / FlashRAG: a prediction is compared with every golden
+answer and the best score counts.
 
 >>> normalize_answer("The  Hemlo-City!")
 'hemlocity'
@@ -8,6 +10,8 @@ Conventions of Search-R1 / FlashRAG: a prediction is compared with every golden 
 (1.0, 1.0)
 >>> round(f1_score("Hemlo", ["Hemlo City"]), 3)
 0.667
+>>> score_answer("Hemlo City", "Hemlo")
+{'em': 0.0, 'subem': 1.0, 'f1': 0.6666666666666666}
 """
 
 from __future__ import annotations
