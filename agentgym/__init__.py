@@ -7,7 +7,8 @@
 """
 
 from agentgym.agents.base import Agent
-from agentgym.core import MAX_ACTION_CHARS, AgentEnv, StepResult
+from agentgym.branching import branch, restore, snapshot
+from agentgym.core import MAX_ACTION_CHARS, AgentEnv, EnvUnavailableError, Snapshot, SnapshotError, StepResult
 from agentgym.registry import list_envs, load_plugins, make, register_builtin_envs
 from agentgym.spaces import Chat, UnicodeText
 from agentgym.trajectory import Trajectory, TrajectoryWriter, Turn, read_trajectories
@@ -18,15 +19,21 @@ __all__ = [
     "Agent",
     "AgentEnv",
     "Chat",
+    "EnvUnavailableError",
+    "Snapshot",
+    "SnapshotError",
     "StepResult",
     "Trajectory",
     "TrajectoryWriter",
     "Turn",
     "UnicodeText",
+    "branch",
     "list_envs",
     "load_plugins",
     "make",
     "read_trajectories",
+    "restore",
+    "snapshot",
 ]
 
 register_builtin_envs()

@@ -5,7 +5,9 @@ identical episode (observations, rewards, flags and info, compared as JSON); ``i
 rewards finite and equal to the sum of ``reward_components``; a battery of malformed actions (empty,
 whitespace, 1 MB, invalid Unicode, unbalanced and nested tags, thousands of tags, broken JSON, binary
 junk, non-strings) raises nothing, yields a valid observation and, where invalid, ``action_valid=False``
-with a ``parse_error`` message.
+with a ``parse_error`` message; branching: a snapshot taken mid-episode, restored into the same env and into
+a fresh one, and the env pickled and unpickled, all continue the episode identically (envs without snapshot
+support pass with a note; they must still pickle between episodes).
 
 >>> import agentgym
 >>> report = check("agentgym/SearchQA-v0", env_kwargs={"dataset": "tiny"})
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -61,6 +64,8 @@ class CheckReport:
     env_id: str
     passed: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    #: What passed with a caveat (e.g. an env that does not support snapshots).
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -70,6 +75,7 @@ class CheckReport:
         lines = [f"check {self.env_id}: {'OK' if self.ok else 'FAILED'}"]
         lines += [f"  pass  {p}" for p in self.passed]
         lines += [f"  FAIL  {f}" for f in self.failed]
+        lines += [f"  note  {n}" for n in self.notes]
         return "\n".join(lines)
 
 
@@ -157,8 +163,68 @@ def check(
                 assert obs, f"action {label!r}: invalid but no explanatory observation"
         env.close()
 
+    def branching() -> None:
+        from agentgym.branching import restore, snapshot
+        from agentgym.core import SnapshotError
+
+        env = factory()
+        actions = _actions(env, seed)
+        env.reset(seed=seed)
+        head = env.step(actions[0])
+        if head[2] or head[3]:
+            env.reset(seed=seed)
+        try:
+            snap = snapshot(env)
+        except SnapshotError as e:
+            pickle.loads(pickle.dumps(factory()))
+            report.notes.append(f"branching: {e}")
+            return
+        pickle.loads(pickle.dumps(snap))
+
+        def rest(e: gym.Env) -> list[str]:
+            out = []
+            for a in actions[1:]:
+                step = e.step(a)
+                out.append(_canonical(list(step)))
+                if step[2] or step[3]:
+                    break
+            return out
+
+        pickled = pickle.dumps(env)
+        reference = rest(env)
+        restore(env, snap)
+        assert rest(env) == reference, "restore into the same env: the continuation differs"
+        fresh = factory()
+        restore(fresh, snap)
+        assert rest(fresh) == reference, "restore into a fresh env: the continuation differs"
+        assert rest(pickle.loads(pickled)) == reference, "pickled mid-episode and unpickled: the continuation differs"
+        env.close()
+        fresh.close()
+
     run_check("gymnasium check_env", gymnasium_checker)
     run_check("info keys, reward = sum of reward_components, info JSON-serialisable", info_contract)
     run_check("same seed -> identical episode", determinism)
     run_check(f"{len(MALFORMED_ACTIONS)} malformed actions raise nothing", malformed_actions)
+    run_check("snapshot/restore and pickle continue an episode identically", branching)
     return report
+
+
+def _actions(env: gym.Env, seed: int, n: int = 8) -> list[Any]:
+    """Actions for the branching check: a built-in agent's (``random`` if the env has one), else sampled text."""
+    from agentgym.runner import builtin_agents, make_agent
+
+    names = builtin_agents(env)
+    if not names:
+        env.action_space.seed(seed)
+        return [env.action_space.sample() for _ in range(n)]
+    agent = make_agent("random" if "random" in names else names[0], env)
+    agent.reset(seed=seed)
+    obs, info = env.reset(seed=seed)
+    messages, actions = list(obs), []
+    for _ in range(n):
+        actions.append(agent.act(messages, info))
+        obs, _, terminated, truncated, info = env.step(actions[-1])
+        messages += [{"role": "assistant", "content": actions[-1]}, *obs]
+        if terminated or truncated:
+            break
+    return actions

@@ -60,7 +60,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise SystemExit(f"{path} exists; pass --append to add to it or choose another --out")
     trajs = run(
         args.env_id, args.agent, args.episodes, seed=args.seed, env_kwargs=_kv(args.env_arg),
-        agent_kwargs=_kv(args.agent_arg), tasks=args.tasks, workers=args.workers, out=path, progress=not args.quiet,
+        agent_kwargs=_kv(args.agent_arg), tasks=args.tasks, group_size=args.group_size, workers=args.workers, out=path,
+        progress=not args.quiet,
     )  # fmt: skip
     rows = summarize(trajs)
     (out / "summary.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
@@ -150,6 +151,10 @@ def build_parser(plugins: Mapping[str, EntryPoint] | None = None) -> argparse.Ar
     p.add_argument("--append", action="store_true", help="append to an existing trajectories.jsonl")
     p.add_argument("--workers", type=int, default=1, help="parallel episodes (threads); output is identical")
     p.add_argument("--tasks", choices=["sequential", "random"], default="sequential")
+    p.add_argument(
+        "--group-size", type=int, default=1, metavar="K",
+        help="play each task K times in a row with one seed (GRPO-style groups; --episodes must be a multiple of K)",
+    )  # fmt: skip
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env constructor argument")
     p.add_argument("--agent-arg", action="append", default=[], metavar="KEY=VALUE", help="agent constructor argument")
     p.add_argument("--quiet", action="store_true")

@@ -38,7 +38,7 @@ BUILTIN_ENVS: tuple[BuiltinEnv, ...] = (
     BuiltinEnv("agentgym/SearchQA-v0", "agentgym.envs.search_qa.env:SearchQAEnv"),
     BuiltinEnv("agentgym/Household-v0", "agentgym.envs.household.env:HouseholdEnv"),
     # Adapters to the real benchmarks. Without their package or data they still construct (no built-in agents,
-    # `unavailable_reason` says what to install or download) and reset() raises AdapterUnavailableError.
+    # `unavailable_reason` says what to install or download) and reset() raises EnvUnavailableError.
     BuiltinEnv("agentgym/TextWorld-v0", "agentgym.envs.household.textworld_adapter:TextWorldEnv"),
     BuiltinEnv("agentgym/ALFWorld-v0", "agentgym.envs.household.alfworld_adapter:ALFWorldEnv"),
 )
@@ -69,12 +69,18 @@ def list_envs() -> list[str]:
 
 
 def _is_agent_env(spec: gym.envs.registration.EnvSpec) -> bool:
-    entry = spec.entry_point
-    if not isinstance(entry, type):
-        return False
+    """Whether the spec makes an ``AgentEnv`` (a string entry point is imported, except Gymnasium's own)."""
     from agentgym.core import AgentEnv
 
-    return issubclass(entry, AgentEnv)
+    entry = spec.entry_point
+    if isinstance(entry, str):
+        if entry.startswith("gymnasium."):
+            return False
+        try:
+            entry = gym.envs.registration.load_env_creator(entry)
+        except Exception:  # a registration whose module does not import is not ours to list
+            return False
+    return isinstance(entry, type) and issubclass(entry, AgentEnv)
 
 
 def unavailable_reason(env: gym.Env) -> str | None:

@@ -180,8 +180,8 @@ def play(
         trajs: list[Trajectory] = []
         for i in range(episodes):
             group = [
-                run_episode(env, agent, seed=seed + i, options={"task_index": i}, env_id=env_id, env_kwargs=kwargs,
-                            group_id=f"{env_id}:{i}")
+                run_episode(env, agent, seed=seed + i, options={"task_index": i % base.unwrapped.num_tasks},
+                            env_id=env_id, env_kwargs=kwargs, group_id=f"{env_id}:{i}")
                 for agent in players
             ]  # fmt: skip
             table.update(str(t.info["anchor"]) for traj in group for t in traj.turns if "anchor" in t.info)

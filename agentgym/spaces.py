@@ -1,5 +1,10 @@
 """Spaces for text agents: a ``Chat`` observation space and a full-Unicode ``Text`` action space.
 
+``Chat`` works with Gymnasium's vector envs, ``AsyncVectorEnv``'s shared memory included (its default): each
+sub-env gets a ``Chat.shared_memory_bytes`` slot (1 MiB by default) that holds one observation as UTF-8 JSON.
+A larger observation stops the vector env with a message that says to pass
+``vector_kwargs={"shared_memory": False}`` (observations then travel through the worker pipes).
+
 >>> import numpy as np
 >>> space = Chat()
 >>> space.contains([{"role": "user", "content": "Hello"}])
@@ -10,11 +15,15 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import multiprocessing
+from collections.abc import Iterator, Sequence
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector.utils import create_shared_memory, read_from_shared_memory, write_to_shared_memory
 
 #: Roles a chat message may carry (OpenAI chat format).
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
@@ -71,7 +80,8 @@ class Chat(spaces.Space[list]):
     """A list of chat messages: ``[{"role": "user", "content": "..."}, ...]``.
 
     Observations of every agentgym env are the new messages the env produced this turn.
-    ``max_messages`` bounds the list length; ``max_chars`` bounds each message's content.
+    ``max_messages`` bounds the list length; ``max_chars`` bounds each message's content;
+    ``shared_memory_bytes`` is the size of a sub-env's observation slot in ``AsyncVectorEnv``'s shared memory.
     """
 
     def __init__(
@@ -80,10 +90,12 @@ class Chat(spaces.Space[list]):
         max_chars: int = 1 << 20,
         roles: Sequence[str] = ROLES,
         seed: int | np.random.Generator | None = None,
+        shared_memory_bytes: int = 1 << 20,
     ):
         self.max_messages = max_messages
         self.max_chars = max_chars
         self.roles = tuple(roles)
+        self.shared_memory_bytes = shared_memory_bytes
         super().__init__(shape=None, dtype=None, seed=seed)
 
     @property
@@ -117,3 +129,75 @@ class Chat(spaces.Space[list]):
             other.max_chars,
             other.roles,
         )
+
+
+# -- AsyncVectorEnv shared memory -------------------------------------------------------------------------------
+_LENGTH_BYTES = 8
+
+
+class ChatSharedMemory:
+    """``n`` slots of ``8 + slot_bytes`` bytes in shared memory: a little-endian length, then UTF-8 JSON."""
+
+    def __init__(self, n: int, slot_bytes: int, ctx: ModuleType):
+        self.n, self.slot_bytes = n, slot_bytes
+        self.buffer = ctx.RawArray("B", n * (_LENGTH_BYTES + slot_bytes))
+
+    def _slot(self, index: int) -> memoryview:
+        size = _LENGTH_BYTES + self.slot_bytes
+        return memoryview(self.buffer).cast("B")[index * size : (index + 1) * size]
+
+    def write(self, index: int, messages: list) -> None:
+        data = json.dumps(messages, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        if len(data) > self.slot_bytes:
+            raise ValueError(
+                f"an observation of {len(data):,} bytes does not fit the {self.slot_bytes:,}-byte shared-memory "
+                "slot of Chat; make the vector env with vector_kwargs={'shared_memory': False}"
+            )
+        slot = self._slot(index)
+        slot[_LENGTH_BYTES : _LENGTH_BYTES + len(data)] = data
+        slot[:_LENGTH_BYTES] = len(data).to_bytes(_LENGTH_BYTES, "little")
+
+    def read(self, index: int) -> list:
+        slot = self._slot(index)
+        length = int.from_bytes(slot[:_LENGTH_BYTES], "little")
+        return json.loads(bytes(slot[_LENGTH_BYTES : _LENGTH_BYTES + length]).decode("utf-8")) if length else []
+
+
+class ChatBatch(Sequence):
+    """The live observations of an ``AsyncVectorEnv`` over ``Chat`` (what ``copy=False`` returns); a deep copy, as
+    the vector env makes by default, is a plain tuple of message lists."""
+
+    def __init__(self, memory: ChatSharedMemory):
+        self.memory = memory
+
+    def __len__(self) -> int:
+        return self.memory.n
+
+    def __getitem__(self, index: int) -> list:  # type: ignore[override]
+        if not -self.memory.n <= index < self.memory.n:
+            raise IndexError(index)
+        return self.memory.read(index % self.memory.n)
+
+    def __iter__(self) -> Iterator[list]:
+        return (self.memory.read(i) for i in range(self.memory.n))
+
+    def __deepcopy__(self, memo: dict) -> tuple[list, ...]:
+        return tuple(self)
+
+    def __repr__(self) -> str:
+        return f"ChatBatch({list(self)!r})"
+
+
+@create_shared_memory.register(Chat)
+def _create_chat_shared_memory(space: Chat, n: int = 1, ctx: ModuleType = multiprocessing) -> ChatSharedMemory:
+    return ChatSharedMemory(n, space.shared_memory_bytes, ctx)
+
+
+@read_from_shared_memory.register(Chat)
+def _read_chat_shared_memory(space: Chat, shared_memory: ChatSharedMemory, n: int = 1) -> ChatBatch:
+    return ChatBatch(shared_memory)
+
+
+@write_to_shared_memory.register(Chat)
+def _write_chat_shared_memory(space: Chat, index: int, value: list, shared_memory: ChatSharedMemory) -> None:
+    shared_memory.write(index, value)

@@ -842,20 +842,24 @@ def sft_step(state: TrainState, config: TrainConfig, *key: int) -> float:
 
 @torch.no_grad()
 def evaluate(state: TrainState, config: TrainConfig) -> dict[str, float]:
-    """Success and reward on the first ``eval_tasks`` tasks of the eval env (``task_index`` 0..n-1), sampled at
+    """Success and reward on ``eval_tasks`` episodes of the eval env (``task_index`` ``i % num_tasks``), sampled at
     ``eval_temperature`` with a fixed seed, so successive evaluations score the same tasks the same way."""
     n = config.eval_tasks
     policy = sampling_policy(state, config)
+    make_eval_env = _env_factory(config, config.eval_env_kwargs)
+    if not state.eval_envs:
+        state.eval_envs.append(make_eval_env())
+    num_tasks = state.eval_envs[0].unwrapped.num_tasks  # more episodes than tasks play each task again, in order
     rollouts = collect_rollouts(
         policy,
-        _env_factory(config, config.eval_env_kwargs),
+        make_eval_env,
         list(range(n)),
         group_size=1,
         config=dataclasses.replace(config.rollout_config, temperature=config.eval_temperature),
         sample_seed=derive_seed(config.seed, 5),
         envs=state.eval_envs,
         generation_batch=config.generation_batch,
-        options=[{"task_index": i} for i in range(n)],
+        options=[{"task_index": i % num_tasks} for i in range(n)],
     )
     policy.sleep()  # a colocated engine gives its GPU memory back to training
     return {

@@ -5,7 +5,8 @@ and records the same term under its ``name`` in ``info["reward_components"]``. T
 ``info``) are copied, never mutated, so the inner env's record is untouched and the components of every
 step always sum to the reward, whatever the stacking order. A term is recorded on every step (0.0 when it
 does not apply), so each component is present on every turn. If the name is already there (e.g. the env's
-own ``format`` penalty), the term is added to it, which keeps the sum exact.
+own ``format`` penalty), the term is added to it, which keeps the sum exact. Each wrapper names its episode
+state in ``snapshot_attrs``, so ``agentgym.branching`` can snapshot and branch an env through it.
 
 * ``PotentialShaping``: F = gamma*Phi(s') - Phi(s) with Phi(terminal) = 0 (Ng et al. 1999): policy-invariant.
 * ``ProgressReward``: the increase of the env's verified progress (``info["progress"]``): a verifiable
@@ -28,7 +29,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal, SupportsFloat
+from typing import Any, ClassVar, Literal, SupportsFloat
 
 import gymnasium as gym
 
@@ -76,6 +77,9 @@ class PotentialShaping(gym.Wrapper, gym.utils.RecordConstructorArgs):
     >>> info["reward_components"]["shaping"] == r
     True
     """
+
+    #: Episode state, for ``agentgym.branching`` (snapshots and branches copy these attributes).
+    snapshot_attrs: ClassVar[tuple[str, ...]] = ("_phi",)
 
     def __init__(
         self,
@@ -130,6 +134,9 @@ class ProgressReward(gym.Wrapper, gym.utils.RecordConstructorArgs):
     True
     """
 
+    #: Episode state, for ``agentgym.branching`` (snapshots and branches copy these attributes).
+    snapshot_attrs: ClassVar[tuple[str, ...]] = ("_progress",)
+
     def __init__(self, env: gym.Env, key: str = "progress", scale: float = 1.0, name: str = "progress"):
         gym.utils.RecordConstructorArgs.__init__(self, key=key, scale=scale, name=name)
         gym.Wrapper.__init__(self, env)
@@ -163,6 +170,9 @@ class FormatPenalty(gym.Wrapper, gym.utils.RecordConstructorArgs):
     -0.5
     """
 
+    #: Episode state, for ``agentgym.branching`` (snapshots and branches copy these attributes).
+    snapshot_attrs: ClassVar[tuple[str, ...]] = ()
+
     def __init__(self, env: gym.Env, penalty: float = 0.1, name: str = "format"):
         gym.utils.RecordConstructorArgs.__init__(self, penalty=penalty, name=name)
         gym.Wrapper.__init__(self, env)
@@ -184,6 +194,9 @@ class StepCost(gym.Wrapper, gym.utils.RecordConstructorArgs):
     >>> env.step("<search> x </search>")[1]
     -0.05
     """
+
+    #: Episode state, for ``agentgym.branching`` (snapshots and branches copy these attributes).
+    snapshot_attrs: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, env: gym.Env, cost: float = 0.01, name: str = "step_cost"):
         gym.utils.RecordConstructorArgs.__init__(self, cost=cost, name=name)
@@ -271,6 +284,9 @@ class NoveltyBonus(gym.Wrapper, gym.utils.RecordConstructorArgs):
     >>> round(env.step("<search")[1], 4)   # invalid action, same state again: 0.1 + 0.05 / sqrt(2)
     0.1354
     """
+
+    #: Episode state, for ``agentgym.branching`` (snapshots and branches copy these attributes).
+    snapshot_attrs: ClassVar[tuple[str, ...]] = ("_snapshot", "_visits")
 
     def __init__(
         self,

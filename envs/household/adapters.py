@@ -8,15 +8,14 @@ printable ASCII are not sent to the game (its interpreters expect plain text); t
 
 Adapters construct lazily: when their package, game files or data are missing, construction still succeeds (so
 ``agentgym list`` and ``agentgym bench`` can probe every registered env), the env has no built-in agents and its
-``unavailable_reason`` says what to install or download, and ``reset`` raises ``AdapterUnavailableError`` with
-that message. Game paths given explicitly that do not exist raise at construction.
+``unavailable_reason`` says what to install or download, and ``reset`` raises
+``agentgym.core.EnvUnavailableError`` with that message. Game paths given explicitly that do not exist raise at
+construction.
 
 >>> import gymnasium as gym, agentgym
 >>> env = gym.make("agentgym/ALFWorld-v0", data_dir="/nonexistent")
 >>> env.unwrapped.unavailable_reason.startswith("agentgym/ALFWorld-v0 is unavailable here"), env.unwrapped.agents
 (True, {})
->>> issubclass(AdapterUnavailableError, RuntimeError) and AdapterUnavailableError.env_unavailable
-True
 """
 
 from __future__ import annotations
@@ -37,15 +36,6 @@ GAME_INSTRUCTIONS = (
     "You are playing a text-based game. Each turn, reply with exactly one command, such as 'look', "
     "'inventory', 'go east', 'open door' or 'take key'. Type 'help' for the list of commands.\n\n"
 )
-
-
-class AdapterUnavailableError(RuntimeError):
-    """An adapter env cannot be built here (its package or data is missing); the message says how to fix it.
-
-    ``env_unavailable = True`` lets callers (``agentgym bench``) skip such envs without importing this module.
-    """
-
-    env_unavailable = True
 
 
 def sendable(command: str) -> bool:
@@ -73,7 +63,7 @@ class TextGameEnv(AgentEnv):
         max_turns: int = 50,
         render_mode: str | None = None,
     ):
-        super().__init__(max_turns=max_turns, render_mode=render_mode)
+        super().__init__(max_turns=max_turns, invalid_action_penalty=invalid_action_penalty, render_mode=render_mode)
         if prompt not in PROMPTS:
             raise ValueError(f"prompt must be one of {PROMPTS}, got {prompt!r}")
         if not games and unavailable is None:
@@ -85,7 +75,7 @@ class TextGameEnv(AgentEnv):
         self.games = list(games)
         self.prompt = prompt
         self.success_reward = float(success_reward)
-        self.invalid_action_penalty = float(invalid_action_penalty)
+        self.num_tasks = len(self.games)
         self.expert_plan = bool(expert_plan)
         self._game: Any = None
         self._game_path: str | None = None
@@ -106,19 +96,14 @@ class TextGameEnv(AgentEnv):
         return path
 
     # -- episode --------------------------------------------------------------------------------------------------
-    def _reset(self, options: dict[str, Any]) -> tuple[list[dict], dict[str, Any]]:
-        if self.unavailable_reason is not None:
-            raise AdapterUnavailableError(self.unavailable_reason)
-        if "task_index" in options:
-            index = int(options["task_index"]) % len(self.games)
-        elif "task_id" in options:
-            ids = [self.task_id_of(g) for g in self.games]
-            if options["task_id"] not in ids:
-                raise ValueError(f"unknown task_id {options['task_id']!r}")
-            index = ids.index(options["task_id"])
-        else:
-            index = int(self.np_random.integers(len(self.games)))
-        path = self.games[index]
+    def task_index_of(self, task_id: str) -> int:
+        ids = [self.task_id_of(g) for g in self.games]
+        if task_id not in ids:
+            raise ValueError(f"unknown task_id {task_id!r}; this env has {ids[:3]}{'...' if len(ids) > 3 else ''}")
+        return ids.index(task_id)
+
+    def _reset(self, task_index: int, options: dict[str, Any]) -> tuple[list[dict], dict[str, Any]]:
+        path = self.games[task_index]
         if path != self._game_path:
             self.close()
             self._game = self._load(path)
@@ -149,11 +134,7 @@ class TextGameEnv(AgentEnv):
             self._admissible = list(self._state.get("admissible_commands") or [])
             feedback = str(self._state.get("feedback") or "").strip("\n")
         won, lost = bool(self._state.get("won")), bool(self._state.get("lost"))
-        components: dict[str, float] = {}
-        if not valid and self.invalid_action_penalty:
-            components["format"] = -self.invalid_action_penalty
-        if won:
-            components["outcome"] = self.success_reward
+        components = {"outcome": self.success_reward} if won else {}
         content = step_message(self.prompt, feedback, self._admissible, self._objective, self.turn)
         return StepResult(
             observation=[{"role": "user", "content": content}],
@@ -174,19 +155,18 @@ class TextGameEnv(AgentEnv):
                     return None, str(e)
         return action.strip(), None
 
-    def invalid_action_components(self) -> dict[str, float]:
-        return {"format": -self.invalid_action_penalty} if self.invalid_action_penalty else {}
+    def anchor(self) -> str:
+        # An observation-level anchor: the game and its admissible commands (TextWorld exposes no cheap state key).
+        won = bool(self._state.get("won"))
+        digest = hashlib.blake2b(("\n".join(self._admissible) + f"|{won}").encode(), digest_size=8).hexdigest()
+        return f"{self.task_id_of(self._game_path or '')}#{digest}"
 
     def _info(self) -> dict[str, Any]:
         path = self._game_path or ""
-        won = bool(self._state.get("won"))
-        # An observation-level anchor: the game and its admissible commands (TextWorld exposes no cheap state key).
-        digest = hashlib.blake2b(("\n".join(self._admissible) + f"|{won}").encode(), digest_size=8).hexdigest()
         info: dict[str, Any] = {
             "task_id": self.task_id_of(path),
-            "anchor": f"{self.task_id_of(path)}#{digest}",
             "task_type": self.task_type_of(path),
-            "won": won,
+            "won": bool(self._state.get("won")),
             "admissible_commands": list(self._admissible),
         }
         if self.expert_plan:

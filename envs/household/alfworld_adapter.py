@@ -5,7 +5,7 @@ Needs ``pip install alfworld`` (which brings ``textworld``; ``textworld[pddl]`` 
 data: run ``alfworld-download`` and point ``$ALFWORLD_DATA`` (or ``data_dir=``) at it. Games are the
 ``json_2.1.1/<split>/**/game.tw-pddl`` files, skipping ALFWorld's unsupported ``movable`` and ``Sliced`` tasks, as
 ALFWorld does. Without the package or the data the env still constructs (``unavailable_reason`` says what is
-missing) and ``reset`` raises ``AdapterUnavailableError``; Household-v0 is the offline stand-in.
+missing) and ``reset`` raises ``EnvUnavailableError``; Household-v0 is the offline stand-in.
 
 >>> import gymnasium as gym, agentgym
 >>> env = gym.make("agentgym/ALFWorld-v0", split="valid_unseen")                # doctest: +SKIP
@@ -109,18 +109,11 @@ class ALFWorldEnv(TextGameEnv):
                            + ". agentgym/Household-v0 is the offline, ALFWorld-compatible stand-in.")  # fmt: skip
         self._tw = tw
         self._data_dir = data
-        self._kwargs = {"split": split, "data_dir": data_dir, "task_types": list(task_types) if task_types else None,
-                        "prompt": prompt, "success_reward": success_reward,
-                        "invalid_action_penalty": invalid_action_penalty, "expert_plan": expert_plan,
-                        "max_turns": max_turns}  # fmt: skip
         super().__init__(
             games=games if unavailable is None else (), unavailable=unavailable, prompt=prompt,
             success_reward=success_reward, invalid_action_penalty=invalid_action_penalty,
             expert_plan=expert_plan, max_turns=max_turns, render_mode=render_mode,
         )  # fmt: skip
-
-    def spec_kwargs(self) -> dict[str, Any]:
-        return {k: v for k, v in self._kwargs.items() if v is not None}
 
     def task_type_of(self, path: str) -> str:
         return task_type_of_path(path)

@@ -75,7 +75,7 @@ class HouseholdEnv(AgentEnv):
             override single fields of it.
         max_receptacles, distractors, closed_prob, target_instances, task_types: see ``GenConfig``.
         num_tasks: tasks per split that seeds draw from (default: ALFWorld's 3553 / 140 / 134);
-            ``options={"task_index": i}`` plays task ``i % num_tasks``.
+            ``options={"task_index": i}`` plays task ``i`` (``0 <= i < num_tasks``).
         prompt: ``"plain"`` (bare commands) or ``"verl"`` (verl-agent's prompt, ``<action>`` tags).
         put_style: ``"put"`` (``put O in/on R``, ALFWorld 0.4) or ``"move"`` (``move O to R``, 0.5) in the
             admissible commands and feedback; both forms are always accepted.
@@ -106,7 +106,7 @@ class HouseholdEnv(AgentEnv):
         max_turns: int = 50,
         render_mode: str | None = None,
     ):
-        super().__init__(max_turns=max_turns, render_mode=render_mode)
+        super().__init__(max_turns=max_turns, invalid_action_penalty=invalid_action_penalty, render_mode=render_mode)
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         if prompt not in PROMPTS:
@@ -124,16 +124,7 @@ class HouseholdEnv(AgentEnv):
         self.prompt = prompt
         self.put_style = put_style
         self.success_reward = float(success_reward)
-        self.invalid_action_penalty = float(invalid_action_penalty)
         self.expert_plan = bool(expert_plan)
-        self._kwargs = {
-            "split": split, "difficulty": difficulty, "max_receptacles": max_receptacles,
-            "distractors": list(distractors) if distractors is not None else None, "closed_prob": closed_prob,
-            "target_instances": list(target_instances) if target_instances is not None else None,
-            "task_types": list(task_types) if task_types is not None else None, "num_tasks": num_tasks,
-            "prompt": prompt, "put_style": put_style, "success_reward": success_reward,
-            "invalid_action_penalty": invalid_action_penalty, "expert_plan": expert_plan, "max_turns": max_turns,
-        }  # fmt: skip
         self.task: Task | None = None
         self.engine: Engine | None = None
         self._plan: tuple[str, ...] = ()
@@ -144,17 +135,9 @@ class HouseholdEnv(AgentEnv):
         self._verl: VerlStep | None = None
         self._verl_task: Task | None = None
 
-    def spec_kwargs(self) -> dict[str, Any]:
-        return {k: v for k, v in self._kwargs.items() if v is not None}
-
     # -- episode ------------------------------------------------------------------------------------------
-    def _reset(self, options: dict[str, Any]) -> tuple[list[dict], dict[str, Any]]:
-        if "task_id" in options:
-            index = self._index_of(str(options["task_id"]))
-        elif "task_index" in options:
-            index = int(options["task_index"]) % self.num_tasks
-        else:
-            index = int(self.np_random.integers(self.num_tasks))
+    def _load(self, index: int) -> Engine:
+        """The engine, on task ``index`` (generated once and kept while the same task is played)."""
         task = self.task
         if task is None or task.index != index:
             task = self.task = generate_task(self.split, index, self.config)
@@ -162,28 +145,37 @@ class HouseholdEnv(AgentEnv):
             self.engine = Engine(task, self.put_style)
         elif self.engine.task is not task:
             self.engine.load(task)
-        else:
-            self.engine.reset()
-        eng = self.engine
+        if self.expert_plan and (
+            self._keyer is None or self._keyer.eng is not self.engine or self._keyer_task is not task
+        ):
+            self._keyer, self._keyer_task = PlanKeyer(self.engine), task
+            self._plan_memo = {}
+        return self.engine
+
+    def _reset(self, task_index: int, options: dict[str, Any]) -> tuple[list[dict], dict[str, Any]]:
+        eng = self._load(task_index)
+        eng.reset()
+        assert self.task is not None
         admissible = eng.admissible()
-        content = first_message(self.prompt, task.intro, admissible, self.put_style)
+        content = first_message(self.prompt, self.task.intro, admissible, self.put_style)
         info = self._info(admissible)
-        info["gold"] = task.gold()
+        info["gold"] = self.task.gold()
         if self.expert_plan:
-            if self._keyer is None or self._keyer.eng is not eng or self._keyer_task is not task:
-                self._keyer, self._keyer_task = PlanKeyer(eng), task
-                self._plan_memo = {}
             self._plan = ()
             info.update(self._plan_info(None))
             self._plan0 = max(1, len(self._plan))
             info["progress"] = 0.0
         return [{"role": "user", "content": content}], info
 
-    def _index_of(self, task_id: str) -> int:
+    def task_index_of(self, task_id: str) -> int:
         parts = task_id.split(":")
         if len(parts) < 3 or parts[0] != self.split or not parts[1].isdigit():
             raise ValueError(f"task_id {task_id!r} is not a task of split {self.split!r} ('{self.split}:<index>:...')")
         return int(parts[1])
+
+    def anchor(self) -> str:
+        assert self.engine is not None
+        return self.engine.anchor()
 
     def _step(self, action: str) -> StepResult:
         eng = self.engine
@@ -201,22 +193,11 @@ class HouseholdEnv(AgentEnv):
         won = eng.won
         admissible = eng.admissible()
         content = feedback if self.prompt == "plain" else self._verl_message(feedback, admissible)
-        components: dict[str, float] = {}
-        if not valid and self.invalid_action_penalty:
-            components["format"] = -self.invalid_action_penalty
-        if won:
-            components["outcome"] = self.success_reward
-        info = {
-            "task_id": self.task.task_id,
-            "anchor": eng.anchor(),
-            "task_type": self.task.task_type,
-            "won": won,
-            "admissible_commands": list(admissible),
-        }
+        info = self._info(admissible)
         if self.expert_plan:
             info.update(self._plan_info(" ".join(command.lower().split()) if valid and command else None))
-        return StepResult([{"role": "user", "content": content}], components, won, valid, None if valid else error,
-                          won, info)  # fmt: skip
+        return StepResult([{"role": "user", "content": content}], {"outcome": self.success_reward} if won else {},
+                          won, valid, None if valid else error, won, info)  # fmt: skip
 
     def _verl_message(self, feedback: str, admissible: list[str]) -> str:
         """verl prompt for this turn (the rendered admissible list is cached by the engine)."""
@@ -242,19 +223,11 @@ class HouseholdEnv(AgentEnv):
                     return None, str(e)
         return action, None
 
-    def invalid_action_components(self) -> dict[str, float]:
-        return {"format": -self.invalid_action_penalty} if self.invalid_action_penalty else {}
-
     def _info(self, admissible: list[str]) -> dict[str, Any]:
         eng = self.engine
         assert eng is not None and self.task is not None
-        return {
-            "task_id": self.task.task_id,
-            "anchor": eng.anchor(),
-            "task_type": self.task.task_type,
-            "won": eng.won,
-            "admissible_commands": list(admissible),
-        }
+        return {"task_id": self.task.task_id, "task_type": self.task.task_type, "won": eng.won,
+                "admissible_commands": list(admissible)}  # fmt: skip
 
     def _plan_info(self, executed: str | None) -> dict[str, Any]:
         """Expert plan from the current state: the rest of the previous plan if the agent followed it."""
@@ -266,9 +239,23 @@ class HouseholdEnv(AgentEnv):
         if executed is not None and plan and executed == plan[0]:
             plan = plan[1:]
         else:
+            # The memo holds only plans computed from scratch, so a plan is a function of the state and of the
+            # previous plan alone (the history of the env object does not matter, which snapshots rely on).
             cached = self._plan_memo.get(key)
-            plan = cached if cached is not None else tuple(expert_plan(eng))
-        if len(self._plan_memo) >= _PLAN_MEMO_LIMIT:
-            self._plan_memo.clear()
-        self._plan_memo[key] = self._plan = plan
+            if cached is None:
+                if len(self._plan_memo) >= _PLAN_MEMO_LIMIT:
+                    self._plan_memo.clear()
+                cached = self._plan_memo[key] = tuple(expert_plan(eng))
+            plan = cached
+        self._plan = plan
         return {"expert_plan": list(plan), "plan_length": len(plan), "progress": 1.0 - len(plan) / self._plan0}
+
+    # -- branching ----------------------------------------------------------------------------------------
+    def _snapshot_state(self) -> tuple[Any, ...]:
+        assert self.engine is not None
+        return self.engine.snapshot(), self._plan, self._plan0
+
+    def _restore_state(self, state: tuple[Any, ...]) -> None:
+        assert self._task_index is not None
+        engine_state, self._plan, self._plan0 = state
+        self._load(self._task_index).restore(engine_state)

@@ -19,7 +19,8 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from agentgym.envs.household.adapters import AdapterUnavailableError, TextGameEnv
+from agentgym.core import EnvUnavailableError
+from agentgym.envs.household.adapters import TextGameEnv
 
 GAME_EXTENSIONS = (".z8", ".ulx", ".z5")
 INSTALL_HINT = "pip install textworld"
@@ -35,7 +36,7 @@ def find_games(game_file: str | Sequence[str]) -> list[str]:
         elif os.path.isfile(p):
             games.append(p)
         else:
-            raise AdapterUnavailableError(f"agentgym/TextWorld-v0: game file {p!r} does not exist")
+            raise EnvUnavailableError(f"agentgym/TextWorld-v0: game file {p!r} does not exist")
     return games
 
 
@@ -75,19 +76,12 @@ class TextWorldEnv(TextGameEnv):
                 "--output games/g.z8"
             )
         self._textworld = textworld
-        given = None if game_file is None else game_file if isinstance(game_file, str) else list(game_file)
-        self._kwargs = {"game_file": given, "prompt": prompt, "success_reward": success_reward,
-                        "invalid_action_penalty": invalid_action_penalty, "expert_plan": expert_plan,
-                        "max_turns": max_turns}  # fmt: skip
         super().__init__(
             games=find_games(game_file) if unavailable is None and game_file is not None else (),
             unavailable=unavailable, prompt=prompt, success_reward=success_reward,
             invalid_action_penalty=invalid_action_penalty, expert_plan=expert_plan, max_turns=max_turns,
             render_mode=render_mode,
         )  # fmt: skip
-
-    def spec_kwargs(self) -> dict[str, Any]:
-        return {k: v for k, v in self._kwargs.items() if v is not None}
 
     def task_id_of(self, path: str) -> str:
         return os.path.splitext(os.path.basename(path))[0]

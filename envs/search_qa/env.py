@@ -21,10 +21,10 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+from agentgym.answers import exact_match, f1_score, sub_exact_match
 from agentgym.core import AgentEnv, StepResult
 from agentgym.envs.search_qa.agents import HeuristicAgent, OracleAgent, RandomAgent
 from agentgym.envs.search_qa.data import HOP_TYPES, QADataset, QAExample, build_dataset
-from agentgym.answers import exact_match, f1_score, sub_exact_match
 from agentgym.parsing import ParseError, parse_tag_action
 from agentgym.tools.retrieval import Retriever, make_retriever
 from agentgym.tools.retrieval.base import Hit
@@ -95,12 +95,11 @@ class SearchQAEnv(AgentEnv):
         cache_dir: str | None = None,
         render_mode: str | None = None,
     ):
-        super().__init__(max_turns=max_turns, render_mode=render_mode)
+        super().__init__(max_turns=max_turns, invalid_action_penalty=invalid_action_penalty, render_mode=render_mode)
         if reward_metric not in REWARD_METRICS:
             raise ValueError(f"reward_metric must be one of {REWARD_METRICS}, got {reward_metric!r}")
         if topk < 1:
             raise ValueError(f"topk must be >= 1, got {topk}")
-        dataset_name = dataset if isinstance(dataset, str) and questions_path is None else None
         if questions_path is not None or corpus_path is not None:
             if questions_path is None or corpus_path is None:
                 raise ValueError("questions_path and corpus_path must be given together")
@@ -122,45 +121,26 @@ class SearchQAEnv(AgentEnv):
             self.examples = self.examples[:max_questions]
         if not self.examples:
             raise ValueError(f"split {split!r} has no questions")
+        self.num_tasks = len(self.examples)
+        self._index = {e.id: i for i, e in enumerate(self.examples)}
         self.retriever = (
             make_retriever(retriever, dataset.corpus, cache_dir=cache_dir) if isinstance(retriever, str) else retriever
         )
         self.topk = topk
         self.reward_metric = reward_metric
-        self.invalid_action_penalty = invalid_action_penalty
         self.parse_mode = parse_mode
-        self._kwargs = {
-            "dataset": dataset_name,
-            "data_seed": data_seed,
-            "split": split,
-            "max_questions": max_questions,
-            "hop_types": None if hop_types is None else list(hop_types),
-            "retriever": retriever if isinstance(retriever, str) else None,
-            "topk": topk,
-            "max_turns": max_turns,
-            "reward_metric": reward_metric,
-            "invalid_action_penalty": invalid_action_penalty,
-            "parse_mode": parse_mode,
-            "questions_path": questions_path,
-            "corpus_path": corpus_path,
-        }
         self.example: QAExample | None = None
         self._retrieved: list[str] = []
-
-    def spec_kwargs(self) -> dict[str, Any]:
-        return {k: v for k, v in self._kwargs.items() if v is not None}
+        self._searches = 0
 
     # -- episode ------------------------------------------------------------------------------------
-    def _reset(self, options: dict[str, Any]) -> tuple[list[dict], dict[str, Any]]:
-        if "task_id" in options:
-            matches = [e for e in self.examples if e.id == options["task_id"]]
-            if not matches:
-                raise ValueError(f"unknown task_id {options['task_id']!r}")
-            self.example = matches[0]
-        elif "task_index" in options:
-            self.example = self.examples[int(options["task_index"]) % len(self.examples)]
-        else:
-            self.example = self.examples[int(self.np_random.integers(len(self.examples)))]
+    def task_index_of(self, task_id: str) -> int:
+        if task_id not in self._index:
+            raise ValueError(f"unknown task_id {task_id!r} (ids look like {self.examples[0].id!r})")
+        return self._index[task_id]
+
+    def _reset(self, task_index: int, options: dict[str, Any]) -> tuple[list[dict], dict[str, Any]]:
+        self.example = self.examples[task_index]
         self._retrieved = []
         self._searches = 0
         prompt = PROMPT.format(question=self.example.question)
@@ -173,10 +153,9 @@ class SearchQAEnv(AgentEnv):
         except ParseError as e:
             return StepResult(
                 observation=[{"role": "user", "content": INVALID_ACTION.format(reason=str(e))}],
-                reward_components=self.invalid_action_components(),
                 action_valid=False,
                 parse_error=str(e),
-                info=self._info(last_turn=self.turn >= self.max_turns),
+                info=self._info(),
             )
         if parsed.tag == "search":
             hits = self.retriever.search(parsed.content, self.topk)
@@ -186,10 +165,10 @@ class SearchQAEnv(AgentEnv):
             content = f"\n\n<information>{format_passages(hits).strip()}</information>\n\n"
             return StepResult(
                 observation=[{"role": "user", "content": content}],
-                info={**self._info(last_turn=self.turn >= self.max_turns), "retrieved_doc_ids": new_ids},
+                info={**self._info(), "retrieved_doc_ids": new_ids},
             )
         info = {**self._info(), "answer": parsed.content}
-        info["metrics"] = self._metrics(parsed.content, info)
+        info["metrics"] = self._metrics(parsed.content, info["supporting_recall"])
         return StepResult(
             observation=[],
             reward_components={"outcome": info["metrics"][self.reward_metric]},
@@ -198,41 +177,50 @@ class SearchQAEnv(AgentEnv):
             info=info,
         )
 
-    def _metrics(self, answer: str | None, info: dict[str, Any]) -> dict[str, float]:
-        """Episode metrics; an episode that ran out of turns without answering scores 0."""
+    def _truncated_info(self) -> dict[str, Any]:
+        """An episode that ran out of turns without answering scores 0."""
+        return {"metrics": self._metrics(None, self._recall())}
+
+    def _metrics(self, answer: str | None, supporting_recall: float) -> dict[str, float]:
         assert self.example is not None
         golds = list(self.example.golden_answers)
         return {
             "em": exact_match(answer, golds) if answer is not None else 0.0,
             "f1": f1_score(answer, golds) if answer is not None else 0.0,
             "subem": sub_exact_match(answer, golds) if answer is not None else 0.0,
-            "supporting_recall": info["supporting_recall"],
+            "supporting_recall": supporting_recall,
             "searches": float(self._searches),
         }
 
-    def invalid_action_components(self) -> dict[str, float]:
-        return {"format": -self.invalid_action_penalty} if self.invalid_action_penalty else {}
-
-    def _info(self, *, last_turn: bool = False) -> dict[str, Any]:
-        """Per-step info; on a last turn without an answer it also carries the (zero) episode metrics."""
-        ex = self.example
-        assert ex is not None
-        supporting = set(ex.supporting_doc_ids)
-        found = len(supporting.intersection(self._retrieved))
-        # The anchor is the task plus the set of passages seen: two rollouts that retrieved the same
-        # documents are in the same state whatever the order or wording of their queries.
+    def anchor(self) -> str:
+        # The task plus the set of passages seen: two rollouts that retrieved the same documents are in the same
+        # state whatever the order or wording of their queries.
+        assert self.example is not None
         key = hashlib.sha1("\x1f".join(sorted(self._retrieved)).encode()).hexdigest()[:16]
-        info = {
-            "task_id": ex.id,
-            "anchor": f"{ex.id}:{key}",
-            "gold": ex.gold(),
-            "supporting_recall": found / len(supporting) if supporting else 0.0,
-        }
-        # Verifiable progress in [0, 1] for process rewards: the share of supporting documents seen so far.
-        info["progress"] = info["supporting_recall"]
-        if last_turn:
-            info["metrics"] = self._metrics(None, info)
-        return info
+        return f"{self.example.id}:{key}"
+
+    def _recall(self) -> float:
+        assert self.example is not None
+        supporting = set(self.example.supporting_doc_ids)
+        return len(supporting.intersection(self._retrieved)) / len(supporting) if supporting else 0.0
+
+    def _info(self) -> dict[str, Any]:
+        """Per-step info: the task record and the share of supporting documents seen so far."""
+        assert self.example is not None
+        recall = self._recall()
+        # ``progress``: verifiable progress in [0, 1] for process rewards.
+        return {"task_id": self.example.id, "gold": self.example.gold(), "supporting_recall": recall,
+                "progress": recall}  # fmt: skip
+
+    # -- branching ----------------------------------------------------------------------------------
+    def _snapshot_state(self) -> tuple[tuple[str, ...], int]:
+        return tuple(self._retrieved), self._searches
+
+    def _restore_state(self, state: tuple[tuple[str, ...], int]) -> None:
+        assert self._task_index is not None
+        self.example = self.examples[self._task_index]
+        retrieved, self._searches = state
+        self._retrieved = list(retrieved)
 
     def close(self) -> None:
         self.retriever.close()

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from agentgym.cli import main
+from agentgym.envs.search_qa.agents import RandomAgent
 from agentgym.replay import replay_file
 from agentgym.runner import format_table, run, summarize
 from agentgym.trajectory import read_trajectories
@@ -92,3 +93,53 @@ def test_cli_hands_train_arguments_to_the_trainer(capsys):
         main(["train", "--help"])
     assert info.value.code == 0
     assert "--preset" in capsys.readouterr().out
+
+
+def test_group_size_plays_each_task_k_times_with_one_seed_and_distinct_agent_seeds(tmp_path):
+    path = tmp_path / "g.jsonl"
+    trajs = run("agentgym/SearchQA-v0", "random", 12, seed=5, env_kwargs=KW, group_size=4, out=path, progress=False)
+    groups = [trajs[i : i + 4] for i in range(0, 12, 4)]
+    for g, members in enumerate(groups):
+        assert {(t.group_id, t.seed, t.task_id, json.dumps(t.options)) for t in members} == {
+            (str(g), 5 + g, members[0].task_id, json.dumps({"task_index": g}))
+        }
+        assert len({json.dumps([t.action for t in m.turns]) for m in members}) > 1  # members differ
+    assert len({m[0].task_id for m in groups}) == 3
+    assert all(r.ok for r in replay_file(path))
+    with pytest.raises(ValueError, match=r"episodes \(10\) must be a multiple of group_size \(4\)"):
+        run("agentgym/SearchQA-v0", "random", 10, env_kwargs=KW, group_size=4, progress=False)
+
+
+def test_more_episodes_than_tasks_play_the_tasks_again_in_order():
+    trajs = run("agentgym/SearchQA-v0", "oracle", 6, env_kwargs={**KW, "max_questions": 4}, progress=False)
+    assert [t.options["task_index"] for t in trajs] == [0, 1, 2, 3, 0, 1]
+    assert [t.task_id for t in trajs[4:]] == [t.task_id for t in trajs[:2]]
+
+
+def test_any_callable_policy_or_agent_object_runs_serial_and_parallel_alike(tmp_path):
+    def always_answer(messages, info):
+        return "<answer> " + messages[0]["content"].split()[-1] + " </answer>"
+
+    trajs = run("agentgym/SearchQA-v0", always_answer, 4, env_kwargs=KW, progress=False)
+    assert [t.agent for t in trajs] == ["always_answer"] * 4 and all(len(t.turns) == 1 for t in trajs)
+    agent = RandomAgent()
+    paths = [tmp_path / "serial.jsonl", tmp_path / "parallel.jsonl"]
+    run("agentgym/SearchQA-v0", agent, 8, env_kwargs=KW, out=paths[0], progress=False)
+    run("agentgym/SearchQA-v0", agent, 8, env_kwargs=KW, out=paths[1], workers=3, progress=False)
+    assert paths[0].read_bytes() == paths[1].read_bytes()
+
+
+def test_cli_group_size(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["run", "agentgym/Household-v0", "--agent", "random", "--episodes", "6", "--group-size", "3",
+                 "--out", str(out), "--quiet"]) == 0  # fmt: skip
+    trajs = list(read_trajectories(out / "trajectories.jsonl"))
+    assert [t.group_id for t in trajs] == ["0", "0", "0", "1", "1", "1"]
+    assert len({t.task_id for t in trajs[:3]}) == 1 and trajs[0].task_id != trajs[3].task_id
+
+
+def test_summary_counts_each_episode_once_when_tasks_have_no_category():
+    trajs = run("agentgym/SearchQA-v0", "oracle", 5, env_kwargs=KW, progress=False)
+    for t in trajs:
+        t.reset_info = {**t.reset_info, "gold": {}}
+    assert [(r["category"], r["episodes"]) for r in summarize(trajs)] == [("all", 5)]

@@ -12,7 +12,8 @@ import pytest
 
 import agentgym
 from agentgym.checker import check
-from agentgym.envs.household.adapters import AdapterUnavailableError, sendable
+from agentgym.core import EnvUnavailableError
+from agentgym.envs.household.adapters import sendable
 from agentgym.envs.household.alfworld_adapter import ALFWorldEnv, find_alfworld_games, task_type_of_path
 from agentgym.runner import builtin_agents, run
 
@@ -68,10 +69,10 @@ def test_textworld_adapter_says_what_is_missing(tmp_path):
     env = gym.make("agentgym/TextWorld-v0")
     expected = r"needs game_file=.*tw-make" if HAS_TEXTWORLD else "pip install textworld"
     assert env.unwrapped.agents == {} and builtin_agents(env) == []
-    with pytest.raises(AdapterUnavailableError, match=expected):
+    with pytest.raises(EnvUnavailableError, match=expected):
         env.reset(seed=0)
     if HAS_TEXTWORLD:
-        with pytest.raises(AdapterUnavailableError, match="does not exist"):
+        with pytest.raises(EnvUnavailableError, match="does not exist"):
             gym.make("agentgym/TextWorld-v0", game_file=str(tmp_path / "nope.z8"))
 
 
@@ -79,7 +80,7 @@ def test_alfworld_adapter_explains_what_is_missing(monkeypatch, tmp_path):
     monkeypatch.delenv("ALFWORLD_DATA", raising=False)
     env = gym.make("agentgym/ALFWorld-v0")
     assert builtin_agents(env) == []
-    with pytest.raises(AdapterUnavailableError) as err:
+    with pytest.raises(EnvUnavailableError) as err:
         env.reset(seed=0)
     message = str(err.value)
     assert message == env.unwrapped.unavailable_reason and err.value.env_unavailable

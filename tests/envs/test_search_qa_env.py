@@ -193,7 +193,9 @@ def test_max_questions_keeps_the_first_questions_of_the_split():
     full = gym.make("agentgym/SearchQA-v0", dataset="tiny", split="train")
     few = gym.make("agentgym/SearchQA-v0", dataset="tiny", split="train", max_questions=3)
     first = [full.reset(seed=0, options={"task_index": i})[1]["task_id"] for i in range(3)]
-    assert [few.reset(seed=0, options={"task_index": i})[1]["task_id"] for i in range(6)] == first * 2
+    assert [few.reset(seed=0, options={"task_index": i})[1]["task_id"] for i in range(3)] == first
+    with pytest.raises(ValueError, match=r"task_index 3 is out of range: this env has tasks 0\.\.2"):
+        few.reset(seed=0, options={"task_index": 3})
     assert {few.reset(seed=s)[1]["task_id"] for s in range(40)} == set(first)
     with pytest.raises(ValueError, match="max_questions"):
         gym.make("agentgym/SearchQA-v0", dataset="tiny", max_questions=0)
