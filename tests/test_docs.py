@@ -131,7 +131,10 @@ def test_fences_are_well_formed(path):
 
 @pytest.fixture
 def sandbox(tmp_path, monkeypatch):
-    """Offline, in a scratch directory; torch's thread count is restored after (the guides may set it)."""
+    """Offline, in a scratch directory; torch's thread count and Gymnasium's registry are restored after (the
+    guides may set the one and register envs in the other)."""
+    import gymnasium as gym
+
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
@@ -140,7 +143,10 @@ def sandbox(tmp_path, monkeypatch):
     except ImportError:
         torch = None
     threads = torch.get_num_threads() if torch is not None else None
+    registered = set(gym.registry)
     yield tmp_path
+    for env_id in set(gym.registry) - registered:
+        del gym.registry[env_id]
     if torch is not None:
         torch.set_num_threads(threads)
 
@@ -167,3 +173,94 @@ def test_python_blocks_run(path, sandbox):
                 raise AssertionError(f"{path.relative_to(ROOT)}: the block at line {block.line} failed: {e!r}") from e
     finally:
         sys.modules.pop(name, None)
+
+
+# --- references point into the repo ---------------------------------------------------------------------------
+
+#: Design notes that lived outside the repo; docstrings and docs cite docs/*.md instead.
+STALE_NOTES = re.compile(r"\b(?:DESIGN|ENVS|REWARDS)\.md\b")
+#: ``docs/<guide>.md, 'Section'`` (or ``'A' and 'B'``, ``'A', 'B'``): a citation of sections of a guide.
+CITATION = re.compile(r"(docs/[\w/-]+\.md),\s*((?:'[^'\n]+'(?:,\s*|\s+and\s+)?)+)")
+
+
+def repo_files(*suffixes: str) -> list[Path]:
+    """The repo's tracked and not-ignored files with these suffixes (skips when git cannot list them)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=ROOT, capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+    paths = (ROOT / name for name in out.split("\0") if name)
+    return sorted(p for p in paths if p.suffix in suffixes and p.is_file())
+
+
+def headings(path: Path) -> list[str]:
+    """The Markdown headings of a file (outside code fences), backticks dropped and whitespace collapsed."""
+    found: list[str] = []
+    fence: str | None = None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        m = FENCE.match(line)
+        if m is not None and m["fence"][0] == "`" and "`" in m["info"]:
+            m = None  # inline code, not a fence (as in code_blocks)
+        if fence is None:
+            if m is not None:
+                fence = m["fence"]
+            elif line.startswith("#"):
+                found.append(" ".join(line.lstrip("#").replace("`", "").split()))
+        elif m is not None and m["fence"][0] == fence[0] and len(m["fence"]) >= len(fence) and not m["info"].strip():
+            fence = None
+    return found
+
+
+def names_heading(section: str, heading: str) -> bool:
+    """A citation names a heading by its whole text or by a leading part of it ending at a word boundary."""
+    return heading.startswith(section) and (len(heading) == len(section) or not heading[len(section)].isalnum())
+
+
+def test_headings_and_section_names():
+    assert headings(DOCS / "rewards.md")[:2] == ["Dense turn-level rewards and advantages", "Where each piece lives"]
+    assert "IGPO: information gain, InformationGain" in headings(DOCS / "rewards.md")
+    assert names_heading("IGPO: information gain", "IGPO: information gain, InformationGain")
+    assert names_heading("A^2TGPO", "A^2TGPO") and not names_heading("IGPO", "IGPOs")
+
+
+def test_no_references_to_notes_outside_the_repo():
+    hits = [
+        f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+        for path in repo_files(".py", ".md")
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if STALE_NOTES.search(line)
+    ]
+    assert not hits, (
+        "cite docs/*.md (e.g. docs/rewards.md, 'A^2TGPO') instead of notes outside the repo:\n" + "\n".join(hits)
+    )
+
+
+def test_doc_citations_name_existing_sections():
+    """Every ``docs/<guide>.md, 'Section'`` citation in the code and docs names a heading of that guide."""
+    bad, missing = [], set()
+    for path in repo_files(".py", ".md"):
+        for m in CITATION.finditer(path.read_text(encoding="utf-8")):
+            doc = ROOT / m[1]
+            if not doc.is_file():
+                missing.add(m[1])
+                continue
+            titles = headings(doc)
+            for section in re.findall(r"'([^']+)'", m[2]):
+                if not any(names_heading(section, t) for t in titles):
+                    bad.append(f"{path.relative_to(ROOT)}: {m[1]}, {section!r}")
+    assert not bad, "citations of sections that do not exist:\n" + "\n".join(bad)
+    assert not missing, f"citations of guides that do not exist: {sorted(missing)}"
+
+
+def test_readme_shows_the_example_env_verbatim():
+    """The README's "Writing an environment" example is envs/example.py, which the tests run and check."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    shown = [b.source for b in code_blocks(readme) if b.is_python and "class GuessNumberEnv(AgentEnv)" in b.source]
+    assert shown == [(ROOT / "envs" / "example.py").read_text(encoding="utf-8")], (
+        "the README must show envs/example.py verbatim, in one python block"
+    )
