@@ -4,6 +4,7 @@ Turn-level group sampling, tree search over turns and fork-relative step rewards
 continuations from one intermediate state. ``snapshot(env)`` captures that state (the env's episode and the
 state of every wrapper around it) as a picklable ``Snapshot``; ``restore(env, snap)`` puts any env made the same
 way, in this process or another, back in it; ``branch(env, k)`` returns k independent envs at the current state.
+A pickled snapshot is a pickle: unpickle only snapshots you made.
 
 Wrappers take part through a class attribute ``snapshot_attrs``, the names of the attributes that hold their
 episode state (``()`` for a stateless wrapper); agentgym's reward wrappers declare it, as does this module for

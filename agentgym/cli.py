@@ -232,7 +232,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     plugins = plugin_commands()
     if argv[:1] and argv[0] in plugins:  # a plugin has its own parser: hand it every other argument, --help included
         return run_plugin(plugins[argv[0]], argv[1:])
-    args = build_parser(plugins).parse_args(argv)
+    parser = build_parser(plugins)
+    args = parser.parse_args(argv)
+    if args.command == "run" and (args.group_size < 1 or args.episodes % args.group_size):
+        parser.error(f"--episodes ({args.episodes}) must be a positive multiple of --group-size ({args.group_size})")
     import agentgym  # noqa: F401  (registers the envs)
 
     return int(args.fn(args) or 0)

@@ -173,7 +173,9 @@ class ChatBatch(Sequence):
     def __len__(self) -> int:
         return self.memory.n
 
-    def __getitem__(self, index: int) -> list:  # type: ignore[override]
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return tuple(self.memory.read(i) for i in range(self.memory.n)[index])
         if not -self.memory.n <= index < self.memory.n:
             raise IndexError(index)
         return self.memory.read(index % self.memory.n)

@@ -143,3 +143,10 @@ def test_summary_counts_each_episode_once_when_tasks_have_no_category():
     for t in trajs:
         t.reset_info = {**t.reset_info, "gold": {}}
     assert [(r["category"], r["episodes"]) for r in summarize(trajs)] == [("all", 5)]
+
+
+def test_cli_group_size_that_does_not_divide_the_episodes_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "agentgym/SearchQA-v0", "--agent", "random", "--episodes", "5", "--group-size", "2"])
+    assert exit_info.value.code == 2
+    assert "--episodes (5) must be a positive multiple of --group-size (2)" in capsys.readouterr().err

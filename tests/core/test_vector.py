@@ -110,3 +110,14 @@ def test_chat_shared_memory_round_trips_any_messages():
     assert memory.read(1) == [{"role": "user", "content": "short"}]  # a shorter write leaves no tail behind
     with pytest.raises(ValueError, match=r"an observation of 3\d\d bytes does not fit the 256-byte"):
         memory.write(0, [{"role": "user", "content": "x" * 300}])
+
+
+def test_without_copies_async_observations_are_a_live_view_of_shared_memory():
+    envs = gym.make_vec("agentgym/SearchQA-v0", num_envs=3, vectorization_mode="async", dataset="tiny",
+                        vector_kwargs={"copy": False})  # fmt: skip
+    obs, _ = envs.reset(seed=[0, 0, 1])
+    first = list(obs)
+    assert len(obs) == 3 and obs[0] == obs[1] == obs[-3] and obs[0:2] == (obs[0], obs[1]) and obs[2] != obs[0]
+    envs.step(["<search> a </search>"] * 3)
+    assert list(obs) != first and obs[0][0]["content"].lstrip().startswith("<information>")  # the view followed
+    envs.close()
