@@ -71,10 +71,12 @@ def builtin_agents(env: gym.Env) -> list[str]:
 
 
 def make_agent(agent: Policy, env: gym.Env, **kwargs: Any) -> Agent:
-    """An ``Agent`` for ``agent``: a built-in agent's name (the env's own, or ``openai`` / ``hf``; built with
-    ``kwargs``), an ``Agent`` (returned as is) or a policy callable (wrapped in ``CallableAgent``)."""
+    """An ``Agent`` for ``agent``: a built-in agent's name (the env's own, or ``openai`` / ``hf``) or an ``Agent``
+    class, built with ``kwargs``; an ``Agent`` object (returned as is); or a policy callable (in ``CallableAgent``)."""
     if isinstance(agent, Agent):
         return agent
+    if isinstance(agent, type) and issubclass(agent, Agent):
+        return agent(**kwargs)
     if callable(agent):
         return CallableAgent(agent)
     unwrapped = env.unwrapped

@@ -150,3 +150,8 @@ def test_cli_group_size_that_does_not_divide_the_episodes_is_a_usage_error(capsy
         main(["run", "agentgym/SearchQA-v0", "--agent", "random", "--episodes", "5", "--group-size", "2"])
     assert exit_info.value.code == 2
     assert "--episodes (5) must be a positive multiple of --group-size (2)" in capsys.readouterr().err
+
+
+def test_an_agent_class_is_built_with_the_agent_kwargs():
+    trajs = run("agentgym/SearchQA-v0", RandomAgent, 2, env_kwargs=KW, progress=False)
+    assert [t.agent for t in trajs] == ["random", "random"]
