@@ -10,7 +10,18 @@ Choices also carry ``prompt_token_ids``. Malformed requests get a 4xx with an Op
 ``{"error": {"message", "type", "param", "code"}}``. Streaming is not supported (400).
 
 Requests are handled in worker threads under the ``LocalLM`` lock (the model and tokenizer are not thread-safe), so
-they are served one at a time.
+they are served one at a time. Limits, checked before the lock is taken: a body over ``max_request_bytes`` is a 413
+(refused from its ``Content-Length``, or as soon as a chunked body passes it, never buffered whole); more than
+``max_prompts`` prompts or ``max_sequences`` prompts x ``n`` is a 413, ``n`` over ``max_n`` a 400, and a prompt
+longer than the context x ``max_chars_per_token`` characters a 400 (not tokenised). A request whose client
+disconnects is cancelled between tokens, so the next one is served at once. ``token`` requires ``Authorization:
+Bearer <token>`` (401 otherwise); :func:`serve_model` refuses to bind beyond loopback without one.
+
+:func:`uvicorn_config` (used by :func:`serve_model`, :class:`BackgroundServer` and the retrieval server) bounds
+connections: the request headers must arrive within ``header_timeout`` seconds of the connection (or of the first
+byte of a kept-alive connection's next request) and the body within ``body_timeout`` seconds of the headers, else
+the connection is closed; headers over ``max_header_bytes`` get a 400 and connections over ``limit_concurrency``
+a 503.
 
 >>> from agentgym.tools.tiny_model import build_tiny_model                         # doctest: +SKIP
 >>> app = create_app(*build_tiny_model(seed=0), model_name="tiny")               # doctest: +SKIP
@@ -22,10 +33,10 @@ Command line: ``python -m agentgym.tools.openai_server MODEL_DIR --port 8000 [--
 """
 
 import argparse
+import asyncio
 import logging
 import os
 import secrets
-import socket
 import threading
 import time
 import uuid
@@ -33,12 +44,24 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentgym.tools.local_lm import Generation, LocalLM, TokenLogprob
+from agentgym.tools.serving import (
+    TOKEN_ENV,
+    bearer_checker,
+    check_bind,
+    run_uvicorn,
+    uvicorn_config,
+)
 
 logger = logging.getLogger(__name__)
 
 #: Most completions per request (``n``) and most top log-probs per token.
 MAX_N = 16
 MAX_TOP_LOGPROBS = 20
+#: Default caps: prompts per request, and sequences (prompts x ``n``) per request.
+MAX_PROMPTS = 64
+MAX_SEQUENCES = 256
+#: Default bound on characters per token: a prompt longer than the context times this is refused untokenised.
+MAX_CHARS_PER_TOKEN = 32
 
 
 class RequestError(Exception):
@@ -51,8 +74,17 @@ class RequestError(Exception):
         self.param = param
 
 
+class _Cancelled(Exception):
+    """Raised in the worker thread (between tokens or sequences) when the request's client has gone away."""
+
+
 def _error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
-    kind = {400: "invalid_request_error", 404: "not_found_error", 413: "invalid_request_error"}.get(status, "error")
+    kind = {
+        400: "invalid_request_error",
+        401: "authentication_error",
+        404: "not_found_error",
+        413: "invalid_request_error",
+    }.get(status, "error")
     return {"error": {"message": message, "type": kind, "param": param, "code": status}}
 
 
@@ -69,7 +101,7 @@ def _schemas() -> Any:
         top_p: float = Field(1.0, gt=0.0, le=1.0)
         stop: str | list[str] | None = Field(None, validate_default=True)
         seed: int | None = None
-        n: int = Field(1, ge=1, le=MAX_N)
+        n: int = Field(1, ge=1)  # the upper bound is the app's max_n (checked by the engine)
         stream: bool = False
 
         @field_validator("stop")
@@ -106,12 +138,100 @@ def _schemas() -> Any:
 
 
 class _Engine:
-    """Turns validated requests into OpenAI responses using a ``LocalLM`` (runs in worker threads)."""
+    """Turns validated requests into OpenAI responses using a ``LocalLM`` (runs in worker threads).
 
-    def __init__(self, lm: LocalLM, model_name: str, max_new_tokens_limit: int) -> None:
+    ``precheck_*`` are cheap checks run on the event loop before a request queues for the model lock; ``run``
+    takes the lock and runs ``_chat`` / ``_completions`` there, stopping with :class:`_Cancelled` when ``cancel``
+    is set: at the next forward pass of the model (a pre-forward hook, scoped to the thread running the request)
+    or between sequences.
+    """
+
+    def __init__(
+        self,
+        lm: LocalLM,
+        model_name: str,
+        max_new_tokens_limit: int,
+        *,
+        max_prompts: int = MAX_PROMPTS,
+        max_n: int = MAX_N,
+        max_sequences: int = MAX_SEQUENCES,
+        max_chars_per_token: float = MAX_CHARS_PER_TOKEN,
+    ) -> None:
         self.lm = lm
         self.model_name = model_name
         self.limit = max_new_tokens_limit
+        self.max_prompts = max_prompts
+        self.max_n = max_n
+        self.max_sequences = max_sequences
+        self.max_prompt_chars = int(lm.max_length * max_chars_per_token) if lm.max_length < 2**31 - 1 else None
+        #: (thread id, cancel event) of the request holding the lock, read by the pre-forward hook.
+        self._active: tuple[int, threading.Event] | None = None
+        register = getattr(lm.model, "register_forward_pre_hook", None)
+        if register is not None:  # a torch module: cancel between tokens, not only between sequences
+            register(self._forward_hook)
+
+    # -------------------------------------------------------------- cancellation
+
+    def _forward_hook(self, module: Any, args: Any) -> None:
+        active = self._active
+        if active is not None and active[0] == threading.get_ident() and active[1].is_set():
+            raise _Cancelled
+
+    def _checkpoint(self) -> None:
+        active = self._active
+        if active is not None and active[1].is_set():
+            raise _Cancelled
+
+    def run(self, fn: Any, req: Any, cancel: threading.Event) -> dict[str, Any]:
+        with self.lm.lock:
+            if cancel.is_set():  # abandoned while it queued for the lock
+                raise _Cancelled
+            self._active = (threading.get_ident(), cancel)
+            try:
+                return fn(req)
+            finally:
+                self._active = None
+
+    # -------------------------------------------------------------- cheap checks (no lock, no tokenizer)
+
+    def _check_sequences(self, prompts: int, n: int) -> None:
+        if n > self.max_n:
+            raise RequestError(400, f"n must be <= {self.max_n}, got {n}.", param="n")
+        if prompts > self.max_prompts:
+            raise RequestError(
+                413, f"Too many prompts: {prompts} > {self.max_prompts} per request; split the batch.", param="prompt"
+            )
+        if prompts * n > self.max_sequences:
+            raise RequestError(
+                413,
+                f"Too many sequences: {prompts} prompt(s) x n={n} = {prompts * n} > {self.max_sequences} per request; "
+                "split the batch.",
+                param="n",
+            )
+
+    def _check_chars(self, chars: int, param: str) -> None:
+        cap = self.max_prompt_chars
+        if cap is not None and chars > cap:
+            raise RequestError(
+                400,
+                f"The prompt has {chars} characters, more than the model's maximum context of {self.lm.max_length} "
+                f"tokens can hold (the server refuses prompts over {cap} characters).",
+                param=param,
+            )
+
+    def precheck_chat(self, req: Any) -> None:
+        self._check_sequences(1, req.n)
+        chars = sum(_text_chars(m.model_dump(exclude_none=True)) for m in req.messages)
+        self._check_chars(chars + _text_chars(req.tools), "messages")
+
+    def precheck_completions(self, req: Any) -> None:
+        items = _prompt_items(req.prompt)
+        if not items:
+            raise RequestError(400, "prompt must not be empty.", param="prompt")
+        self._check_sequences(len(items), req.n)
+        for item in items:
+            if isinstance(item, str):
+                self._check_chars(len(item), "prompt")
 
     # -------------------------------------------------------------- helpers
 
@@ -164,14 +284,6 @@ class _Engine:
 
     # -------------------------------------------------------------- chat
 
-    def chat(self, req: Any) -> dict[str, Any]:
-        with self.lm.lock:
-            return self._chat(req)
-
-    def completions(self, req: Any) -> dict[str, Any]:
-        with self.lm.lock:
-            return self._completions(req)
-
     def _chat(self, req: Any) -> dict[str, Any]:
         if req.stream:
             raise RequestError(400, "stream=true is not supported by this server.", param="stream")
@@ -189,6 +301,7 @@ class _Engine:
         top = req.top_logprobs or 0
         choices, completion_tokens = [], 0
         for index in range(req.n):
+            self._checkpoint()
             gen = self.lm.generate(
                 prompt_ids,
                 max_new_tokens=budget,
@@ -235,12 +348,7 @@ class _Engine:
     # -------------------------------------------------------------- completions
 
     def _prompts(self, req: Any) -> list[tuple[str | None, list[int]]]:
-        raw = req.prompt
-        items: list[str | list[int]]
-        if isinstance(raw, str) or (isinstance(raw, list) and raw and isinstance(raw[0], int)):
-            items = [raw]
-        else:
-            items = list(raw)
+        items = _prompt_items(req.prompt)
         if not items:
             raise RequestError(400, "prompt must not be empty.", param="prompt")
         out: list[tuple[str | None, list[int]]] = []
@@ -273,6 +381,7 @@ class _Engine:
         for p_index, ((text, ids), budget) in enumerate(zip(prompts, budgets, strict=True)):
             prompt_total += len(ids)
             for k in range(req.n):
+                self._checkpoint()
                 gen = self.lm.generate(
                     ids,
                     max_new_tokens=budget,
@@ -340,6 +449,24 @@ class _Engine:
         return out
 
 
+def _prompt_items(raw: Any) -> list[Any]:
+    """A completions ``prompt`` as a list of prompts (text or token ids)."""
+    if isinstance(raw, str) or (isinstance(raw, list) and raw and isinstance(raw[0], int)):
+        return [raw]
+    return list(raw)
+
+
+def _text_chars(value: Any) -> int:
+    """Total length of the strings in a JSON-like value (a cheap size bound for what the chat template renders)."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(len(str(k)) + _text_chars(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return sum(_text_chars(v) for v in value)
+    return 0
+
+
 def create_app(
     model: Any,
     tokenizer: Any,
@@ -347,11 +474,21 @@ def create_app(
     model_name: str = "tiny",
     max_new_tokens_limit: int = 2048,
     max_request_bytes: int = 8 * 1024 * 1024,
+    max_prompts: int = MAX_PROMPTS,
+    max_n: int = MAX_N,
+    max_sequences: int = MAX_SEQUENCES,
+    max_chars_per_token: float = MAX_CHARS_PER_TOKEN,
+    token: str | None = None,
 ) -> Any:
     """A FastAPI app serving ``model`` (a transformers causal LM, already on its device) with the OpenAI API.
 
     ``max_new_tokens_limit`` caps ``max_tokens`` (larger requests get a 400); requests bodies above
-    ``max_request_bytes`` get a 413. The app's ``state.lm`` is the ``LocalLM`` it serves.
+    ``max_request_bytes`` get a 413 (``Connection: close``; the body is not read). ``max_prompts`` and
+    ``max_sequences`` cap the prompts and the prompts x ``n`` of a request (413), ``max_n`` caps ``n`` (400);
+    prompts longer than the model's context x ``max_chars_per_token`` characters get a 400 without being tokenised.
+    ``token`` requires ``Authorization: Bearer <token>`` on every endpoint (401 otherwise). The app's ``state.lm``
+    is the ``LocalLM`` it serves. A request whose client disconnects stops at its next forward pass (the app adds a
+    pre-forward hook to ``model`` for that).
 
     >>> app = create_app(model, tokenizer, model_name="tiny")   # doctest: +SKIP
     """
@@ -361,23 +498,59 @@ def create_app(
     from fastapi.responses import JSONResponse
     from pydantic import ValidationError
     from starlette.concurrency import run_in_threadpool
+    from starlette.requests import ClientDisconnect
 
+    for name, value in (
+        ("max_request_bytes", max_request_bytes),
+        ("max_prompts", max_prompts),
+        ("max_n", max_n),
+        ("max_sequences", max_sequences),
+        ("max_chars_per_token", max_chars_per_token),
+    ):
+        if not value > 0:
+            raise ValueError(f"{name} must be positive, got {value!r}")
     schemas = _schemas()
     lm = LocalLM(model, tokenizer)
-    engine = _Engine(lm, model_name, max_new_tokens_limit)
+    engine = _Engine(
+        lm,
+        model_name,
+        max_new_tokens_limit,
+        max_prompts=max_prompts,
+        max_n=max_n,
+        max_sequences=max_sequences,
+        max_chars_per_token=max_chars_per_token,
+    )
+    authorized = bearer_checker(token)
     app = FastAPI(title="agentgym OpenAI-compatible server", docs_url=None, redoc_url=None)
     app.state.lm = lm
 
     def error(status: int, message: str, param: str | None = None) -> JSONResponse:
-        return JSONResponse(_error_body(status, message, param), status_code=status)
+        headers = {"Connection": "close"} if status == 413 else None  # do not read the rest of a refused body
+        if status == 401:
+            headers = {"WWW-Authenticate": "Bearer"}
+        return JSONResponse(_error_body(status, message, param), status_code=status, headers=headers)
+
+    def check_token(request: Request) -> None:
+        if not authorized(request.headers.get("authorization")):
+            raise RequestError(401, "Missing or wrong bearer token: send the header `Authorization: Bearer <token>`.")
+
+    async def read_body(request: Request) -> bytes:
+        announced = request.headers.get("content-length")
+        if announced is not None and announced.isdigit() and int(announced) > max_request_bytes:
+            raise RequestError(413, f"Request body of {announced} bytes exceeds the limit of {max_request_bytes}.")
+        chunks, size = [], 0
+        async for chunk in request.stream():  # chunked bodies: stop as soon as the limit is passed
+            size += len(chunk)
+            if size > max_request_bytes:
+                raise RequestError(413, f"Request body exceeds the limit of {max_request_bytes} bytes.")
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     async def parse(request: Request, schema: Any) -> Any:
-        body = await request.body()
-        if len(body) > max_request_bytes:
-            raise RequestError(413, f"Request body of {len(body)} bytes exceeds the limit of {max_request_bytes}.")
+        body = await read_body(request)
         try:
             data = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise RequestError(400, f"Request body is not valid JSON: {exc}") from exc
         if not isinstance(data, dict):
             raise RequestError(400, "Request body must be a JSON object.")
@@ -389,22 +562,52 @@ def create_app(
             )
             raise RequestError(400, f"Invalid request: {problems}") from exc
 
-    async def handle(request: Request, schema: Any, fn: Any) -> JSONResponse:
+    async def disconnected(request: Request) -> None:
+        """Returns when the client goes away (the body has been read, so only a disconnect can arrive)."""
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    async def handle(request: Request, schema: Any, precheck: Any, fn: Any) -> JSONResponse:
         try:
+            check_token(request)
             req = await parse(request, schema)
-            return JSONResponse(await run_in_threadpool(fn, req))
+            precheck(req)
+            cancel = threading.Event()
+            work = asyncio.ensure_future(run_in_threadpool(engine.run, fn, req, cancel))
+            watch = asyncio.ensure_future(disconnected(request))
+            try:
+                await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                watch.cancel()
+                if not work.done():  # the client left (or the server is stopping): stop generating
+                    cancel.set()
+                    work.add_done_callback(_retrieve_exception)
+            if not work.done():
+                logger.info("client left; cancelled its request to %s", request.url.path)
+                return error(499, "Client closed the request.")
+            return JSONResponse(work.result())
         except RequestError as exc:
             return error(exc.status, exc.message, exc.param)
+        except ClientDisconnect:  # left while sending the body; nobody is listening
+            return error(499, "Client closed the request.")
         except Exception as exc:  # a bug or a model failure: answer 500 with the reason, and log it
             logger.exception("request to %s failed", request.url.path)
             return error(500, f"Internal error: {type(exc).__name__}: {exc}")
 
     @app.get("/health")
-    async def health() -> JSONResponse:
+    async def health(request: Request) -> JSONResponse:
+        try:
+            check_token(request)
+        except RequestError as exc:
+            return error(exc.status, exc.message)
         return JSONResponse({"status": "ok"})
 
     @app.get("/v1/models")
-    async def models() -> JSONResponse:
+    async def models(request: Request) -> JSONResponse:
+        try:
+            check_token(request)
+        except RequestError as exc:
+            return error(exc.status, exc.message)
         card = {
             "id": model_name,
             "object": "model",
@@ -416,75 +619,19 @@ def create_app(
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> JSONResponse:
-        return await handle(request, schemas.ChatRequest, engine.chat)
+        return await handle(request, schemas.ChatRequest, engine.precheck_chat, engine._chat)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> JSONResponse:
-        return await handle(request, schemas.CompletionRequest, engine.completions)
+        return await handle(request, schemas.CompletionRequest, engine.precheck_completions, engine._completions)
 
     return app
 
 
-class BackgroundServer:
-    """Run an ASGI app with uvicorn on a loopback port in a daemon thread (for tests and notebooks).
-
-    ``port=0`` picks a free port (bound before the thread starts, so there is no race); ``url`` is
-    ``http://host:port``. ``stop()`` (or leaving the ``with`` block) shuts the server down and joins the thread.
-
-    >>> with BackgroundServer(app) as server:                  # doctest: +SKIP
-    ...     httpx.get(server.url + "/health")
-    """
-
-    def __init__(self, app: Any, *, host: str = "127.0.0.1", port: int = 0, graceful_timeout: int = 2) -> None:
-        self.app = app
-        self.host = host
-        self.port = port
-        self.graceful_timeout = graceful_timeout
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def start(self, timeout: float = 30.0) -> "BackgroundServer":
-        import uvicorn
-
-        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, self.port))
-        self.port = sock.getsockname()[1]
-        config = uvicorn.Config(
-            self.app,
-            log_level="warning",
-            lifespan="off",
-            access_log=False,
-            timeout_graceful_shutdown=self.graceful_timeout,
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [sock]}, name=f"uvicorn-{self.port}", daemon=True
-        )
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                sock.close()
-                raise RuntimeError(f"the server on {self.url} did not start")
-            time.sleep(0.01)
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
-            self._thread.join(timeout=self.graceful_timeout + 10)
-        self._server = self._thread = None
-
-    def __enter__(self) -> "BackgroundServer":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+def _retrieve_exception(future: Any) -> None:
+    """Done-callback of an abandoned request: consume its outcome (normally :class:`_Cancelled`) quietly."""
+    if not future.cancelled() and future.exception() is not None and not isinstance(future.exception(), _Cancelled):
+        logger.warning("an abandoned request failed: %r", future.exception())
 
 
 def serve_model(
@@ -495,29 +642,50 @@ def serve_model(
     model_name: str | None = None,
     device: str = "cpu",
     max_new_tokens_limit: int = 2048,
+    token: str | None = None,
+    header_timeout: float = 10.0,
+    **app_kwargs: Any,
 ) -> None:
     """Load a local model directory (``local_files_only=True``) and serve it until interrupted (blocks).
 
+    Binds to loopback by default; beyond loopback it needs a bearer ``token`` (ValueError otherwise, before the
+    model is loaded). ``app_kwargs`` (``max_prompts``, ``max_sequences``, ...) go to :func:`create_app`.
+
     >>> serve_model("/models/qwen2.5-0.5b-instruct", port=8000)   # doctest: +SKIP
     """
-    import uvicorn
-
+    check_bind(host, token)
     lm = LocalLM.from_pretrained(model_path, device=device)
     name = model_name or os.path.basename(os.path.normpath(os.fspath(model_path)))
-    app = create_app(lm.model, lm.tokenizer, model_name=name, max_new_tokens_limit=max_new_tokens_limit)
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    app = create_app(
+        lm.model, lm.tokenizer, model_name=name, max_new_tokens_limit=max_new_tokens_limit, token=token, **app_kwargs
+    )
+    run_uvicorn(uvicorn_config(app, host=host, port=port, log_level="info", header_timeout=header_timeout))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Serve a local transformers model with the OpenAI API.")
     parser.add_argument("model", help="local model directory (or an output directory with --tiny)")
-    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default; others need a token)")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--model-name", default=None)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--max-new-tokens-limit", type=int, default=2048)
+    parser.add_argument("--max-prompts", type=int, default=MAX_PROMPTS, help="prompts per request (413 beyond)")
+    parser.add_argument("--max-n", type=int, default=MAX_N, help="most completions per prompt, n (400 beyond)")
+    parser.add_argument("--max-sequences", type=int, default=MAX_SEQUENCES, help="prompts x n per request (413 beyond)")
+    parser.add_argument(
+        "--token",
+        default=None,
+        help=f"bearer token clients must send (default: ${TOKEN_ENV}, which keeps it out of ps)",
+    )
+    parser.add_argument("--header-timeout", type=float, default=10.0, help="seconds a client has to send its headers")
     parser.add_argument("--tiny", action="store_true", help="first write a tiny random model to MODEL (seed 0)")
     args = parser.parse_args(argv)
+    token = args.token or os.environ.get(TOKEN_ENV) or None
+    try:
+        check_bind(args.host, token)
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.tiny:
         from agentgym.tools.tiny_model import save_tiny_model
 
@@ -529,6 +697,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         model_name=args.model_name,
         device=args.device,
         max_new_tokens_limit=args.max_new_tokens_limit,
+        token=token,
+        header_timeout=args.header_timeout,
+        max_prompts=args.max_prompts,
+        max_n=args.max_n,
+        max_sequences=args.max_sequences,
     )
 
 

@@ -15,7 +15,8 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
 from agentgym.agents.hf_agent import HFAgent  # noqa: E402
-from agentgym.tools.openai_server import BackgroundServer, create_app  # noqa: E402
+from agentgym.tools.openai_server import create_app  # noqa: E402
+from agentgym.tools.serving import BackgroundServer  # noqa: E402
 from agentgym.tools.tiny_model import build_tiny_model, load_tokenizer, save_tiny_model  # noqa: E402
 
 CONVERSATION = [

@@ -28,7 +28,8 @@ from agentgym.rewards.answer_scoring import (  # noqa: E402
 from agentgym.rewards.base import ScorerError  # noqa: E402
 from agentgym.runner import run, run_episode  # noqa: E402
 from agentgym.tools.llm import LLMClient  # noqa: E402
-from agentgym.tools.openai_server import BackgroundServer, create_app  # noqa: E402
+from agentgym.tools.openai_server import create_app  # noqa: E402
+from agentgym.tools.serving import BackgroundServer  # noqa: E402
 from agentgym.tools.tiny_model import build_tiny_model  # noqa: E402
 
 ENV = "agentgym/SearchQA-v0"

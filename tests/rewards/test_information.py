@@ -355,7 +355,8 @@ def test_single_turn_and_empty_trajectories_have_no_nan(tiny, local, trajectorie
 
 def test_remote_failure_marks_turns_invalid_not_zero(tiny, trajectories):
     fastapi = pytest.importorskip("fastapi")  # noqa: F841
-    from agentgym.tools.openai_server import BackgroundServer, create_app
+    from agentgym.tools.openai_server import create_app
+    from agentgym.tools.serving import BackgroundServer
 
     model, tok = tiny
     srv = BackgroundServer(create_app(model, tok, model_name="tiny")).start()

@@ -17,7 +17,7 @@ from agentgym.tools.llm import LLMClient, LLMHTTPError
 fastapi = pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from agentgym.tools.openai_server import BackgroundServer  # noqa: E402
+from agentgym.tools.serving import BackgroundServer  # noqa: E402
 
 
 def rule(action: str) -> str:

@@ -26,7 +26,8 @@ pytest.importorskip("transformers")
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from agentgym.tools.openai_server import BackgroundServer, create_app  # noqa: E402
+from agentgym.tools.openai_server import create_app  # noqa: E402
+from agentgym.tools.serving import BackgroundServer  # noqa: E402
 from agentgym.tools.tiny_model import build_tiny_model  # noqa: E402
 
 MESSAGES = [

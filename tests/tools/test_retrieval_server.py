@@ -273,3 +273,154 @@ def test_serve_retriever_subprocess(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+# ---------------------------------------------------------------------------- exposure and connection limits
+
+
+def test_check_bind_refuses_beyond_loopback_without_a_token() -> None:
+    from agentgym.tools.retrieval.server import check_bind
+
+    for host in ("127.0.0.1", "127.0.0.2", "localhost", "::1", "[::1]"):
+        check_bind(host, None)  # loopback: no token needed
+    for host in ("0.0.0.0", "::", "10.1.2.3", "example.org", ""):
+        for token in (None, ""):
+            with pytest.raises(ValueError, match=r"without a bearer token.*AGENTGYM_TOKEN"):
+                check_bind(host, token)
+        check_bind(host, "s3cret")
+
+
+def test_serve_retriever_refuses_a_public_bind_without_a_token(tmp_path: Path) -> None:
+    from agentgym.tools.retrieval import serve_retriever
+
+    # Raised before the corpus is read (the file does not exist), so nothing is ever bound.
+    with pytest.raises(ValueError, match=r"refusing to serve on '0\.0\.0\.0'"):
+        serve_retriever(tmp_path / "missing.jsonl", host="0.0.0.0")
+
+
+def test_cli_public_bind_without_a_token_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentgym import cli
+
+    monkeypatch.delenv("AGENTGYM_TOKEN", raising=False)
+    assert cli.main(["serve-retriever", str(tmp_path / "missing.jsonl"), "--host", "0.0.0.0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("agentgym serve-retriever: error: refusing to serve on '0.0.0.0'") and err.count("\n") == 1
+    assert "AGENTGYM_TOKEN" in err and "--token" in err
+
+
+def test_cli_token_comes_from_the_flag_or_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentgym import cli
+    from agentgym.tools.retrieval import server as server_module
+
+    calls: list[dict[str, object]] = []
+    monkeypatch.setattr(server_module, "serve_retriever", lambda corpus, **kw: calls.append(kw))
+    monkeypatch.delenv("AGENTGYM_TOKEN", raising=False)
+    assert cli.main(["serve-retriever", "c.jsonl", "--host", "0.0.0.0", "--token", "from-flag"]) == 0
+    monkeypatch.setenv("AGENTGYM_TOKEN", "from-env")
+    assert cli.main(["serve-retriever", "c.jsonl", "--host", "::", "--header-timeout", "2.5"]) == 0
+    assert cli.main(["serve-retriever", "c.jsonl", "--token", "flag-wins"]) == 0
+    assert [(c["host"], c["token"]) for c in calls] == [
+        ("0.0.0.0", "from-flag"),
+        ("::", "from-env"),
+        ("127.0.0.1", "flag-wins"),
+    ]
+    assert calls[1]["header_timeout"] == 2.5 and calls[0]["header_timeout"] == 10.0
+
+
+def partial_request(url: str, data: bytes) -> socket.socket:
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=5)
+    if data:
+        sock.sendall(data)
+    return sock
+
+
+def closed_after(sock: socket.socket, limit: float) -> float:
+    """Seconds until the server closes ``sock`` (reading and discarding whatever it answers first)."""
+    t0 = time.monotonic()
+    sock.settimeout(limit)
+    try:
+        while sock.recv(65536):
+            pass
+    except ConnectionResetError:
+        pass
+    except TimeoutError:
+        return math.inf
+    finally:
+        sock.close()
+    return time.monotonic() - t0
+
+
+PARTIAL_HEADERS = b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nX-Slow: "
+
+
+def test_connections_that_do_not_send_their_request_in_time_are_closed(local: BM25Retriever) -> None:
+    from agentgym.tools.serving import BackgroundServer
+
+    with BackgroundServer(create_app(local), header_timeout=0.5, body_timeout=0.5) as s:
+        t0 = time.monotonic()
+        slow = [partial_request(s.url, PARTIAL_HEADERS) for _ in range(100)]  # slowloris: headers never finish
+        idle = [partial_request(s.url, b"") for _ in range(5)]  # connect and say nothing
+        body = partial_request(s.url, b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        # A kept-alive connection gets the same deadline for its next request (not uvicorn's 5 s keep-alive).
+        second = partial_request(s.url, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" + PARTIAL_HEADERS)
+        trickle = partial_request(s.url, b"P")
+        stop = threading.Event()
+
+        def drip() -> None:  # a byte every 0.1 s must not extend the header deadline
+            for byte in b"OST /retrieve HTTP/1.1\r\nX-Drip: " + b"a" * 100:
+                if stop.wait(0.1):
+                    return
+                try:
+                    trickle.send(bytes([byte]))
+                except OSError:
+                    return
+
+        dripper = threading.Thread(target=drip, daemon=True)
+        dripper.start()
+        try:  # one 5 s budget for all of them (each waits only for what is left of it)
+            waits = [
+                closed_after(c, max(0.01, t0 + 5.0 - time.monotonic())) for c in [*slow, *idle, body, second, trickle]
+            ]
+        finally:
+            stop.set()
+            dripper.join(5)
+        assert max(waits) < 3.0, sorted(waits)[-5:]
+        assert time.monotonic() - t0 < 5.0
+        with httpx.Client(base_url=s.url, timeout=5) as http:
+            assert http.post("/retrieve", json={"queries": ["ovra lake"]}).status_code == 200
+
+
+def test_cli_serves_with_the_env_token_and_header_deadline(tmp_path: Path) -> None:
+    docs = corpus(50, seed=4)
+    write_corpus_jsonl(tmp_path / "corpus.jsonl", docs)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    argv = ["serve-retriever", str(tmp_path / "corpus.jsonl"), "--port", str(port), "--cache-dir", str(tmp_path)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "AGENTGYM_TOKEN": "s3cret"}  # the token is not in argv (ps)
+    proc = subprocess.Popen([sys.executable, "-m", "agentgym.cli", *argv, "--header-timeout", "1"], env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                resp = httpx.get(f"{url}/health", timeout=1)
+                break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, "serve-retriever did not come up"
+            time.sleep(0.1)
+        assert resp.status_code == 401 and "bearer token" in resp.json()["detail"]
+        wrong = httpx.post(f"{url}/retrieve", json={"queries": ["x"]}, headers={"Authorization": "Bearer s3cre"})
+        assert wrong.status_code == 401 and "bearer token" in wrong.json()["detail"]
+        with pytest.raises(RetrievalServerError, match="HTTP 401"):
+            RemoteRetriever(url).search("term3 lake")
+        with RemoteRetriever(url, headers={"Authorization": "Bearer s3cret"}) as remote:
+            assert remote.search("term3 lake", 3) == BM25Retriever(docs).search("term3 lake", 3)
+        assert closed_after(partial_request(url, PARTIAL_HEADERS), 5.0) < 3.0
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -6,7 +6,12 @@ answers ``{"result": [[{"document": {"id", "contents"}, "score": float}, ...], .
 
 Malformed requests get a 4xx answer ``{"detail": message}``, never a 500: 400 for a body that is not JSON,
 422 for missing or mistyped fields or ``topk`` outside ``1..max_topk``, 413 for a body over ``max_body_bytes``,
-more than ``max_queries`` queries or a query over ``max_query_chars`` characters, 401 for a wrong bearer token.
+more than ``max_queries`` queries or a query over ``max_query_chars`` characters, 401 for a missing or wrong bearer
+token (compared in constant time).
+
+:func:`serve_retriever` (and ``agentgym serve-retriever``) binds to loopback by default and refuses to bind anywhere
+else without a token (:func:`check_bind`); its connections are bounded as in
+:func:`agentgym.tools.serving.uvicorn_config` (header and body deadlines, header size, concurrency).
 """
 
 from __future__ import annotations
@@ -15,19 +20,21 @@ import json
 import logging
 import math
 import os
-import secrets
 from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request, Response
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr, ValidationError
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect
+
+from agentgym.tools.serving import TOKEN_ENV, bearer_checker, check_bind, run_uvicorn, uvicorn_config
 
 from .base import Hit, Retriever
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["RetrieveRequest", "create_app", "serve_retriever"]
+__all__ = ["TOKEN_ENV", "RetrieveRequest", "check_bind", "create_app", "serve_retriever"]
 
 
 class RetrieveRequest(BaseModel):
@@ -50,13 +57,15 @@ def create_app(
 ) -> FastAPI:
     """Build the FastAPI app serving ``retriever``; ``token`` (optional) requires ``Authorization: Bearer token``."""
     app = FastAPI(title="agentgym retrieval server", version="1", docs_url=None, redoc_url=None)
+    authorized = bearer_checker(token)
 
     def check_token(request: Request) -> None:
-        if token is None:
-            return
-        given = request.headers.get("authorization", "")
-        if not secrets.compare_digest(given.encode(), f"Bearer {token}".encode()):
-            raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+        if not authorized(request.headers.get("authorization")):
+            raise HTTPException(
+                401,
+                "missing or wrong bearer token: send the header 'Authorization: Bearer <token>'",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
 
     @app.get("/health")
     def health(request: Request) -> dict[str, Any]:
@@ -108,15 +117,19 @@ def create_app(
 
 async def _read_body(request: Request, limit: int) -> bytes:
     """The request body, refusing (413) anything over ``limit`` bytes, whether announced or streamed."""
+    close = {"Connection": "close"}  # the rest of a refused body is not read
     announced = request.headers.get("content-length")
     if announced is not None and announced.isdigit() and int(announced) > limit:
-        raise HTTPException(413, f"request body too large: {announced} > {limit} bytes")
+        raise HTTPException(413, f"request body too large: {announced} > {limit} bytes", headers=close)
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise HTTPException(413, f"request body too large: over {limit} bytes")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise HTTPException(413, f"request body too large: over {limit} bytes", headers=close)
+            chunks.append(chunk)
+    except ClientDisconnect:  # the client left (or missed the body deadline): nobody reads the answer
+        raise HTTPException(400, "client disconnected while sending the body") from None
     return b"".join(chunks)
 
 
@@ -154,24 +167,28 @@ def serve_retriever(
     cache_dir: str | os.PathLike[str] | None = None,
     token: str | None = None,
     log_level: str = "info",
+    header_timeout: float = 10.0,
+    body_timeout: float = 60.0,
     **app_kwargs: Any,
 ) -> None:
     """Load a Search-R1 corpus JSONL, build ``retriever`` (a :func:`make_retriever` spec) and serve it with uvicorn.
 
-    Binds to loopback by default; pass ``token`` when exposing it on other interfaces.
+    Binds to loopback by default; any other ``host`` needs a bearer ``token`` (ValueError otherwise, raised before
+    the corpus is loaded). ``header_timeout`` / ``body_timeout``: seconds a client has to send its request headers
+    / body (see :func:`agentgym.tools.serving.uvicorn_config`). ``app_kwargs`` go to :func:`create_app`.
     """
-    import uvicorn
-
     from . import make_retriever
     from .base import load_corpus_jsonl
 
-    if token is None and host not in ("127.0.0.1", "localhost", "::1"):
-        _log.warning("serving retrieval on %s without a token: anyone who can reach it can query it", host)
+    check_bind(host, token)
     corpus = load_corpus_jsonl(corpus_path)
     kwargs: dict[str, Any] = {"cache_dir": cache_dir} if cache_dir is not None else {}
     r = make_retriever(retriever, corpus, **kwargs)
     try:
         app = create_app(r, token=token, **app_kwargs)
-        uvicorn.run(app, host=host, port=port, log_level=log_level)
+        config = uvicorn_config(
+            app, host=host, port=port, log_level=log_level, header_timeout=header_timeout, body_timeout=body_timeout
+        )
+        run_uvicorn(config)
     finally:
         r.close()

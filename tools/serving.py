@@ -1,0 +1,256 @@
+"""Serving over HTTP safely: loopback unless a bearer token is set, tokens compared in constant time, and uvicorn
+connections with read deadlines and size limits. Shared by the model server (``tools/openai_server.py``) and the
+retrieval server (``tools/retrieval/server.py``).
+
+>>> is_loopback("127.0.0.1"), is_loopback("0.0.0.0")
+(True, False)
+>>> check_bind("0.0.0.0", token="s3cret")  # beyond loopback only with a token (else a one-line ValueError)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import hashlib
+import hmac
+import ipaddress
+import logging
+import socket
+import threading
+import time
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+#: The environment variable the command lines read the bearer token from (so it need not appear in ``ps``).
+TOKEN_ENV = "AGENTGYM_TOKEN"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (``localhost``, 127.0.0.0/8, ``::1``); any other name is not."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, token: str | None) -> None:
+    """Refuse (ValueError, one line) to serve beyond loopback without a bearer token."""
+    if not token and not is_loopback(host):
+        raise ValueError(
+            f"refusing to serve on {host!r} (beyond loopback) without a bearer token: set {TOKEN_ENV} "
+            "(or pass --token / token=), or bind to 127.0.0.1"
+        )
+
+
+def bearer_checker(token: str | None) -> Any:
+    """``ok(authorization_header) -> bool`` comparing ``Bearer <token>`` in constant time (always true without one)."""
+    if token is None:
+        return lambda header: True
+    if not token:
+        raise ValueError("the bearer token must not be empty")
+    want = hashlib.sha256(f"Bearer {token}".encode()).digest()
+
+    def ok(header: str | None) -> bool:  # hashing first: the comparison does not depend on the lengths either
+        return hmac.compare_digest(hashlib.sha256((header or "").encode("latin-1", "replace")).digest(), want)
+
+    return ok
+
+
+@functools.cache
+def guarded_h11_protocol(header_timeout: float, body_timeout: float) -> type:
+    """uvicorn's h11 protocol with read deadlines (uvicorn has none: a client sending partial headers, or nothing,
+    holds its connection for ever).
+
+    The request headers must be complete within ``header_timeout`` seconds of the connection being made, or of the
+    first byte of the next request on a kept-alive connection (trickling bytes does not extend it), and the body
+    within ``body_timeout`` seconds of the headers, unless the app has started answering; otherwise the connection
+    is closed (an app waiting for the body sees a disconnect). Idle kept-alive connections still close after
+    uvicorn's ``timeout_keep_alive``.
+    """
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    if not (header_timeout > 0 and body_timeout > 0):
+        raise ValueError(f"timeouts must be positive, got {header_timeout!r} and {body_timeout!r}")
+
+    class GuardedH11Protocol(H11Protocol):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._read_timer: asyncio.TimerHandle | None = None
+            self._timed_cycle: Any = None
+
+        def _arm(self, seconds: float) -> None:
+            self._disarm()
+            self._read_timer = self.loop.call_later(seconds, self._read_timed_out)
+
+        def _disarm(self) -> None:
+            if self._read_timer is not None:
+                self._read_timer.cancel()
+                self._read_timer = None
+
+        def _track(self) -> None:
+            cycle = self.cycle
+            if cycle is None:
+                return  # still reading the first request's headers: the deadline armed at connection_made holds
+            if cycle is not self._timed_cycle:  # a request's headers are complete
+                self._timed_cycle = cycle
+                self._disarm()
+                if cycle.more_body and not cycle.response_started:
+                    self._arm(body_timeout)
+            elif not cycle.response_complete and (not cycle.more_body or cycle.response_started):
+                self._disarm()  # the body is in, or the app is answering: no read deadline any more
+
+        def _read_timed_out(self) -> None:
+            self._read_timer = None
+            cycle = self.cycle
+            if cycle is not None and cycle.response_started and not cycle.response_complete:
+                return
+            if not self.transport.is_closing():
+                self.logger.debug("closing a connection that did not send its request in time")
+                self.transport.close()
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._arm(header_timeout)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            cycle = self.cycle
+            if self._read_timer is None and (cycle is None or cycle.response_complete):
+                self._arm(header_timeout)  # the first bytes of the next request on a kept-alive connection
+            super().data_received(data)
+            self._track()
+
+        def on_response_complete(self) -> None:
+            self._disarm()
+            super().on_response_complete()
+            self._track()  # a pipelined request may have started
+            cycle = self.cycle
+            if cycle is not None and cycle.response_complete and self.conn.trailing_data[0]:
+                self._arm(header_timeout)  # part of the next request is already here
+
+    GuardedH11Protocol.__qualname__ = GuardedH11Protocol.__name__ = (
+        f"GuardedH11Protocol(header_timeout={header_timeout}, body_timeout={body_timeout})"
+    )
+    return GuardedH11Protocol
+
+
+def uvicorn_config(
+    app: Any,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    header_timeout: float = 10.0,
+    body_timeout: float = 60.0,
+    timeout_keep_alive: int = 5,
+    limit_concurrency: int | None = 256,
+    max_header_bytes: int = 16 * 1024,
+    **kwargs: Any,
+) -> Any:
+    """A ``uvicorn.Config`` for ``app`` with bounded connections (the servers in agentgym.tools all use it).
+
+    ``header_timeout`` / ``body_timeout``: see :func:`guarded_h11_protocol` (the h11 protocol is always used, so
+    the deadlines hold whether or not httptools is installed); ``timeout_keep_alive`` closes idle kept-alive
+    connections; ``limit_concurrency`` answers 503 to requests arriving while that many connections or tasks are
+    open; ``max_header_bytes`` bounds the request line and headers (400 beyond). Other keywords go to
+    ``uvicorn.Config``.
+    """
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        http=guarded_h11_protocol(float(header_timeout), float(body_timeout)),
+        timeout_keep_alive=timeout_keep_alive,
+        limit_concurrency=limit_concurrency,
+        h11_max_incomplete_event_size=max_header_bytes,
+        **kwargs,
+    )
+
+
+def run_uvicorn(config: Any) -> None:
+    """Serve ``config`` (a ``uvicorn.Config``) in this thread until interrupted, as ``uvicorn.run`` does (exit 3
+    when the server could not start)."""
+    import uvicorn
+
+    server = uvicorn.Server(config)
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run()
+    if not server.started:
+        raise SystemExit(3)
+
+
+class BackgroundServer:
+    """Run an ASGI app with uvicorn on a loopback port in a daemon thread (for tests and notebooks).
+
+    ``port=0`` picks a free port (bound before the thread starts, so there is no race); ``url`` is
+    ``http://host:port``. ``stop()`` (or leaving the ``with`` block) shuts the server down and joins the thread.
+    Other keywords (``header_timeout``, ``limit_concurrency``, ...) go to :func:`uvicorn_config`.
+
+    >>> with BackgroundServer(app) as server:                  # doctest: +SKIP
+    ...     httpx.get(server.url + "/health")
+    """
+
+    def __init__(
+        self, app: Any, *, host: str = "127.0.0.1", port: int = 0, graceful_timeout: int = 2, **config: Any
+    ) -> None:
+        self.app = app
+        self.host = host
+        self.port = port
+        self.graceful_timeout = graceful_timeout
+        self.config = config
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> BackgroundServer:
+        import uvicorn
+
+        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self.port))
+        self.port = sock.getsockname()[1]
+        config = uvicorn_config(
+            self.app,
+            **{
+                "log_level": "warning",
+                "lifespan": "off",
+                "access_log": False,
+                "timeout_graceful_shutdown": self.graceful_timeout,
+                **self.config,
+            },
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, name=f"uvicorn-{self.port}", daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                sock.close()
+                raise RuntimeError(f"the server on {self.url} did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None and self._thread is not None:
+            self._server.should_exit = True
+            self._thread.join(timeout=self.graceful_timeout + 10)
+        self._server = self._thread = None
+
+    def __enter__(self) -> BackgroundServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
