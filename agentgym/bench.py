@@ -18,7 +18,7 @@ from typing import Any
 import gymnasium as gym
 
 from agentgym.registry import list_envs, unavailable_reason
-from agentgym.runner import builtin_agents, format_table, run, summarize
+from agentgym.runner import builtin_agents, format_table, run_to_file
 
 #: Per-env constructor arguments used by the bench (the defaults of each env otherwise).
 BENCH_ENV_KWARGS: dict[str, dict[str, Any]] = {}
@@ -72,10 +72,10 @@ def bench(
             path = out / "trajectories" / f"{_slug(env_id)}__{agent}.jsonl"
             path.unlink(missing_ok=True)
             start = time.perf_counter()
-            trajs = run(env_id, agent, n, seed=seed, env_kwargs=kwargs, workers=workers, out=path,
-                        progress=progress)  # fmt: skip
+            summary = run_to_file(env_id, agent, n, path, seed=seed, env_kwargs=kwargs, workers=workers,
+                                  progress=progress)  # fmt: skip
             seconds = time.perf_counter() - start
-            for row in summarize(trajs):
+            for row in summary.rows():
                 timing = {"seconds": seconds} if row["category"] == "all" else {}
                 result.rows.append({"env": env_id, "agent": agent, **row, **timing})
     (out / "results.json").write_text(json.dumps(result.rows, indent=2) + "\n", encoding="utf-8")
@@ -109,6 +109,20 @@ def render_report(
     return "\n".join(lines) + "\n"
 
 
+def _wrap_label(category: str, width: int = 14) -> str:
+    """A category name broken after underscores into lines of about ``width`` characters (long task-type names
+    such as ``pick_clean_then_place_in_recep`` would otherwise run into their neighbours on the x axis)."""
+    lines = [""]
+    for part in category.split("_"):
+        piece = part if not lines[-1] else "_" + part
+        if lines[-1] and len(lines[-1]) + len(piece) > width:
+            lines[-1] += "_"
+            lines.append(part)
+        else:
+            lines[-1] += piece
+    return "\n".join(lines)
+
+
 def plot_results(rows: Sequence[dict[str, Any]], out: Path) -> list[Path]:
     """One PNG per env: success rate per agent and category (grouped bars)."""
     import matplotlib
@@ -121,7 +135,7 @@ def plot_results(rows: Sequence[dict[str, Any]], out: Path) -> list[Path]:
         env_rows = [r for r in rows if r["env"] == env_id]
         agents = list(dict.fromkeys(r["agent"] for r in env_rows))
         cats = list(dict.fromkeys(r["category"] for r in env_rows))
-        fig, ax = plt.subplots(figsize=(1.2 + 1.4 * len(cats), 3.6), dpi=120)
+        fig, ax = plt.subplots(figsize=(1.2 + 1.4 * len(cats), 3.6), dpi=120, layout="constrained")
         width = 0.8 / max(1, len(agents))
         for k, agent in enumerate(agents):
             vals = [
@@ -130,12 +144,11 @@ def plot_results(rows: Sequence[dict[str, Any]], out: Path) -> list[Path]:
             xs = [i + (k - (len(agents) - 1) / 2) * width for i in range(len(cats))]
             bars = ax.bar(xs, vals, width=width, label=agent)
             ax.bar_label(bars, fmt="%.2f", fontsize=7, padding=1)
-        ax.set_xticks(range(len(cats)), cats)
+        ax.set_xticks(range(len(cats)), [_wrap_label(c) for c in cats], fontsize=8)
         ax.set_ylim(0, 1.12)
         ax.set_ylabel("success rate")
         ax.set_title(f"{env_id}: success by agent and category")
-        ax.legend(fontsize=8, ncols=len(agents), loc="upper center", bbox_to_anchor=(0.5, -0.12), frameon=False)
-        fig.tight_layout()
+        fig.legend(fontsize=8, ncols=len(agents), loc="outside lower center", frameon=False)
         path = out / f"{_slug(env_id)}_success.png"
         fig.savefig(path)
         plt.close(fig)

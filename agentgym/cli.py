@@ -15,6 +15,7 @@ agentgym train --preset tiny
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from collections.abc import Mapping, Sequence
@@ -23,18 +24,57 @@ from pathlib import Path
 from typing import Any
 
 
+class DefaultsFormatter(argparse.HelpFormatter):
+    """Shows each option's default after its help, where there is one worth showing."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        shown = action.option_strings and not (default is None or default is False or default == [] or
+                                                 default == argparse.SUPPRESS)  # fmt: skip
+        return f"{text} (default: %(default)s)" if shown and "%(default)" not in text else text
+
+
+class UserError(Exception):
+    """A mistake in the command line (unknown env or agent, bad argument, missing file): one line, exit 2."""
+
+
 def _kv(pairs: Sequence[str]) -> dict[str, Any]:
     """Parse ``key=value`` pairs; values are JSON when they parse as JSON, else strings."""
     out: dict[str, Any] = {}
     for pair in pairs:
         if "=" not in pair:
-            raise SystemExit(f"expected key=value, got {pair!r}")
+            raise UserError(f"expected key=value, got {pair!r}")
         key, value = pair.split("=", 1)
         try:
             out[key] = json.loads(value)
         except json.JSONDecodeError:
             out[key] = value
     return out
+
+
+def _make_env(env_id: str, env_kwargs: dict[str, Any]) -> Any:
+    """``gymnasium.make``, with an unknown id or a bad constructor argument turned into a ``UserError``."""
+    import gymnasium as gym
+
+    try:
+        return gym.make(env_id, **env_kwargs)
+    except (gym.error.Error, TypeError, ValueError) as e:
+        raise UserError(f"cannot make {env_id} with {env_kwargs}: {' '.join(str(e).split())}") from None
+
+
+def _prepare_out(out: Path, patterns: Sequence[str], *, named: bool, overwrite: bool, keep: bool = False) -> None:
+    """Make the output folder ready: the files a command writes (``patterns``) are removed first, so no stale
+    output of an earlier run is left; a folder the user named (``named``) that holds such files is refused
+    unless ``overwrite``. The default folder always holds the latest run. ``keep`` leaves them (resuming)."""
+    found = sorted(p for pattern in patterns for p in out.glob(pattern) if p.is_file())
+    if keep or not found:
+        return
+    if named and not overwrite:
+        raise UserError(f"{out} holds the output of an earlier run ({found[0].name}, ...); pass --overwrite to "
+                        "replace it, or choose another --out")  # fmt: skip
+    for p in found:
+        p.unlink()
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -50,26 +90,48 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from agentgym.runner import format_table, run, summarize
+DEFAULT_RUN_OUT = "runs/latest"
+DEFAULT_BENCH_OUT = "reports/bench"
+DEFAULT_REWARDS_OUT = "reports/rewards"
+#: What ``run`` writes into its output folder.
+RUN_OUTPUTS = ("trajectories.jsonl", "summary.json")
+#: What ``bench`` writes into its output folder.
+BENCH_OUTPUTS = ("report.md", "results.json", "*.png", "trajectories/*.jsonl")
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from agentgym.runner import RunAborted, format_table, make_agent, run_to_file
+
+    out = Path(args.out or DEFAULT_RUN_OUT)
     path = out / "trajectories.jsonl"
-    if path.exists() and not args.append:
-        raise SystemExit(f"{path} exists; pass --append to add to it or choose another --out")
-    trajs = run(
-        args.env_id, args.agent, args.episodes, seed=args.seed, env_kwargs=_kv(args.env_arg),
-        agent_kwargs=_kv(args.agent_arg), tasks=args.tasks, group_size=args.group_size, workers=args.workers, out=path,
-        progress=not args.quiet,
-    )  # fmt: skip
-    rows = summarize(trajs)
+    env_kwargs, agent_kwargs = _kv(args.env_arg), _kv(args.agent_arg)
+    probe = _make_env(args.env_id, env_kwargs)
+    try:
+        make_agent(args.agent, probe, **agent_kwargs).close()
+    except (TypeError, ValueError) as e:
+        probe.close()
+        raise UserError(" ".join(str(e).split())) from None
+    made = [probe]
+    factory = lambda: made.pop() if made else _make_env(args.env_id, env_kwargs)  # the probe env first
+    _prepare_out(out, RUN_OUTPUTS, named=args.out is not None, overwrite=args.overwrite, keep=args.append)
+    try:
+        summary = run_to_file(
+            args.env_id, args.agent, args.episodes, path, resume=args.append, progress=not args.quiet,
+            seed=args.seed, env_kwargs=env_kwargs, agent_kwargs=agent_kwargs, tasks=args.tasks,
+            group_size=args.group_size, workers=args.workers, make_env=factory,
+        )  # fmt: skip
+    except RunAborted as e:
+        print(f"agentgym run: {e}; the episodes played so far are in {path}", file=sys.stderr)
+        return 1
+    except ValueError as e:  # --append onto a file of another run
+        raise UserError(str(e)) from None
+    rows = summary.rows()
     (out / "summary.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
     print(format_table(rows))
     print(f"\ntrajectories: {path}")
-    errors = sum(t.error is not None for t in trajs)
+    errors = round(next((r["error"] * r["episodes"] for r in rows if r["category"] == "all"), 0))
     if errors:
-        print(f"warning: {errors} episode(s) ended with an agent error (see the 'error' field)", file=sys.stderr)
+        print(f"warning: {errors} episode(s) ended with an error (see the 'error' field)", file=sys.stderr)
     return 0
 
 
@@ -87,7 +149,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from agentgym.reward_bench import reward_bench
         from agentgym.reward_bench import table as reward_table
 
-        out = args.out if args.out != "reports/bench" else "reports/rewards"
+        out = Path(args.out or DEFAULT_REWARDS_OUT)
+        _prepare_out(out, BENCH_OUTPUTS, named=args.out is not None, overwrite=args.overwrite)
         rewards = reward_bench(
             args.env or None, episodes=args.episodes, seed=args.seed, out=out, agents=args.agent or None
         )
@@ -95,9 +158,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 0
     from agentgym.bench import bench, table
 
+    _prepare_out(Path(args.out or DEFAULT_BENCH_OUT), BENCH_OUTPUTS, named=args.out is not None,
+                 overwrite=args.overwrite)  # fmt: skip
     result = bench(
-        episodes=args.episodes, seed=args.seed, out=args.out, envs=args.env or None, agents=args.agent or None,
-        workers=args.workers, progress=not args.quiet,
+        episodes=args.episodes, seed=args.seed, out=args.out or DEFAULT_BENCH_OUT, envs=args.env or None,
+        agents=args.agent or None, workers=args.workers, progress=not args.quiet,
     )  # fmt: skip
     _print_report(table(result.rows), result.skipped, result.report_path, result.plots)
     return 0
@@ -106,7 +171,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     from agentgym.checker import check
 
-    report = check(args.env_id, env_kwargs=_kv(args.env_arg), seed=args.seed)
+    env_kwargs = _kv(args.env_arg)
+    _make_env(args.env_id, env_kwargs).close()  # an unknown id or argument is a usage error, not a failed check
+    report = check(args.env_id, env_kwargs=env_kwargs, seed=args.seed)
     print(report)
     return 0 if report.ok else 1
 
@@ -114,6 +181,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     from agentgym.replay import replay_file
 
+    if not Path(args.file).is_file():
+        raise UserError(f"no such file: {args.file}")
     n = bad = 0
     for r in replay_file(args.file):
         n += 1
@@ -125,9 +194,20 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_serve_retriever(args: argparse.Namespace) -> int:
-    from agentgym.tools.retrieval.server import serve_retriever
+    import os
 
-    serve_retriever(args.corpus, retriever=args.retriever, host=args.host, port=args.port, cache_dir=args.cache_dir)
+    from agentgym.tools.retrieval.server import TOKEN_ENV, check_bind, serve_retriever
+
+    token = args.token or os.environ.get(TOKEN_ENV) or None
+    try:
+        check_bind(args.host, token)  # before the corpus loads: a one-line usage error
+    except ValueError as exc:
+        print(f"agentgym serve-retriever: error: {exc}", file=sys.stderr)
+        return 2
+    serve_retriever(
+        args.corpus, retriever=args.retriever, host=args.host, port=args.port, cache_dir=args.cache_dir,
+        token=token, header_timeout=args.header_timeout,
+    )  # fmt: skip
     return 0
 
 
@@ -136,57 +216,74 @@ def build_parser(plugins: Mapping[str, EntryPoint] | None = None) -> argparse.Ar
         prog="agentgym", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="command", required=True)
+    command = functools.partial(sub.add_parser, formatter_class=DefaultsFormatter)
 
-    p = sub.add_parser("list", help="list registered envs")
+    p = command("list", help="list registered envs")
     p.add_argument("--agents", action="store_true", help="also list each env's agents (builds each env)")
-    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env constructor argument")
     p.set_defaults(fn=cmd_list)
 
-    p = sub.add_parser("run", help="run an agent on an env and write trajectories")
-    p.add_argument("env_id")
+    p = command("run", help="run an agent on an env and write trajectories")
+    p.add_argument("env_id", help="a registered env id, e.g. agentgym/SearchQA-v0 (see agentgym list)")
     p.add_argument("--agent", required=True, help="a built-in agent (oracle, heuristic, random) or openai / hf")
-    p.add_argument("--episodes", type=int, default=10)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="runs/latest")
-    p.add_argument("--append", action="store_true", help="append to an existing trajectories.jsonl")
+    p.add_argument("--episodes", type=int, default=10, help="episodes in the run (with --append: in all)")
+    p.add_argument("--seed", type=int, default=0, help="episode i (group g) is reset with seed + g")
+    p.add_argument("--out", default=None, help=f"output folder (default {DEFAULT_RUN_OUT}, which each run replaces)")
+    p.add_argument(
+        "--append", action="store_true",
+        help="continue the run in --out: its records count as the first episodes (after a crash or a kill)",
+    )  # fmt: skip
+    p.add_argument("--overwrite", action="store_true", help="replace the output of an earlier run in --out")
     p.add_argument("--workers", type=int, default=1, help="parallel episodes (threads); output is identical")
-    p.add_argument("--tasks", choices=["sequential", "random"], default="sequential")
+    p.add_argument(
+        "--tasks", choices=["sequential", "random"], default="sequential",
+        help="sequential: group g plays task g (mod the number of tasks); random: the seed picks the task",
+    )  # fmt: skip
     p.add_argument(
         "--group-size", type=int, default=1, metavar="K",
         help="play each task K times in a row with one seed (GRPO-style groups; --episodes must be a multiple of K)",
     )  # fmt: skip
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env constructor argument")
     p.add_argument("--agent-arg", action="append", default=[], metavar="KEY=VALUE", help="agent constructor argument")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(fn=cmd_run)
 
-    p = sub.add_parser("bench", help="every env x built-in agents: table, Markdown report, PNG plots")
-    p.add_argument("--episodes", type=int, default=100)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="reports/bench")
+    p = command("bench", help="every env x built-in agents: table, Markdown report, PNG plots")
+    p.add_argument("--episodes", type=int, default=100, help="episodes per env and agent (some envs cap it)")
+    p.add_argument("--seed", type=int, default=0, help="episode i plays task i with seed + i")
+    p.add_argument(
+        "--out", default=None,
+        help=f"output folder (default {DEFAULT_BENCH_OUT}, or {DEFAULT_REWARDS_OUT} with --rewards; replaced each run)",
+    )  # fmt: skip
+    p.add_argument("--overwrite", action="store_true", help="replace the output of an earlier bench in --out")
     p.add_argument("--env", action="append", default=[], help="restrict to these env ids")
     p.add_argument("--agent", action="append", default=[], help="restrict to these agents")
-    p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--rewards", action="store_true", help="benchmark the reward shapers instead (-> reports/rewards)")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--workers", type=int, default=1, help="parallel episodes (threads); output is identical")
+    p.add_argument("--rewards", action="store_true", help="benchmark the reward shapers instead")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(fn=cmd_bench)
 
-    p = sub.add_parser("check", help="run the env checker (Gymnasium + text-env contract)")
-    p.add_argument("env_id")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
+    p = command("check", help="run the env checker (Gymnasium + text-env contract)")
+    p.add_argument("env_id", help="a registered env id, e.g. agentgym/SearchQA-v0")
+    p.add_argument("--seed", type=int, default=0, help="seed of the checked episodes")
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env constructor argument")
     p.set_defaults(fn=cmd_check)
 
-    p = sub.add_parser("replay", help="re-execute recorded trajectories and report divergence")
-    p.add_argument("file")
+    p = command("replay", help="re-execute recorded trajectories and report divergence")
+    p.add_argument("file", help="a trajectories.jsonl written by agentgym run or bench")
     p.set_defaults(fn=cmd_replay)
 
-    p = sub.add_parser("serve-retriever", help="serve a corpus over Search-R1's POST /retrieve API")
+    p = command("serve-retriever", help="serve a corpus over Search-R1's POST /retrieve API")
     p.add_argument("corpus", help='corpus JSONL: {"id", "contents"} per line')
     p.add_argument("--retriever", default="bm25", help="bm25, bm25:rank_bm25, dense or hybrid")
-    p.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default)")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default; others need a token)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--cache-dir", default=None, help="where indexes persist")
+    p.add_argument(
+        "--token", default=None,
+        help="bearer token clients must send (default: $AGENTGYM_TOKEN; prefer it, a token here shows in ps)",
+    )  # fmt: skip
+    p.add_argument("--header-timeout", type=float, default=10.0, help="seconds a client has to send its headers")
     p.set_defaults(fn=cmd_serve_retriever)
 
     for name, ep in sorted((plugins or {}).items()):  # listed in --help; main() dispatches them before parsing
@@ -238,7 +335,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--episodes ({args.episodes}) must be a positive multiple of --group-size ({args.group_size})")
     import agentgym  # noqa: F401  (registers the envs)
 
-    return int(args.fn(args) or 0)
+    try:
+        return int(args.fn(args) or 0)
+    except UserError as e:
+        print(f"agentgym {args.command}: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

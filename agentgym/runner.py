@@ -23,11 +23,13 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +38,7 @@ from tqdm.auto import tqdm
 
 from agentgym.agents.base import Agent, Message
 from agentgym.core import AgentEnv
-from agentgym.trajectory import Trajectory, TrajectoryWriter, Turn
+from agentgym.trajectory import Trajectory, TrajectoryWriter, Turn, cut_torn_tail, read_records
 
 #: Agents that work with any env (they talk to a model, not to env internals).
 GENERIC_AGENTS: dict[str, str] = {
@@ -110,23 +112,29 @@ def run_episode(
     group_id: str | None = None,
     agent_seed: int | None = None,
 ) -> Trajectory:
-    """Play one episode and return its record. An agent exception ends the episode with ``error`` set.
+    """Play one episode and return its record. An exception of the agent or the env ends the episode with
+    ``error`` set (``"env.reset: ..."`` / ``"env.step: ..."`` for the env's).
 
     The agent is reset with ``agent_seed`` (default: ``seed``).
     """
-    obs, info = env.reset(seed=seed, options=options)
-    agent.reset(seed=seed if agent_seed is None else agent_seed)
     traj = Trajectory(
         env_id=env_id or (env.spec.id if env.spec else type(env.unwrapped).__name__),
         seed=seed,
-        task_id=str(info.get("task_id", "")),
+        task_id="",
         agent=agent.name,
-        initial_observation=list(obs),
-        reset_info=info,
+        initial_observation=[],
+        reset_info={},
         env_kwargs=env_kwargs_of(env, env_kwargs or {}),
         options=dict(options or {}),
         group_id=group_id,
     )
+    try:
+        obs, info = env.reset(seed=seed, options=options)
+    except Exception as e:  # e.g. an unreachable retrieval server: recorded; the runner stops on repeated failures
+        traj.error = f"env.reset: {type(e).__name__}: {e}"
+        return traj
+    agent.reset(seed=seed if agent_seed is None else agent_seed)
+    traj.task_id, traj.initial_observation, traj.reset_info = str(info.get("task_id", "")), list(obs), info
     messages = list(obs)
     while True:
         try:
@@ -134,7 +142,11 @@ def run_episode(
         except Exception as e:  # an agent failure (e.g. a dead endpoint) is recorded, not fatal to the run
             traj.error = f"{type(e).__name__}: {e}"
             return traj
-        obs, reward, terminated, truncated, info = env.step(action)
+        try:
+            obs, reward, terminated, truncated, info = env.step(action)
+        except Exception as e:
+            traj.error = f"env.step: {type(e).__name__}: {e}"
+            return traj
         traj.turns.append(Turn(action, list(obs), float(reward), bool(terminated), bool(truncated), info))
         messages.append({"role": "assistant", "content": action})
         messages.extend(obs)
@@ -190,7 +202,17 @@ def group_seeds(seed: int, num_groups: int, group_size: int) -> list[int]:
     return [seed + g for g in range(num_groups) for _ in range(group_size)]
 
 
-def run(
+class RunAborted(RuntimeError):
+    """A run stopped early because episodes kept failing the same way (the message says how)."""
+
+
+def error_kind(error: str) -> str:
+    """What makes two episode errors "the same kind": where it happened and the exception type."""
+    head = error.split(":", 2)
+    return ":".join(head[:2]) if head[0].startswith("env.") else head[0]
+
+
+def iter_episodes(
     env_id: str,
     agent: Policy,
     episodes: int,
@@ -201,19 +223,24 @@ def run(
     tasks: str = "sequential",
     group_size: int = 1,
     workers: int = 1,
-    out: str | os.PathLike[str] | None = None,
-    progress: bool = True,
+    start: int = 0,
     make_env: Callable[[], gym.Env] | None = None,
-) -> list[Trajectory]:
-    """Play ``episodes`` episodes; optionally append them to the JSONL file ``out`` in episode order.
+    max_errors: int | None = 5,
+) -> Iterator[Trajectory]:
+    """Yield episodes ``start .. episodes - 1`` in order, each as soon as it and those before it have finished.
 
-    ``agent`` is a name, an ``Agent`` or a policy callable (see the module docstring). With ``workers > 1``
-    each worker gets its own copy of an ``Agent`` object (``copy.deepcopy``); a plain callable is shared by
-    the workers and must be thread-safe.
+    At most ``2 * workers`` episodes are in flight, so memory stays flat however many episodes a run has. With
+    ``workers > 1`` each worker gets its own copy of an ``Agent`` object (``copy.deepcopy``); a plain callable is
+    shared by the workers and must be thread-safe. An episode that fails (``Trajectory.error``: the agent or the
+    env raised, e.g. an unreachable server) is recorded and yielded; once ``max_errors`` of the last
+    ``4 * max_errors`` episodes failed with the same kind of error, ``RunAborted`` is raised, so a broken setup
+    stops in a few episodes instead of failing every one (``None`` never stops).
     """
     spec = RunSpec(env_id, episodes, seed, dict(env_kwargs or {}), tasks, group_size)
+    if not 0 <= start <= episodes:
+        raise ValueError(f"start must be in 0..{episodes}, got {start}")
     factory = make_env or (lambda: gym.make(spec.env_id, **spec.env_kwargs))
-    workers = max(1, min(workers, episodes))
+    workers = max(1, min(workers, episodes - start or 1))
     local = threading.local()
     made: list[tuple[gym.Env, Agent]] = []
     lock = threading.Lock()
@@ -231,32 +258,114 @@ def run(
             env_kwargs=spec.env_kwargs, group_id=spec.group_id(i), agent_seed=spec.seed + i,
         )  # fmt: skip
 
-    results: dict[int, Trajectory] = {}
-    writer = TrajectoryWriter(out) if out is not None else None
-    next_to_write = 0
-    label = agent if isinstance(agent, str) else getattr(agent, "name", None) or getattr(agent, "__name__", "policy")
-    bar = tqdm(total=episodes, desc=f"{env_id} | {label}", disable=not progress, unit="ep", leave=False)
+    pool = ThreadPoolExecutor(max_workers=workers)
+    pending: dict[int, Future[Trajectory]] = {}
+    submitted = start
+    recent: deque[str | None] = deque(maxlen=4 * max_errors if max_errors else 1)
     try:
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            pending = {pool.submit(play, i): i for i in range(episodes)}
-            while pending:
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    results[pending.pop(fut)] = fut.result()
-                    bar.update(1)
-                while next_to_write in results:
-                    if writer is not None:
-                        writer.write(results[next_to_write])
-                    next_to_write += 1
+        for i in range(start, episodes):
+            while submitted < episodes and len(pending) < 2 * workers:
+                pending[submitted] = pool.submit(play, submitted)
+                submitted += 1
+            traj = pending.pop(i).result()
+            yield traj
+            recent.append(None if traj.error is None else error_kind(traj.error))
+            if max_errors and traj.error is not None and recent.count(recent[-1]) >= max_errors:
+                raise RunAborted(
+                    f"stopped: {recent.count(recent[-1])} of the last {len(recent)} episodes failed with the same "
+                    f"kind of error; the last (episode {i}): {traj.error}"
+                )
     finally:
-        bar.close()
-        if writer is not None:
-            writer.close()
+        pool.shutdown(wait=True, cancel_futures=True)
         for env, ag in made:
             if ag is not agent:  # the caller's own Agent object stays theirs to close
                 ag.close()
             env.close()
-    return [results[i] for i in range(episodes)]
+
+
+def run(
+    env_id: str,
+    agent: Policy,
+    episodes: int,
+    *,
+    out: str | os.PathLike[str] | None = None,
+    progress: bool = True,
+    **options: Any,
+) -> list[Trajectory]:
+    """Play ``episodes`` episodes and return their records; optionally append them to the JSONL file ``out``.
+
+    ``options`` are those of ``iter_episodes`` (``seed``, ``env_kwargs``, ``agent_kwargs``, ``tasks``,
+    ``group_size``, ``workers``, ``make_env``, ``max_errors``). This keeps every record in memory:
+    for long runs use ``run_to_file``, which streams.
+    """
+    trajs: list[Trajectory] = []
+    with TrajectoryWriter(out) if out is not None else contextlib.nullcontext() as writer:
+        for traj in _progress(iter_episodes(env_id, agent, episodes, **options), episodes, 0, env_id, agent, progress):
+            if writer is not None:
+                writer.write(traj)
+            trajs.append(traj)
+    return trajs
+
+
+def run_to_file(
+    env_id: str,
+    agent: Policy,
+    episodes: int,
+    out: str | os.PathLike[str],
+    *,
+    resume: bool = False,
+    progress: bool = True,
+    **options: Any,
+) -> Summary:
+    """Play ``episodes`` episodes, appending each record to ``out`` as it finishes; returns the summary.
+
+    Memory stays flat in the number of episodes (records are streamed, the summary is a running aggregate).
+    With ``resume=True`` the records already in ``out`` count as the run's first episodes (a torn final record
+    is cut first): the run continues where an interrupted run of the same arguments stopped, and the file ends
+    up identical to an uninterrupted run's. ``options`` are those of ``iter_episodes``.
+    """
+    summary = Summary()
+    start = 0
+    if resume and os.path.exists(out):
+        with open(out, "ab+") as f:
+            cut_torn_tail(f)
+        spec = RunSpec(env_id, episodes, options.get("seed", 0), dict(options.get("env_kwargs") or {}),
+                       options.get("tasks", "sequential"), options.get("group_size", 1))  # fmt: skip
+        for k, rec in enumerate(read_records(out)):
+            if rec.trajectory is None:
+                raise ValueError(f"{out}:{rec.lineno}: cannot resume after a bad record: {rec.error}")
+            if (rec.trajectory.env_id, rec.trajectory.seed) != (env_id, spec.env_seed(k)):
+                raise ValueError(f"{out} holds another run (record {k + 1}: {rec.trajectory.env_id}, seed "
+                                 f"{rec.trajectory.seed}); resume it with the arguments it was made with")  # fmt: skip
+            summary.add(rec.trajectory)
+            start = k + 1
+        if start > episodes:
+            raise ValueError(f"{out} already holds {start} episodes, more than --episodes {episodes}")
+    with TrajectoryWriter(out) as writer:
+        stream = iter_episodes(env_id, agent, episodes, start=start, **options)
+        for traj in _progress(stream, episodes, start, env_id, agent, progress):
+            writer.write(traj)
+            summary.add(traj)
+    return summary
+
+
+def _progress(
+    stream: Iterator[Trajectory], episodes: int, start: int, env_id: str, agent: Policy, show: bool
+) -> Iterator[Trajectory]:
+    """Show a progress bar over ``stream``. It starts once the first episode is done, so building the env (and,
+    on a first run, compiling retrieval kernels) does not count towards the rate: the ETA stays honest."""
+    label = agent if isinstance(agent, str) else getattr(agent, "name", None) or getattr(agent, "__name__", "policy")
+    bar = None
+    try:
+        for traj in stream:
+            if bar is None:
+                bar = tqdm(total=episodes, initial=start, desc=f"{env_id} | {label}", disable=not show, unit="ep",
+                           leave=False)  # fmt: skip
+            bar.update(1)
+            yield traj
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def episode_metrics(traj: Trajectory) -> dict[str, float]:
@@ -281,23 +390,51 @@ def category_of(traj: Trajectory) -> str:
     return str(gold.get("category") or gold.get("hop_type") or gold.get("task_type") or "all")
 
 
-def summarize(trajs: Sequence[Trajectory], *, by_category: bool = True) -> list[dict[str, Any]]:
+class Summary:
+    """Running means of ``episode_metrics``, overall and per task category: what ``summarize`` reports, built
+    one episode at a time in constant memory per category.
+
+    >>> s = Summary()
+    >>> s.rows()
+    []
+    """
+
+    def __init__(self, *, by_category: bool = True):
+        self.by_category = by_category
+        self._sums: dict[str, dict[str, float]] = {}
+        self._counts: dict[str, int] = {}
+
+    def add(self, traj: Trajectory) -> None:
+        metrics = episode_metrics(traj)
+        for group in ("", category_of(traj)) if self.by_category else ("",):
+            sums = self._sums.setdefault(group, {})
+            for k, v in metrics.items():
+                sums[k] = sums.get(k, 0.0) + v
+            self._counts[group] = self._counts.get(group, 0) + 1
+
+    @property
+    def episodes(self) -> int:
+        return self._counts.get("", 0)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row for all episodes, then one per category when there is more than one category."""
+        groups = [g for g in self._counts if g]
+        names = [("", "all")] + ([(g, "uncategorised" if g == "all" else g) for g in groups] if len(groups) > 1 else [])
+        rows = []
+        for group, name in names:
+            if group not in self._counts:
+                continue
+            n = self._counts[group]
+            rows.append({"category": name, "episodes": n, **{k: v / n for k, v in self._sums[group].items()}})
+        return rows
+
+
+def summarize(trajs: Iterable[Trajectory], *, by_category: bool = True) -> list[dict[str, Any]]:
     """Mean metrics over episodes, overall and per category; one dict per row."""
-    groups: dict[str, list[Trajectory]] = {"all": list(trajs)}
-    categories: dict[str, list[Trajectory]] = {}
-    if by_category:
-        for t in trajs:
-            categories.setdefault(category_of(t), []).append(t)
-    if len(categories) > 1:  # with one category (or none) the "all" row says it
-        groups.update({"uncategorised" if c == "all" else c: members for c, members in categories.items()})
-    rows = []
-    for cat, members in groups.items():
-        per = [episode_metrics(t) for t in members]
-        keys = list(dict.fromkeys(k for p in per for k in p))
-        row: dict[str, Any] = {"category": cat, "episodes": len(members)}
-        row.update({k: sum(p.get(k, 0.0) for p in per) / len(per) for k in keys})
-        rows.append(row)
-    return rows
+    summary = Summary(by_category=by_category)
+    for t in trajs:
+        summary.add(t)
+    return summary.rows()
 
 
 def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None, *, markdown: bool = True) -> str:

@@ -39,7 +39,7 @@ def test_replay_reproduces_and_detects_divergence(tmp_path):
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     results = list(replay_file(path))
     assert [r.ok for r in results] == [True, True, False, True, True, True]
-    assert "turn 1 differs" in results[2].divergence
+    assert "checksum mismatch" in results[2].divergence and "turn 1 differs" in results[2].divergence
 
 
 def test_summary_by_hop_type_and_table():
@@ -62,8 +62,10 @@ def test_cli_run_replay_check_list(tmp_path, capsys):
                  "--env-arg", "dataset=tiny", "--quiet"]) == 0  # fmt: skip
     assert "| all" in capsys.readouterr().out
     assert len(list(read_trajectories(out / "trajectories.jsonl"))) == 5
-    with pytest.raises(SystemExit, match="exists"):
-        main(["run", "agentgym/SearchQA-v0", "--agent", "oracle", "--out", str(out), "--env-arg", "dataset=tiny"])
+    assert (
+        main(["run", "agentgym/SearchQA-v0", "--agent", "oracle", "--out", str(out), "--env-arg", "dataset=tiny"]) == 2
+    )
+    assert "pass --overwrite to replace it" in capsys.readouterr().err
     assert main(["replay", str(out / "trajectories.jsonl")]) == 0
     assert "5 identical, 0 diverged" in capsys.readouterr().out
     assert main(["check", "agentgym/SearchQA-v0", "--env-arg", "dataset=tiny"]) == 0

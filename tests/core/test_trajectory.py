@@ -82,7 +82,7 @@ def test_truncated_final_line_is_skipped(tmp_path, cut):
 def test_corrupt_middle_line_raises_with_line_number(tmp_path):
     path = tmp_path / "t.jsonl"
     path.write_text(dumps(make_traj(0)) + "\n{garbage\n" + dumps(make_traj(1)) + "\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"t.jsonl:2: corrupt"):
+    with pytest.raises(ValueError, match=r"t.jsonl:2: bad trajectory record: not JSON"):
         list(read_trajectories(path))
 
 

@@ -1,0 +1,75 @@
+"""`agentgym bench`'s PNG plots stay legible: x tick labels (task categories) do not run into each other, into the
+legend, or off the figure. Household's task types (``pick_clean_then_place_in_recep``, ...) are the long ones."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+matplotlib = pytest.importorskip("matplotlib")
+
+HOUSEHOLD_TYPES = [
+    "pick_and_place_simple",
+    "look_at_obj_in_light",
+    "pick_clean_then_place_in_recep",
+    "pick_heat_then_place_in_recep",
+    "pick_cool_then_place_in_recep",
+    "pick_two_obj_and_place",
+]
+SEARCHQA_TYPES = ["1-hop", "bridge", "comparison", "multi-hop"]
+
+
+def rows(env_id: str, categories: list[str]) -> list[dict]:
+    agents = {"oracle": 1.0, "heuristic": 0.5, "random": 0.0}
+    return [
+        {"env": env_id, "agent": agent, "category": c, "episodes": 10, "success": s}
+        for agent, s in agents.items()
+        for c in ["all", *categories]
+    ]
+
+
+def overlaps(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def check_layout(plot_results, out: Path, monkeypatch) -> None:
+    from matplotlib.figure import Figure
+
+    drawn = []  # per figure: the page box, (tick label text, box) pairs, legend boxes, as saved
+    save = Figure.savefig
+
+    def record(fig, *args, **kwargs):
+        result = save(fig, *args, **kwargs)
+        renderer = fig.canvas.get_renderer()
+        labels = [t for ax in fig.axes for t in ax.get_xticklabels() if t.get_text()]
+        legends = [ax.get_legend() for ax in fig.axes if ax.get_legend()] + list(fig.legends)
+        drawn.append(
+            (
+                fig.bbox,
+                [(t.get_text(), t.get_window_extent(renderer)) for t in labels],
+                [legend.get_window_extent(renderer) for legend in legends],
+            )
+        )
+        return result
+
+    monkeypatch.setattr(Figure, "savefig", record)
+    plotted = rows("agentgym/Household-v0", HOUSEHOLD_TYPES) + rows("agentgym/SearchQA-v0", SEARCHQA_TYPES)
+    paths = plot_results(plotted, out)
+    assert [p.name for p in paths] == ["agentgym_Household-v0_success.png", "agentgym_SearchQA-v0_success.png"]
+    assert all(p.stat().st_size > 0 for p in paths)
+    for (page, labels, legends), path, n in zip(drawn, paths, (7, 5), strict=True):
+        assert len(labels) == n, f"{path.name}: {[t for t, _ in labels]}"
+        for (ta, a), (tb, b) in itertools.combinations(labels, 2):
+            assert not overlaps(a, b), f"{path.name}: x labels {ta!r} and {tb!r} overlap"
+        for text, box in labels:
+            inside = page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0
+            assert inside, f"{path.name}: x label {text!r} is cut off"
+            assert not any(overlaps(legend, box) for legend in legends), f"{path.name}: the legend covers {text!r}"
+
+
+def test_bench_plot_labels_do_not_overlap(tmp_path, monkeypatch):
+    from agentgym.bench import plot_results
+
+    check_layout(plot_results, tmp_path, monkeypatch)
