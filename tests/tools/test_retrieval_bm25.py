@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import random
 import re
+import subprocess
+import sys
 import threading
 import unicodedata
 from pathlib import Path
@@ -325,3 +328,70 @@ def test_make_retriever_specs(tmp_path: Path) -> None:
         make_retriever("tfidf", corpus)
     with pytest.raises(ValueError, match="backend"):
         make_retriever("bm25:nope", corpus)
+
+
+# --- compiling the kernels: cached on disk, announced once ------------------------------------------------------
+
+
+def run_python(code: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """``code`` in a fresh interpreter (numba reads its cache settings at import), with extra environment."""
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, env={**os.environ, **env}, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_kernels_compile_once_per_cache_and_say_so(tmp_path: Path) -> None:
+    """The first process compiles (and says so on stderr, once); the next loads the kernels from numba's on-disk
+    cache (NUMBA_CACHE_DIR here; by default __pycache__ next to bm25.py, or ~/.cache/numba when that is
+    read-only) and says nothing. Another module's numba function compiling is not announced."""
+    from agentgym.tools.retrieval.bm25 import COMPILE_NOTICE
+
+    code = (
+        "import numba, agentgym.tools.retrieval.bm25 as b\n"
+        "assert b._lower(65) == 97 and b._is_token_byte(65, 0)\n"
+        "print(sum(b._lower.stats.cache_hits.values()), sum(b._lower.stats.cache_misses.values()))\n"
+        "numba.njit(lambda x: x + 1)(1)\n"
+    )
+    cache = str(tmp_path / "numba-cache")
+    cold = run_python(code, tmp_path, NUMBA_CACHE_DIR=cache)
+    assert cold.returncode == 0, cold.stderr
+    assert cold.stderr.count(COMPILE_NOTICE) == 1, cold.stderr
+    assert cold.stdout.split() == ["0", "1"]  # compiled: a cache miss
+    assert list((tmp_path / "numba-cache").rglob("bm25._lower-*.nbi"))
+    warm = run_python(code, tmp_path, NUMBA_CACHE_DIR=cache)
+    assert warm.returncode == 0, warm.stderr
+    assert "compiling" not in warm.stderr, warm.stderr
+    assert warm.stdout.split() == ["1", "0"]  # loaded from the cache
+
+
+def test_kernels_work_without_a_writable_cache(tmp_path: Path) -> None:
+    """With no writable cache location (read-only install, no writable home) numba would refuse cache=True at
+    import; the kernels compile in each process instead, and the notice says how to keep them."""
+    from agentgym.tools.retrieval.bm25 import UNCACHED_NOTICE
+
+    code = (
+        "import numba.core.caching as c\n"
+        "def unwritable(self):\n"
+        "    raise PermissionError(13, 'read-only', self.get_cache_path())\n"
+        "c._CacheLocator.ensure_cache_path = unwritable\n"
+        "import agentgym.tools.retrieval.bm25 as b\n"
+        "assert b._lower(65) == 97\n"
+        "print('_search_range' in b._uncached)\n"
+    )
+    out = run_python(code, tmp_path, NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.count(UNCACHED_NOTICE) == 1, out.stderr
+    assert out.stdout.strip() == "True"
+
+
+def test_search_kernels_are_ready_when_the_retriever_is_built(monkeypatch) -> None:
+    """Building a fast retriever compiles (or loads) the search kernels, so the first query does not pause."""
+    from agentgym.tools.retrieval import bm25
+
+    calls = []
+    real = bm25._search_range
+    monkeypatch.setattr(bm25, "_search_range", lambda *args: calls.append(args) or real(*args))
+    r = BM25Retriever(random_corpus(0, n_docs=20))
+    assert len(calls) == 1
+    assert r.search("w1", 2) and len(calls) == 2
+    assert BM25Retriever([]).search("w1") == [] and len(calls) == 2  # an empty corpus never runs a kernel

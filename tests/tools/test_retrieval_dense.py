@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -120,3 +122,49 @@ def test_hybrid_bm25_plus_dense(encoder: MiniLMEncoder, tmp_path: Path) -> None:
     assert hybrid.search("which company produces automobiles?", 1)[0].doc.id == "cars"  # dense only
     dense = make_retriever("dense:hnsw", DOCS, encoder=encoder)
     assert isinstance(dense, DenseRetriever) and dense.index_kind == "hnsw"
+
+
+@pytest.mark.parametrize("spec", ["bm25", "dense", "hybrid"])
+def test_make_retriever_passes_every_constructor_option(
+    spec: str, encoder: MiniLMEncoder, tmp_path: Path, monkeypatch
+) -> None:
+    """Every option a back-end's constructor accepts gets through ``make_retriever`` (hybrid: to each constructor
+    that takes it), read from the signatures themselves: a new constructor option cannot be left out."""
+    owners = {
+        "bm25": [BM25Retriever],
+        "dense": [DenseRetriever],
+        "hybrid": [BM25Retriever, DenseRetriever, HybridRetriever],
+    }
+    received: dict[type, dict] = {}
+    for cls in owners[spec]:
+
+        @functools.wraps(cls.__init__)
+        def spy(self, *args, _cls=cls, _init=cls.__init__, **kwargs):
+            received[_cls] = kwargs
+            _init(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "__init__", spy)
+    values = {"encoder": encoder, "cache_dir": tmp_path}  # other options: their defaults, passed explicitly
+    accepted = {}
+    for cls in owners[spec]:
+        params = list(inspect.signature(cls).parameters.values())[1:]  # after the corpus / the retrievers
+        accepted[cls] = [p.name for p in params if not p.name.startswith("_")]
+        assert all(p.default is not inspect.Parameter.empty for p in params), cls
+    for cls, names in accepted.items():
+        for name in names:
+            value = values.get(name, inspect.signature(cls).parameters[name].default)
+            extra = {"encoder": values["encoder"]} if DenseRetriever in owners[spec] and name != "encoder" else {}
+            received.clear()
+            retriever = make_retriever(spec, DOCS, **extra, **{name: value})
+            retriever.close()
+            takers = [c for c in owners[spec] if name in accepted[c]]
+            assert all(received[c].get(name, KeyError) is value for c in takers), (spec, name, received)
+    extra = {"encoder": values["encoder"]} if DenseRetriever in owners[spec] else {}
+    with pytest.raises(TypeError, match="no_such_option"):
+        make_retriever(spec, DOCS, **extra, no_such_option=1)
+
+
+def test_hybrid_takes_bm25_prune(encoder: MiniLMEncoder) -> None:
+    hybrid = make_retriever("hybrid", DOCS, encoder=encoder, prune=False)  # was "unknown hybrid option"
+    assert hybrid.retrievers[0].prune is False
+    assert len(hybrid.search("Ovra Lake trout", 2)) == 2

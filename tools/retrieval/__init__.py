@@ -12,6 +12,7 @@ Heavy dependencies (numba, torch, transformers, faiss, fastapi) load on first us
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -65,9 +66,18 @@ _LAZY = {
     "serve_retriever": "server",
 }
 
-_BM25_KEYS = frozenset({"k1", "b", "epsilon", "idf", "backend", "n_threads"})
-_DENSE_KEYS = frozenset({"encoder", "index", "batch_size", "hnsw_m", "ef_search", "nlist", "nprobe", "show_progress"})
-_HYBRID_KEYS = frozenset({"k", "weights", "depth"})
+
+def _options(cls: type) -> frozenset[str]:
+    """The options a retriever class's constructor takes by keyword: its named parameters after the first (the
+    corpus or the retrievers to fuse), public ones only. ``make_retriever("hybrid", ...)`` routes by these.
+
+    >>> from agentgym.tools.retrieval import HybridRetriever
+    >>> sorted(_options(HybridRetriever))
+    ['depth', 'k', 'weights']
+    """
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    params = [p for p in inspect.signature(cls).parameters.values() if p.kind in named]
+    return frozenset(p.name for p in params[1:] if not p.name.startswith("_"))
 
 
 def __getattr__(name: str) -> Any:
@@ -84,8 +94,8 @@ def make_retriever(
     Specs: ``"bm25"`` (fast back-end), ``"bm25:rank_bm25"``, ``"dense"`` (flat; also ``"dense:hnsw"``,
     ``"dense:ivf"``), ``"hybrid"`` (BM25 + dense fused by RRF) and ``"remote:http://host:port"``. ``corpus`` is a
     list of documents or the path of a corpus JSONL (not needed for ``remote``). Keyword arguments go to the
-    constructor; for ``hybrid`` they are routed by name (``cache_dir`` to both, BM25 / dense / RRF options to
-    their owner).
+    constructor; for ``hybrid`` each goes to every constructor that takes it (:func:`_options`: ``cache_dir`` to
+    both retrievers, BM25 / dense / RRF options to their owner), and one that none takes raises ``TypeError``.
     """
     kind, _, arg = spec.partition(":")
     kind = kind.strip().lower()
@@ -112,11 +122,12 @@ def make_retriever(
         from .dense import DenseRetriever
         from .hybrid import HybridRetriever
 
-        unknown = set(kwargs) - _BM25_KEYS - _DENSE_KEYS - _HYBRID_KEYS - {"cache_dir"}
+        owners = (BM25Retriever, DenseRetriever, HybridRetriever)
+        unknown = set(kwargs).difference(*map(_options, owners))
         if unknown:
             raise TypeError(f"unknown hybrid retriever options: {sorted(unknown)}")
-        shared = {"cache_dir": kwargs["cache_dir"]} if "cache_dir" in kwargs else {}
-        bm25 = BM25Retriever(docs, **shared, **{k: v for k, v in kwargs.items() if k in _BM25_KEYS})
-        dense = DenseRetriever(docs, **shared, **{k: v for k, v in kwargs.items() if k in _DENSE_KEYS})
-        return HybridRetriever([bm25, dense], **{k: v for k, v in kwargs.items() if k in _HYBRID_KEYS})
+        bm25_kw, dense_kw, hybrid_kw = ({k: v for k, v in kwargs.items() if k in _options(c)} for c in owners)
+        bm25 = BM25Retriever(docs, **bm25_kw)
+        dense = DenseRetriever(docs, **dense_kw)
+        return HybridRetriever([bm25, dense], **hybrid_kw)
     raise ValueError(f"unknown retriever spec {spec!r}: use bm25, bm25:rank_bm25, dense, hybrid or remote:URL")

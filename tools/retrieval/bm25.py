@@ -24,6 +24,12 @@ shortest posting list first; as soon as the largest impacts of the remaining ter
 into the top k, the kernel stops creating accumulators and only updates (and prunes) the candidates: exact,
 MaxScore-style dynamic pruning (the results are the same with ``prune=False``). ``batch_search`` spreads query chunks
 over a thread pool running that kernel in parallel. Indexing tokenises the corpus and builds the postings in numba.
+
+Compiling the kernels takes 15-30 s, once: numba caches them on disk (``__pycache__`` next to this file when it is
+writable, else the user's cache directory, ``~/.cache/numba``; ``$NUMBA_CACHE_DIR`` overrides both), so later
+processes load them in well under a second. A process that does compile says so on stderr, once, with
+:data:`COMPILE_NOTICE`; a fast retriever compiles (or loads) its search kernels when it is built, so the pause
+comes there and not at the first query.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import json
 import math
 import os
 import re
+import sys
 import threading
 import unicodedata
 from collections.abc import Sequence
@@ -43,10 +50,19 @@ from typing import Any
 
 import numpy as np
 from numba import njit
+from numba.core import event as numba_event
 
 from .base import Document, Hit, Retriever, atomic_output, cache_key, corpus_fingerprint
 
-__all__ = ["STOPWORDS", "TOKENIZER_VERSION", "BM25Params", "BM25Retriever", "tokenize"]
+__all__ = ["COMPILE_NOTICE", "STOPWORDS", "TOKENIZER_VERSION", "BM25Params", "BM25Retriever", "tokenize"]
+
+COMPILE_NOTICE = "compiling retrieval kernels (first run only)..."
+"""Printed on stderr, once per process, when this module's numba kernels are being compiled (not loaded from the
+on-disk cache)."""
+UNCACHED_NOTICE = (
+    "compiling retrieval kernels (numba found no writable cache directory, so every process compiles them: "
+    "set NUMBA_CACHE_DIR to a writable directory)..."
+)
 
 TOKENIZER_VERSION = "nfkc-lower-alnum-stop1"
 """Changes whenever :func:`tokenize` would split any text differently (it is part of index cache keys)."""
@@ -106,8 +122,49 @@ def _idf(df: np.ndarray, n_docs: int, params: BM25Params) -> np.ndarray:
 
 # ----------------------------------------------------------------------------------------------- numba kernels
 
+_uncached: list[str] = []  # kernels compiled without an on-disk cache (no writable cache location)
 
-@njit(cache=True, nogil=True)
+
+def _kernel(fn: Any) -> Any:
+    """``njit(nogil=True)``, cached on disk. Where numba finds no writable cache location (a read-only install and
+    no writable home), it would raise at import: compile in each process instead."""
+    try:
+        return njit(cache=True, nogil=True)(fn)
+    except RuntimeError as e:  # "cannot cache function ...: no locator available for file ..."
+        if "cannot cache" not in str(e):
+            raise
+        _uncached.append(fn.__name__)
+        return njit(nogil=True)(fn)
+
+
+class _CompileNotice(numba_event.Listener):
+    """Says on stderr, once per process, that this module's kernels are compiling. numba broadcasts a
+    ``numba:compile`` event only when it really compiles, never when it loads a kernel from its cache."""
+
+    def __init__(self) -> None:
+        self.said = False
+        self._lock = threading.Lock()
+
+    def on_start(self, event: Any) -> None:
+        dispatcher = (event.data or {}).get("dispatcher")
+        if getattr(getattr(dispatcher, "py_func", None), "__module__", None) != __name__:
+            return
+        with self._lock:
+            if self.said:
+                return
+            self.said = True
+        from tqdm import tqdm
+
+        tqdm.write(UNCACHED_NOTICE if _uncached else COMPILE_NOTICE, file=sys.stderr)  # clears progress bars first
+
+    def on_end(self, event: Any) -> None:
+        pass
+
+
+numba_event.register("numba:compile", _CompileNotice())
+
+
+@_kernel
 def _kth_ascending(a, n, target):  # pragma: no cover - compiled
     """Reorder ``a[:n]`` in place (Hoare quickselect) and return the value at ascending position ``target``."""
     lo = 0
@@ -142,7 +199,7 @@ def _kth_ascending(a, n, target):  # pragma: no cover - compiled
     return a[target]
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def _select_topk(acc, touched, n, k, vals, ties, out_ids, out_scores):  # pragma: no cover - compiled
     """Write the top ``k`` of the docs ``touched[:n]`` (score desc, id asc) to ``out_*``; return how many."""
     if n == 0 or k <= 0:
@@ -194,7 +251,7 @@ def _select_topk(acc, touched, n, k, vals, ties, out_ids, out_scores):  # pragma
     return m
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def _kth_score(acc, docs, n, k, vals):  # pragma: no cover - compiled
     """The k-th largest of ``acc[docs[:n]]`` (``n >= k``)."""
     for i in range(n):
@@ -202,7 +259,7 @@ def _kth_score(acc, docs, n, k, vals):  # pragma: no cover - compiled
     return _kth_ascending(vals, n, n - k)
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def _search_one(index, prune, terms, weights, k, ws, out_ids, out_scores):  # pragma: no cover - compiled
     """Score one query term-at-a-time and write its top ``k``; return the number of hits.
 
@@ -323,7 +380,7 @@ def _search_one(index, prune, terms, weights, k, ws, out_ids, out_scores):  # pr
     return found
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def _search_range(index, prune, q_ptr, q_terms, q_weights, lo, hi, k, ws, out_ids, out_scores, out_n):
     # pragma: no cover - compiled
     """Search queries ``lo..hi`` (CSR ``q_ptr``/``q_terms``/``q_weights``) into rows of ``out_*``."""
@@ -345,19 +402,19 @@ _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def _is_token_byte(c, pretok):  # pragma: no cover - compiled
     if pretok:
         return c != 32
     return (48 <= c <= 57) or (65 <= c <= 90) or (97 <= c <= 122)
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def _lower(c):  # pragma: no cover - compiled
     return c + 32 if 65 <= c <= 90 else c
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def _intern(src, s, e, table, blob, wstart, n_words, used):  # pragma: no cover - compiled
     """Look up the word ``lower(src[s:e])``; add it (id ``n_words``, bytes at ``blob[used:]``) when new.
 
@@ -400,7 +457,7 @@ def _intern(src, s, e, table, blob, wstart, n_words, used):  # pragma: no cover 
     return n_words, 1
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def _rehash(table):  # pragma: no cover - compiled
     """The same rows in a table twice the size."""
     new = np.full((2 * table.shape[0], 3), -1, np.int64)
@@ -416,7 +473,7 @@ def _rehash(table):  # pragma: no cover - compiled
     return new
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def _index_tokens(buf, doc_ptr, pretok, stop_blob, stop_ptr):  # pragma: no cover - compiled
     """Tokenise and number the terms: (term per token, doc per token, word bytes, word starts, word lengths)."""
     n_docs = doc_ptr.size - 1
@@ -470,7 +527,7 @@ def _index_tokens(buf, doc_ptr, pretok, stop_blob, stop_ptr):  # pragma: no cove
     return term_of[:n], doc_of[:n], blob[first:used], wstart[n_stop:n_words] - first, wlen[n_stop:n_words]
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def _csr_from_tokens(term_of, doc_of, n_terms):  # pragma: no cover - compiled
     """Counting sort of (term, doc) token pairs (docs ascending in the input) into CSR postings with tf."""
     n = term_of.size
@@ -776,6 +833,8 @@ class BM25Retriever(Retriever):
                 if path is not None:
                     _write_index(path, self._fast, self._meta())
         self._workspaces = _WorkspacePool(len(self.corpus))
+        if self._fast is not None:  # compile (or load) the search kernels now, not during the first query
+            self._fast_search([""], 1, 1)
 
     # -- search
 
