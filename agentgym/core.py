@@ -211,6 +211,7 @@ class AgentEnv(gym.Env[list, str]):
         self.action_space = UnicodeText(max_length=max_action_chars)
         self._turn = 0
         self._done = True
+        self._action_cut = False
         self._transcript: list[Message] = []
         self._task_index: int | None = None
         self._task_id = ""
@@ -292,6 +293,7 @@ class AgentEnv(gym.Env[list, str]):
             raise RuntimeError("The episode has ended (or never started): call reset() before step().")
         text, type_error, cut = sanitize_action(action, self.max_action_chars)
         self._turn += 1
+        self._action_cut = cut
         if type_error is not None:
             result = StepResult(observation=[{"role": "user", "content": type_error}], action_valid=False,
                                 parse_error=type_error)  # fmt: skip
@@ -335,7 +337,9 @@ class AgentEnv(gym.Env[list, str]):
 
     def _task_index_from(self, options: Mapping[str, Any], drawn: int) -> int:
         if "task_id" in options:
-            index = self.task_index_of(str(options["task_id"]))
+            if not isinstance(options["task_id"], str):
+                raise ValueError(f"task_id must be a str, got {type(options['task_id']).__name__}")
+            index = self.task_index_of(options["task_id"])
         elif "task_index" in options:
             index = options["task_index"]
             if isinstance(index, bool) or not isinstance(index, int | np.integer):
@@ -401,6 +405,12 @@ class AgentEnv(gym.Env[list, str]):
     def turn(self) -> int:
         """Agent turns taken in the current episode."""
         return self._turn
+
+    @property
+    def truncated_at(self) -> int | None:
+        """``max_action_chars`` while ``_step`` handles an action that was cut to it, else None (for parsers: an
+        answer cut by the limit must not be read as the whole answer)."""
+        return self.max_action_chars if self._action_cut else None
 
     @property
     def task_index(self) -> int | None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import bisect
 import json
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -58,6 +59,12 @@ class EmptyContentError(ParseError):
 
 class TrailingTextError(ParseError):
     code = "trailing_text"
+
+
+class TruncatedActionError(ParseError):
+    """The action was cut at the length limit before its tag was complete (or before any tag)."""
+
+    code = "truncated_action"
 
 
 class InvalidJSONError(ParseError):
@@ -99,23 +106,83 @@ def _describe(tags: Sequence[str]) -> str:
     return " or ".join(f"<{t}>...</{t}>" for t in tags)
 
 
-def parse_tag_action(text: str, tags: Sequence[str], *, mode: Mode = "lenient") -> TagAction:
-    """Find the action among ``tags`` in ``text`` (see the module docstring for the two modes)."""
+#: Unicode categories of characters that show nothing: control (NUL, ...), format (zero-width space, joiners,
+#: BOM, soft hyphen, ...), separators, unassigned and lone surrogates.
+_INVISIBLE = frozenset({"Cc", "Cf", "Cn", "Cs", "Zs", "Zl", "Zp"})
+
+
+def is_blank(text: str) -> bool:
+    """Whether ``text`` has no visible character: only whitespace, control and format (zero-width) characters.
+
+    >>> is_blank(" \\x00\\u200b\\ufeff"), is_blank("\\u200b1155")
+    (True, False)
+    """
+    if text.isprintable():  # (fast) no control, format or separator characters but the space
+        return not text.strip()
+    return all(c.isspace() or unicodedata.category(c) in _INVISIBLE for c in text)
+
+
+def _check_content(name: str, content: str, visible: bool) -> None:
+    """Raise ``EmptyContentError`` for an empty tag (or, with ``visible``, one of only invisible characters)."""
+    if not content or (visible and is_blank(content)):
+        what = "is empty: it holds only invisible (control or zero-width) characters" if content else "is empty"
+        raise EmptyContentError(f"The <{name}> tag {what}. Write something between <{name}> and </{name}>.")
+
+
+def _cut_inside(name: str, at: int) -> TruncatedActionError:
+    return TruncatedActionError(
+        f"Your turn was too long: it was cut at {at} characters, inside the <{name}> tag, so your <{name}> was "
+        f"not read. Keep your reasoning shorter and close the tag with </{name}>."
+    )
+
+
+def _cut_before(tags: Sequence[str], at: int) -> TruncatedActionError:
+    return TruncatedActionError(
+        f"Your turn was too long: it was cut at {at} characters before any complete {_describe(tags)}, and the "
+        "rest of the turn (with any action in it) was not read. Keep your reasoning shorter so that the action fits."
+    )
+
+
+def parse_tag_action(
+    text: str,
+    tags: Sequence[str],
+    *,
+    mode: Mode = "lenient",
+    truncated_at: int | None = None,
+    require_visible: bool = False,
+) -> TagAction:
+    """Find the action among ``tags`` in ``text`` (see the module docstring for the two modes).
+
+    ``truncated_at``: the length ``text`` was cut to (the env's ``max_action_chars``) when the agent's turn was
+    longer, else None. A tag the cut left open is then a ``TruncatedActionError`` rather than an action running to
+    the end of the text, and so is a turn with no action before the cut: the message tells the model that its turn
+    was too long. ``require_visible``: a tag holding only invisible characters (``is_blank``: NUL, control,
+    zero-width) is empty, like a tag holding only whitespace.
+    """
     _check_mode(mode)
     if not text.strip():
+        if truncated_at is not None:
+            raise _cut_before(tags, truncated_at)
         raise EmptyActionError(f"The action is empty. Reply with {_describe(tags)}.")
     lenient = mode == "lenient"
     tokens = [
         (m.start(), m.end(), m.group(1) == "/", m.group(2).lower()) for m in _tag_pattern(tags, lenient).finditer(text)
     ]
     if not tokens:
+        if truncated_at is not None:
+            raise _cut_before(tags, truncated_at)
         raise NoActionError(f"No action found. Put your action inside {_describe(tags)}.")
     if lenient:
-        return _leftmost_pair(text, tokens, tags)
-    return _strict_single(text, tokens, tags)
+        return _leftmost_pair(text, tokens, tags, truncated_at, require_visible)
+    return _strict_single(text, tokens, tags, truncated_at, require_visible)
 
 
-def _leftmost_pair(text: str, tokens: list[tuple[int, int, bool, str]], tags: Sequence[str]) -> TagAction:
+_Tokens = list[tuple[int, int, bool, str]]
+
+
+def _leftmost_pair(
+    text: str, tokens: _Tokens, tags: Sequence[str], truncated_at: int | None, visible: bool
+) -> TagAction:
     closes: dict[str, list[int]] = {}
     for i, (_, _, is_close, name) in enumerate(tokens):
         if is_close:
@@ -127,35 +194,43 @@ def _leftmost_pair(text: str, tokens: list[tuple[int, int, bool, str]], tags: Se
         j = bisect.bisect_right(later, i)
         if j < len(later):
             content = text[end : tokens[later[j]][0]].strip()
-            if not content:
-                raise EmptyContentError(f"The <{name}> tag is empty. Write something between <{name}> and </{name}>.")
+            _check_content(name, content, visible)
             return TagAction(name, content)
     opens = [t for t in tokens if not t[2]]
     if opens:
         _, end, _, name = opens[-1]
+        if truncated_at is not None:
+            raise _cut_inside(name, truncated_at)
         content = text[end:].strip()
-        if content:
+        if content and not (visible and is_blank(content)):
             return TagAction(name, content)
         raise UnclosedTagError(f"The <{name}> tag is never closed. End it with </{name}>.")
+    if truncated_at is not None:
+        raise _cut_before(tags, truncated_at)
     raise NoActionError(f"Found only closing tags. Put your action inside {_describe(tags)}.")
 
 
-def _strict_single(text: str, tokens: list[tuple[int, int, bool, str]], tags: Sequence[str]) -> TagAction:
+def _strict_single(
+    text: str, tokens: _Tokens, tags: Sequence[str], truncated_at: int | None, visible: bool
+) -> TagAction:
     opens = [t for t in tokens if not t[2]]
     closes = [t for t in tokens if t[2]]
     if len(opens) > 1 or len(closes) > 1:
         raise MultipleActionsError(f"Give exactly one action per turn: one of {_describe(tags)}.")
     if not opens:
+        if truncated_at is not None:
+            raise _cut_before(tags, truncated_at)
         raise NoActionError(f"Found only a closing tag. Put your action inside {_describe(tags)}.")
     _, open_end, _, name = opens[0]
     if not closes:
+        if truncated_at is not None:
+            raise _cut_inside(name, truncated_at)
         raise UnclosedTagError(f"The <{name}> tag is never closed. End it with </{name}>.")
     close_start, close_end, _, close_name = closes[0]
     if close_name != name or close_start < open_end:
         raise UnclosedTagError(f"The <{name}> tag is not closed by </{name}>.")
     content = text[open_end:close_start].strip()
-    if not content:
-        raise EmptyContentError(f"The <{name}> tag is empty. Write something between <{name}> and </{name}>.")
+    _check_content(name, content, visible)
     if text[close_end:].strip():
         raise TrailingTextError(f"Nothing may follow </{name}>: end your turn right after the action.")
     return TagAction(name, content)

@@ -5,6 +5,9 @@ keys as Household-v0 (``admissible_commands``, ``won``, ``task_type``, ``anchor`
 ``expert_plan`` / ``plan_length`` / ``progress`` from TextWorld's ``policy_commands``), the same rewards. A
 command is valid when it is one of the admissible commands of the previous state. Commands that are not short
 printable ASCII are not sent to the game (its interpreters expect plain text); they get ``Nothing happens.``.
+Interpreter meta-commands (``save``, ``restore``, ``restart``, ``undo``, ``quit``, ``script``, ... see
+``meta_command``) are refused as invalid actions and never sent either: they write files into the working directory
+or roll the game back behind the adapter's back, so ``won``, ``progress`` and validity would no longer follow.
 
 Adapters construct lazily: when their package, game files or data are missing, construction still succeeds (so
 ``agentgym list`` and ``agentgym bench`` can probe every registered env), the env has no built-in agents and its
@@ -21,6 +24,7 @@ construction.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -28,7 +32,7 @@ from agentgym.core import AgentEnv, StepResult
 from agentgym.envs.household.agents import OracleAgent, RandomAgent
 from agentgym.envs.household.engine import NOTHING
 from agentgym.envs.household.prompts import PROMPTS, first_message, step_message
-from agentgym.parsing import ParseError, parse_tag_action
+from agentgym.parsing import ParseError, TruncatedActionError, parse_tag_action
 
 #: Longest command forwarded to a game.
 MAX_COMMAND_CHARS = 200
@@ -38,9 +42,49 @@ GAME_INSTRUCTIONS = (
 )
 
 
+#: Verbs (and phrases) that the interpreter handles outside the game world, changing files or the game's history:
+#: Inform 7's out-of-world actions ``save``, ``restore``, ``restart``, ``quit``/``q`` (Inform 6 also ``die``),
+#: ``script``/``transcript`` (on/off; Inform 6 ``noscript``/``unscript``), the parser's ``undo``, and ``again``/``g``
+#: and ``oops``/``o``, which replay or rewrite the previous command; and TextWorld's framework commands, which print
+#: the hidden state or change what the game prints (``tw-*``, ``print_state``, ...). Harmless out-of-world verbs
+#: (``score``, ``version``, ``verify``, ``brief``/``verbose``, ``notify``, ``pronouns``) still reach the game.
+META_COMMANDS: tuple[tuple[str, ...], ...] = (
+    *((verb,) for verb in ("save", "restore", "restart", "quit", "q", "die", "undo", "again", "g", "oops", "o")),
+    *((verb,) for verb in ("script", "transcript", "unscript", "noscript", "print_state")),
+    ("enable", "print", "state", "option"),
+    ("disable", "print", "state", "option"),
+    ("restrict", "commands"),
+)
+#: Interpreters match only a word's first 9 characters against their dictionary ("transcripts" is "transcript").
+DICT_WORD_CHARS = 9
+#: Several commands on one line: Inform runs each ``.``-, ``,``- or ``then``-separated clause in turn.
+_CLAUSES = re.compile(r"[.,]|\bthen\b")
+_META_KEYS = {tuple(w[:DICT_WORD_CHARS] for w in phrase) for phrase in META_COMMANDS}
+META_REFUSAL = (
+    "{word!r} is an interpreter command, not a move in the game: save, restore, restart, undo, quit, again, oops, "
+    "script and TextWorld's own commands (tw-*) would write files or change the game's history, so they are not "
+    "available here. Reply with a game command, such as one of the admissible commands."
+)
+
+
 def sendable(command: str) -> bool:
     """Whether ``command`` may be forwarded to a game interpreter (short, printable ASCII, one line)."""
     return 0 < len(command) <= MAX_COMMAND_CHARS and command.isascii() and command.isprintable()
+
+
+def meta_command(command: str) -> str | None:
+    """The interpreter meta-command that ``command`` (any of its clauses) starts with, or None (see ``META_COMMANDS``).
+
+    >>> meta_command("save"), meta_command("look. RESTORE"), meta_command("take teacup then q"), meta_command("look")
+    ('save', 'restore', 'q', None)
+    """
+    for clause in _CLAUSES.split(command.lower()):
+        words = [w[:DICT_WORD_CHARS] for w in re.split(r'[\s"]+', clause) if w]
+        if not words:
+            continue
+        if words[0].startswith("tw-") or any(tuple(words[: len(key)]) == key for key in _META_KEYS):
+            return " ".join(clause.split())
+    return None
 
 
 class TextGameEnv(AgentEnv):
@@ -123,7 +167,11 @@ class TextGameEnv(AgentEnv):
 
     def _step(self, action: str) -> StepResult:
         command, error = self._command(action)
-        if command is None or not sendable(command):
+        meta = meta_command(command) if command is not None else None
+        if meta is not None:
+            error = META_REFUSAL.format(word=meta[:50])
+            feedback, valid = f"{NOTHING} ({error})", False
+        elif command is None or not sendable(command):
             feedback, valid = NOTHING, False
             error = error or "The command must be one line of printable ASCII of at most 200 characters."
         else:
@@ -149,9 +197,11 @@ class TextGameEnv(AgentEnv):
     def _command(self, action: str) -> tuple[str | None, str | None]:
         if self.prompt == "verl" or "<action>" in action.lower():
             try:
-                return parse_tag_action(action, ("action",)).content, None
+                return parse_tag_action(
+                    action, ("action",), truncated_at=self.truncated_at, require_visible=True
+                ).content, None
             except ParseError as e:
-                if self.prompt == "verl":
+                if self.prompt == "verl" or isinstance(e, TruncatedActionError):
                     return None, str(e)
         return action.strip(), None
 

@@ -39,7 +39,7 @@ from agentgym.envs.household.engine import NOTHING, PUT_STYLES, Engine
 from agentgym.envs.household.planner import PlanKeyer, expert_plan
 from agentgym.envs.household.prompts import PROMPTS, VerlStep, first_message, render_admissible
 from agentgym.envs.household.world import DIFFICULTIES, SPLIT_SIZES, SPLITS, GenConfig, Task, generate_task
-from agentgym.parsing import ParseError, parse_tag_action
+from agentgym.parsing import ParseError, TruncatedActionError, is_blank, parse_tag_action
 
 _PLAN_MEMO_LIMIT = 4096
 
@@ -168,10 +168,21 @@ class HouseholdEnv(AgentEnv):
         return [{"role": "user", "content": content}], info
 
     def task_index_of(self, task_id: str) -> int:
+        """The index in ``task_id`` (``'<split>:<index>:...'``) if the id is exactly that task's id in this env."""
         parts = task_id.split(":")
-        if len(parts) < 3 or parts[0] != self.split or not parts[1].isdigit():
+        if len(parts) < 3 or parts[0] != self.split or not (parts[1].isascii() and parts[1].isdigit()):
             raise ValueError(f"task_id {task_id!r} is not a task of split {self.split!r} ('{self.split}:<index>:...')")
-        return int(parts[1])
+        index = int(parts[1])
+        if index >= self.num_tasks:
+            raise ValueError(
+                f"task_id {task_id!r} names task {index}, out of range: this env has tasks 0..{self.num_tasks - 1}"
+            )
+        actual = self.task if self.task is not None and self.task.index == index else None
+        if actual is None:
+            actual = generate_task(self.split, index, self.config)
+        if actual.task_id != task_id:
+            raise ValueError(f"unknown task_id {task_id!r}: task {index} of this env is {actual.task_id!r}")
+        return index
 
     def anchor(self) -> str:
         assert self.engine is not None
@@ -210,16 +221,18 @@ class HouseholdEnv(AgentEnv):
         """The command inside the agent's turn (``<action>`` tags with the ``verl`` prompt)."""
         low = action.lower()
         if low.count("<action>") == 1 and low.count("</action>") == 1:
-            # Fast path for the common well-formed turn; the same result as parse_tag_action's lenient mode.
+            # Fast path for the common well-formed turn; the same result as parse_tag_action below.
             i, j = low.find("<action>"), low.find("</action>")
             content = action[i + 8 : j].strip() if i < j else ""
-            if content:
+            if content and not is_blank(content):
                 return content, None
         if self.prompt == "verl" or "<action>" in low:
             try:
-                return parse_tag_action(action, ("action",)).content, None
+                return parse_tag_action(
+                    action, ("action",), truncated_at=self.truncated_at, require_visible=True
+                ).content, None
             except ParseError as e:
-                if self.prompt == "verl":
+                if self.prompt == "verl" or isinstance(e, TruncatedActionError):
                     return None, str(e)
         return action, None
 

@@ -148,8 +148,15 @@ class SearchQAEnv(AgentEnv):
 
     def _step(self, action: str) -> StepResult:
         assert self.example is not None
+        # A tag left open by the action-length cut is not an action (truncated_at says where the cut was).
         try:
-            parsed = parse_tag_action(action, ACTION_TAGS, mode=self.parse_mode)  # type: ignore[arg-type]
+            parsed = parse_tag_action(
+                action,
+                ACTION_TAGS,
+                mode=self.parse_mode,  # type: ignore[arg-type]
+                truncated_at=self.truncated_at,
+                require_visible=True,
+            )
         except ParseError as e:
             return StepResult(
                 observation=[{"role": "user", "content": INVALID_ACTION.format(reason=str(e))}],

@@ -118,6 +118,7 @@ def test_the_turn_limit_truncates_and_adds_the_envs_end_of_episode_info():
         ({"task_index": 1, "task_id": "1"}, r"not both"),
         ({"task_id": "seven"}, r"unknown task_id 'seven'"),
         ({"task_id": "12"}, r"task_index 12 is out of range"),
+        ({"task_id": 3}, r"task_id must be a str, got int"),
     ],
 )
 def test_bad_options_raise_a_value_error_that_says_what_is_accepted(options, message):
@@ -226,3 +227,18 @@ def test_the_example_env_through_the_command_line(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["run", ENV_ID, "--agent", "bisect", "--episodes", "30", "--out", str(out), "--quiet"]) == 0
     assert re.search(r"\| all +\| +30 \| +1\.000 \|", capsys.readouterr().out)
+
+
+def test_truncated_at_tells_the_env_whether_this_action_was_cut():
+    seen = []
+
+    class Spy(GuessNumberEnv):
+        def _step(self, action):
+            seen.append(self.truncated_at)
+            return super()._step(action)
+
+    env = Spy(high=10)
+    env.reset(seed=0)
+    env.step("x" * env.max_action_chars)  # exactly the limit: not cut
+    env.step("x" * (env.max_action_chars + 1))
+    assert seen == [None, env.max_action_chars]

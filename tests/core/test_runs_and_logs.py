@@ -66,8 +66,9 @@ def test_memory_stays_flat_in_the_number_of_episodes(tmp_path):
         tracemalloc.stop()
         return top
 
-    small, large = peak(300), peak(3000)
-    assert large < 1.5 * small, (small, large)  # 10x the episodes, about the same peak
+    peak(100)  # a first run pays one-off costs (imports, caches)
+    small, large = peak(500), peak(5000)
+    assert large < small + 200_000, (small, large)  # 10x the episodes: the same peak (holding records: > 10 MB)
 
 
 def test_the_summary_is_a_running_aggregate_equal_to_summarize(tmp_path):

@@ -13,7 +13,7 @@ import pytest
 import agentgym
 from agentgym.checker import check
 from agentgym.core import EnvUnavailableError
-from agentgym.envs.household.adapters import sendable
+from agentgym.envs.household.adapters import meta_command, sendable
 from agentgym.envs.household.alfworld_adapter import ALFWorldEnv, find_alfworld_games, task_type_of_path
 from agentgym.runner import builtin_agents, run
 
@@ -125,3 +125,52 @@ def test_alfworld_adapter_on_real_data():  # pragma: no cover - needs the ALFWor
     assert "Your task is to: " in obs[0]["content"] and info["admissible_commands"]
     obs, *_ = env.step(info["admissible_commands"][0])
     assert obs[0]["content"]
+
+
+META = ["save", "SAVE", "  save.", "restore", "restart", "undo", "quit", "q", "die", "again", "g", "oops teacup",
+        "o refrigerator", "script", "script off", "transcript", "transcripts", "unscript", "noscript", "look. save",
+        "look,script", "look then restore", "inventory. restart", "tw-print max_score", "tw-extra-infos score",
+        "print_state", "enable print state option", "restrict commands", "<action>save</action>"]  # fmt: skip
+
+
+@needs_textworld
+def test_textworld_adapter_refuses_interpreter_meta_commands(tw_game, tmp_path, monkeypatch):
+    """save/script write files into the working directory, restore/restart/undo/quit/again roll the game back or
+    end it behind the adapter's back: they are invalid actions that explain why, and never reach the game."""
+    monkeypatch.chdir(tmp_path)
+    env = gym.make("agentgym/TextWorld-v0", game_file=tw_game, max_turns=200).unwrapped
+    _, info = env.reset(seed=0)
+    plan = list(info["expert_plan"])
+    sent = []
+    step = env._game.step
+    monkeypatch.setattr(env._game, "step", lambda command: (sent.append(command), step(command))[1])
+    for command in [None, *plan[:-1]]:
+        if command is not None:
+            _, _, _, _, info = env.step(command)
+            assert info["action_valid"]
+        before = {k: info[k] for k in ("progress", "expert_plan", "admissible_commands", "won", "anchor")}
+        assert not [c for c in info["admissible_commands"] if meta_command(c)]  # game commands still go through
+        for meta in META:
+            obs, _, terminated, truncated, info = env.step(meta)
+            assert not info["action_valid"] and not terminated and not truncated, meta
+            assert "is an interpreter command" in info["parse_error"] and info["parse_error"] in obs[0]["content"]
+            assert {k: info[k] for k in before} == before, meta
+            assert sorted(os.listdir(tmp_path)) == [], meta
+    assert sent == plan[:-1]  # only the game commands reached the game
+    _, reward, terminated, _, info = env.step(plan[-1])
+    assert terminated and info["won"] and info["progress"] == 1.0 and reward == 1.0
+    env.close()
+
+
+@pytest.mark.parametrize("command", META[:-1])
+def test_meta_commands_are_recognised_in_any_clause(command):
+    assert meta_command(command) is not None
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["look", "go west", "take teacup from refrigerator", "put teacup on chair", "examine goal", "inventory",
+     "open box", "scripture", "save!", "restrict", "go to sinkbasin 1", "take egg 1 from countertop 1", "quitting"],
+)  # fmt: skip
+def test_game_commands_are_not_meta_commands(command):
+    assert meta_command(command) is None

@@ -6,7 +6,7 @@ from types import MappingProxyType
 import pytest
 
 from agentgym.envs.household import catalog as C
-from agentgym.envs.household.engine import NOTHING, Engine
+from agentgym.envs.household.engine import MAX_OBJECTS, NOTHING, Engine
 from agentgym.envs.household.world import _FLAGS, GenConfig, Task, generate_task, get_layout
 
 LAYOUT = get_layout(0, 10)  # a kitchen: cabinet 1, coffeemachine 1, countertop 1, ..., sinkbasin 1, stoveburner 1
@@ -248,3 +248,145 @@ def test_reset_and_load_restore_the_start():
     eng.load(generate_task("train", 6))
     eng.load(generate_task("train", 5))
     assert (eng.anchor(), eng.admissible()) == start
+
+
+# -- pinned by mutation testing (bench/mutation_check.py) -------------------------------------------------------
+UNKNOWN = ["take unicorn 1 from {r}", "take {o} from nowhere 1", "put unicorn 1 in/on {r}", "put {o} in/on nowhere 1",
+           "move unicorn 1 to {r}", "go to nowhere 1", "open nowhere 1", "close nowhere 1", "examine unicorn 1",
+           "use unicorn 1", "slice unicorn 1 with {o}", "slice {o} with unicorn 1",
+           *(f"{v} unicorn 1 with {{r}}" for v in ("heat", "cool", "clean")),
+           *(f"{v} {{o}} with nowhere 1" for v in ("heat", "cool", "clean"))]  # fmt: skip
+
+
+def _check_state(eng):
+    """The admissible commands are exactly the commands that succeed, commands naming things that do not exist fail
+    (and change nothing) wherever the agent is and whatever it holds, and ``won`` is the goal."""
+    snap, admissible = eng.snapshot(), list(eng.admissible())
+    valid = []
+    for cmd in _universe(eng):
+        eng.restore(snap)
+        if eng.step(cmd)[1]:
+            valid.append(cmd)
+    eng.restore(snap)
+    assert sorted(valid) == admissible
+    before = eng.state_key()
+    here = eng.rnames[eng.loc] if eng.loc >= 0 else "nowhere 2"
+    for template in UNKNOWN:
+        for o in eng.onames:
+            command = template.format(o=o, r=here)
+            assert eng.step(command) == (NOTHING, False), command
+            assert eng.state_key() == before, command
+    assert eng.won == eng.goal_satisfied()
+
+
+PLACED = [("knife", "countertop 1"), ("apple", "countertop 1"), ("bread", "microwave 1"), ("mug", "coffeemachine 1"),
+          ("desklamp", "cabinet 1"), ("egg", "fridge 1")]  # fmt: skip
+PATH = ["go to countertop 1", "take knife 1 from countertop 1", "slice apple 1 with knife 1", "go to microwave 1",
+        "go to fridge 1", "open fridge 1", "go to sinkbasin 1", "clean knife 1 with sinkbasin 1", "go to countertop 1",
+        "put knife 1 in/on countertop 1", "take apple 1 from countertop 1",
+        "go to microwave 1", "heat apple 1 with microwave 1", "go to fridge 1", "cool apple 1 with fridge 1",
+        "go to sinkbasin 1", "clean apple 1 with sinkbasin 1", "go to cabinet 1", "open cabinet 1", "use desklamp 1",
+        "go to countertop 1", "put apple 1 in/on countertop 1", "go to microwave 1", "take bread 1 from microwave 1",
+        "go to sinkbasin 1", "go to cabinet 1", "use desklamp 1", "close cabinet 1", "go to countertop 1",
+        "put bread 1 in/on countertop 1", "go to coffeemachine 1", "take mug 1 from coffeemachine 1",
+        "put mug 1 in/on coffeemachine 1"]  # fmt: skip
+
+
+@pytest.mark.parametrize("shift", range(len(PLACED)))
+def test_every_object_index_is_an_ordinary_object(shift):
+    """Each object in turn is object 0 and the last object (index -1 in Python): the engine's index checks hold at
+    both ends, and at each state of a path that uses every verb the admissible commands are the valid ones."""
+    objects = PLACED[shift:] + PLACED[:shift]
+    eng = Engine(make_task(objects, task_type=C.SIMPLE, target="bread", dest="diningtable"))
+    assert eng.rnames[:2] == ("cabinet 1", "coffeemachine 1")  # receptacle 0 holds the lamp, receptacle 1 the mug
+    _check_state(eng)
+    for command in PATH:
+        assert eng.step(command)[1], command
+        _check_state(eng)
+
+
+def test_goal_needs_the_target_in_a_goal_receptacle():
+    objects = [("apple", "countertop 1"), ("apple", "countertop 1"), ("bread", "countertop 1")]
+    eng = Engine(make_task(objects, task_type=C.SIMPLE, dest="diningtable", closed=()))
+    for c in ("go to countertop 1", "take bread 1 from countertop 1", "go to diningtable 1",
+              "put bread 1 in/on diningtable 1", "go to countertop 1", "take apple 1 from countertop 1",
+              "go to garbagecan 1", "put apple 1 in/on garbagecan 1"):  # fmt: skip
+        assert eng.step(c)[1] and not eng.won and not eng.goal_satisfied(), c
+    for c in ("take apple 1 from garbagecan 1", "go to diningtable 1", "put apple 1 in/on diningtable 1"):
+        assert eng.step(c)[1], c
+    assert eng.won and eng.goal_satisfied()
+    two = Engine(make_task(objects, task_type=C.TWO, dest="diningtable", closed=()))
+    for c in ("go to countertop 1", "take apple 1 from countertop 1", "go to diningtable 1",
+              "put apple 1 in/on diningtable 1", "go to countertop 1", "take apple 2 from countertop 1"):  # fmt: skip
+        assert two.step(c)[1] and not two.won and not two.goal_satisfied(), c
+    assert two.step("go to diningtable 1")[1] and two.step("put apple 2 in/on diningtable 1")[1]
+    assert two.won and two.goal_satisfied()
+
+
+def test_light_goal_at_receptacle_zero_with_object_zero_and_only_for_light_tasks():
+    objects = [("mug", "countertop 1"), ("desklamp", "cabinet 1"), ("bread", "countertop 1")]
+    eng = Engine(make_task(objects, task_type=C.LIGHT, target="mug", dest=None))
+    assert eng.rnames[0] == "cabinet 1" and eng.onames[0] == "mug 1"
+    for c in ("go to cabinet 1", "open cabinet 1", "use desklamp 1", "go to countertop 1",
+              "take bread 1 from countertop 1", "go to cabinet 1"):  # fmt: skip
+        assert eng.step(c)[1] and not eng.won and not eng.goal_satisfied(), c  # holding the wrong object
+    for c in ("go to countertop 1", "put bread 1 in/on countertop 1", "take mug 1 from countertop 1"):
+        assert eng.step(c)[1] and not eng.won, c
+    assert eng.step("go to cabinet 1")[1] and eng.won and eng.goal_satisfied()
+    # the same moves in a pick-and-place task: a lit lamp is no goal there
+    simple = Engine(make_task(objects, task_type=C.SIMPLE, target="mug", dest="diningtable"))
+    for c in ("go to cabinet 1", "open cabinet 1", "use desklamp 1", "go to countertop 1",
+              "take mug 1 from countertop 1", "go to cabinet 1", "use desklamp 1", "use desklamp 1"):  # fmt: skip
+        assert simple.step(c)[1] and not simple.won and not simple.goal_satisfied(), c
+    last_is_target = Engine(make_task([("desklamp", "cabinet 1"), ("mug", "countertop 1")], task_type=C.LIGHT,
+                                      target="mug", dest=None))  # fmt: skip
+    for c in ("go to cabinet 1", "open cabinet 1", "use desklamp 1", "go to countertop 1", "go to cabinet 1"):
+        assert last_is_target.step(c)[1] and not last_is_target.won, c  # empty hands at a lit lamp
+    lamp_here = [("desklamp", "countertop 1"), ("mug", "countertop 1")]
+    simple = Engine(make_task(lamp_here, task_type=C.SIMPLE, target="mug", dest="diningtable"))
+    for c in ("go to countertop 1", "use desklamp 1", "take mug 1 from countertop 1"):
+        assert simple.step(c)[1] and not simple.won, c
+
+
+def test_short_inventory_and_unpickable_objects():
+    eng = Engine(make_task(OBJECTS))
+    assert eng.step("i") == eng.step("inventory") == ("You are not carrying anything.", True)
+    eng.step("go to diningtable 1")
+    assert eng.step("take desklamp 1 from diningtable 1") == (NOTHING, False)  # hands empty: a lamp stays put
+    assert "take desklamp 1 from diningtable 1" not in eng.admissible()
+
+
+def test_look_at_receptacle_zero_and_examine_sliced_objects():
+    eng = Engine(make_task(OBJECTS))
+    assert eng.rnames[0] == "cabinet 1" and eng.step("go to cabinet 1")[1]
+    assert eng.step("look") == ("You are facing the cabinet 1. Next to it, you see nothing.", True)
+    for c in ("go to countertop 1", "take knife 1 from countertop 1", "slice bread 1 with knife 1",
+              "put knife 1 in/on countertop 1", "take bread 1 from countertop 1"):  # fmt: skip
+        assert eng.step(c)[1], c
+    steps = [("go to microwave 1", "heat", "This is a hot sliced bread 1."),
+             ("go to fridge 1", "cool", "This is a cool sliced bread 1."),
+             ("go to sinkbasin 1", "clean", None),  # bread is not cleanable
+             ("go to microwave 1", "heat", "This is a hot sliced bread 1.")]  # fmt: skip
+    for go, verb, text in steps:
+        eng.step(go)
+        appliance = go.removeprefix("go to ")
+        assert eng.step(f"{verb} bread 1 with {appliance}")[1] == (text is not None)
+        assert eng.step("examine bread 1")[0] == (text or "This is a cool sliced bread 1.")
+    apple = Engine(make_task([("apple", "countertop 1"), ("knife", "countertop 1")], closed=()))
+    for c in ("go to countertop 1", "take knife 1 from countertop 1", "slice apple 1 with knife 1",
+              "put knife 1 in/on countertop 1", "take apple 1 from countertop 1", "go to sinkbasin 1",
+              "clean apple 1 with sinkbasin 1"):  # fmt: skip
+        assert apple.step(c)[1], c
+    assert apple.step("examine apple 1")[0] == "This is a clean sliced apple 1."
+    for go, verb, text in (("go to microwave 1", "heat", "This is a hot and clean sliced apple 1."),
+                           ("go to fridge 1", "cool", "This is a cool and clean sliced apple 1.")):  # fmt: skip
+        apple.step(go)
+        assert apple.step(f"{verb} apple 1 with {go.removeprefix('go to ')}")[1]
+        assert apple.step("examine apple 1")[0] == text
+
+
+def test_task_size_limits():
+    make = lambda n: make_task([("apple", "countertop 1")] * n)
+    Engine(make(MAX_OBJECTS))
+    with pytest.raises(ValueError, match="at most 128 objects"):
+        Engine(make(MAX_OBJECTS + 1))

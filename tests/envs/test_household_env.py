@@ -1,5 +1,6 @@
 """Household-v0: the env contract, prompts, rewards, expert-plan info, determinism, bad input, agents."""
 
+import itertools
 import json
 import os
 import subprocess
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 import agentgym
 from agentgym.checker import check
 from agentgym.envs.household import catalog as C
+from agentgym.envs.household.engine import CLEAN, COOL, HOT
 from agentgym.envs.household.env import HouseholdEnv
 from agentgym.envs.household.prompts import render_admissible
 from agentgym.replay import replay_file
@@ -226,3 +228,182 @@ def test_fuzz_commands_naming_absent_things(fuzz_env, verb, thing, number, tail)
 def test_huge_and_broken_actions(fuzz_env, action):
     fuzz_env.reset(seed=0)
     _assert_invalid(fuzz_env, action)
+
+
+# -- reset options and task ids ----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ("str", r"options must be a dict, got str"),
+        ({"task_index": "3"}, r"task_index must be an int, got str '3'"),
+        ({"task_index": 1.9}, r"task_index must be an int, got float 1\.9"),
+        ({"task_index": True}, r"task_index must be an int, got bool True"),
+        ({"task_index": "abc"}, r"task_index must be an int, got str 'abc'"),
+        ({"task_index": None}, r"task_index must be an int, got NoneType None"),
+        ({"task_index": float("nan")}, r"task_index must be an int, got float nan"),
+        ({"task_index": 140}, r"task_index 140 is out of range: this env has tasks 0\.\.139"),
+        ({"task_index": -1}, r"task_index -1 is out of range"),
+    ],
+)
+def test_bad_reset_options_raise_clear_value_errors(options, message):
+    with pytest.raises(ValueError, match=message):
+        HouseholdEnv().reset(seed=0, options=options)
+
+
+def test_task_id_must_be_the_id_of_a_task_of_this_env():
+    env = HouseholdEnv()
+    real = env.reset(options={"task_index": 3})[1]["task_id"]
+    assert real.startswith("valid_seen:3:") and env.task_index_of(real) == 3
+    assert env.reset(options={"task_id": real})[1]["task_id"] == real
+    bad = {
+        "valid_seen:" + "9" * 40 + ":x": r"names task 9{40}, out of range: this env has tasks 0\.\.139",
+        "valid_seen:3:x": r"unknown task_id 'valid_seen:3:x': task 3 of this env is 'valid_seen:3:pick_heat",
+        real.replace(":3:", ":03:"): r"unknown task_id",
+        real + "@ffff": r"unknown task_id",
+        real.replace(":3:", ":4:"): r"unknown task_id .*task 4 of this env is 'valid_seen:4:",
+        "valid_seen:\u00b2:x": r"is not a task of split 'valid_seen'",  # a digit to isdigit(), not to int()
+        "valid_seen:-1:x": r"is not a task of split 'valid_seen'",
+    }
+    for task_id, message in bad.items():
+        with pytest.raises(ValueError, match=message):
+            env.task_index_of(task_id)
+        with pytest.raises(ValueError, match=message):
+            env.reset(options={"task_id": task_id})
+    few = HouseholdEnv(num_tasks=5)
+    beyond = HouseholdEnv(num_tasks=10).reset(options={"task_index": 7})[1]["task_id"]
+    with pytest.raises(ValueError, match=r"names task 7, out of range: this env has tasks 0\.\.4"):
+        few.reset(options={"task_id": beyond})
+    easy = HouseholdEnv(difficulty="easy").reset(options={"task_index": 3})[1]["task_id"]
+    with pytest.raises(ValueError, match="unknown task_id"):  # another generator config, another task
+        env.reset(options={"task_id": easy})
+
+
+# -- truncated and invisible actions -----------------------------------------------------------------------------
+def test_an_action_tag_cut_by_the_length_limit_is_not_played():
+    env = HouseholdEnv(prompt="verl")
+    env.reset(seed=0)
+    tail = "<action>look</action>"
+    pad = env.max_action_chars - len("<action>look") - len("<think></think>")
+    before = env.engine.state_key()
+    obs, _, _, _, info = env.step(f"<think>{'x' * pad}</think>{tail}")
+    assert info["action_truncated"] and not info["action_valid"] and env.engine.state_key() == before
+    assert "cut at 16384 characters, inside the <action> tag" in info["parse_error"]
+    assert info["parse_error"] in obs[0]["content"]
+    _, _, _, _, info = env.step(f"<think>{'x' * 20_000}</think>{tail}")
+    assert not info["action_valid"] and "not read" in info["parse_error"]
+
+
+@pytest.mark.parametrize("content", ["\u200b", "\x00\x00", "\ufeff \u2060"])
+def test_an_action_tag_of_only_invisible_characters_is_empty(content):
+    env = HouseholdEnv(prompt="verl")
+    env.reset(seed=0)
+    _, _, _, _, info = env.step(f"<action>{content}</action>")
+    assert not info["action_valid"] and "The <action> tag is empty" in info["parse_error"]
+
+
+# -- object state bits, pinned to ALFWorld's rules ---------------------------------------------------------------
+APPLIANCE = {"heat": "microwave 1", "cool": "fridge 1", "clean": "sinkbasin 1"}
+GOAL_OP = {C.HEAT: "heat", C.COOL: "cool", C.CLEAN: "clean"}
+
+
+def _expected_state(ops):
+    """ALFWorld's rules: heating makes an object hot and not cool, cooling makes it cool and not hot, cleaning
+    makes it clean (and leaves the temperature alone)."""
+    hot = cool = clean = False
+    for op in ops:
+        if op == "heat":
+            hot, cool = True, False
+        elif op == "cool":
+            hot, cool = False, True
+        else:
+            clean = True
+    return hot, cool, clean
+
+
+EXAMINE = {
+    (False, False, False): "There's nothing special about {}.",
+    (True, False, False): "This is a hot {}.",
+    (False, True, False): "This is a cold {}.",
+    (False, False, True): "This is a clean {}.",
+    (True, False, True): "This is a hot and clean {}.",
+    (False, True, True): "This is a cool and clean {}.",
+}
+
+
+def _state_task(env, task_type):
+    """The first task of ``task_type`` whose object can be heated, cooled and cleaned, in a room with all three
+    appliances; returns its gold."""
+    both = C.HEATABLE & C.COOLABLE & C.CLEANABLE
+    for index in range(env.num_tasks):
+        _, info = env.reset(options={"task_index": index})
+        gold = info["gold"]
+        appliances = all(f"go to {a}" in info["admissible_commands"] for a in APPLIANCE.values())
+        if gold["task_type"] == task_type and gold["object"] in both and appliances:
+            return index
+    raise AssertionError(f"no {task_type} task with a heatable, coolable, cleanable object")
+
+
+class _Player:
+    """Plays commands that must be valid, keeping the latest ``info``."""
+
+    def __init__(self, env, info):
+        self.env, self.info = env, info
+
+    def do(self, command):
+        obs, _, terminated, _, self.info = self.env.step(command)
+        assert self.info["action_valid"], (command, obs)
+        return obs[0]["content"], terminated
+
+    def go(self, place, *, open_it=True):
+        """Go to ``place`` (unless there already) and open it if it is closed (and ``open_it``)."""
+        for command in (f"go to {place}", f"open {place}")[: 2 if open_it else 1]:
+            if command in self.info["admissible_commands"]:
+                self.do(command)
+
+
+@pytest.mark.parametrize("task_type", [C.HEAT, C.COOL, C.CLEAN])
+def test_heat_cool_clean_transitions_follow_alfworld(task_type):
+    """Every sequence of up to three heat/cool/clean actions leaves the object in the state ALFWorld's rules give:
+    seen through ``examine``, the engine's state bits, the anchor (equal states, equal anchors) and the goal."""
+    env = HouseholdEnv()
+    index = _state_task(env, task_type)
+    anchors: dict[tuple, set[str]] = {}
+    for n in range(4):
+        for ops in itertools.product(("heat", "cool", "clean"), repeat=n):
+            _, info = env.reset(options={"task_index": index})
+            task, eng, gold, player = env.task, env.engine, info["gold"], _Player(env, info)
+            k = task.obj_types.index(gold["object"])
+            obj, source = task.obj_names[k], task.layout.names[task.obj_start[k]]
+            player.go(source)
+            player.do(f"take {obj} from {source}")
+            for op in ops:
+                player.go(APPLIANCE[op], open_it=False)  # (appliances work closed; opening would change the state)
+                feedback, _ = player.do(f"{op} {obj} with {APPLIANCE[op]}")
+                assert feedback == f"You {op} the {obj} using the {APPLIANCE[op]}."
+            hot, cool, clean = _expected_state(ops)
+            assert player.do(f"examine {obj}")[0] == EXAMINE[hot, cool, clean].format(obj), ops
+            bits = eng.bits[k]
+            assert (bool(bits & HOT), bool(bits & COOL), bool(bits & CLEAN)) == (hot, cool, clean), ops
+            where = APPLIANCE[ops[-1]] if ops else source
+            anchors.setdefault((where, hot, cool, clean), set()).add(player.info["anchor"])
+            dest = task.layout.names[task.layout.by_type[gold["receptacle"]][0]]
+            player.go(dest)
+            _, terminated = player.do(f"put {obj} in/on {dest}")
+            wants = {"heat": hot, "cool": cool, "clean": clean}[GOAL_OP[task_type]]
+            assert player.info["won"] == terminated == wants, (ops, player.info["won"])
+    assert all(len(a) == 1 for a in anchors.values()), anchors  # the same state, whatever the path: one anchor
+    assert len({a for s in anchors.values() for a in s}) == len(anchors)  # different states: different anchors
+
+
+def test_verl_messages_list_the_admissible_commands_of_the_current_state():
+    """Every verl message lists exactly the admissible commands of the state it describes (they are cached per
+    location: moving, opening and taking must refresh them)."""
+    env = HouseholdEnv(prompt="verl", expert_plan=True)
+    _, info = env.reset(seed=0, options={"task_index": 3})
+    plan, seen = list(info["expert_plan"]), set()
+    for command in [*plan[:2], "look", f"close {plan[0].removeprefix('go to ')}", *plan[1:-1]]:
+        obs, _, _, _, info = env.step(f"<action>{command}</action>")
+        listed = obs[0]["content"].split("Your admissible actions of the current situation are: [", 1)[1]
+        assert listed.startswith(render_admissible(info["admissible_commands"]) + "].")
+        seen.add(tuple(info["admissible_commands"]))
+    assert len(seen) >= 4
