@@ -8,17 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from agentgym.envs.household.catalog import TASK_TYPES
+from agentgym.envs.search_qa.data import HOP_TYPES
+
 matplotlib = pytest.importorskip("matplotlib")
 
-HOUSEHOLD_TYPES = [
-    "pick_and_place_simple",
-    "look_at_obj_in_light",
-    "pick_clean_then_place_in_recep",
-    "pick_heat_then_place_in_recep",
-    "pick_cool_then_place_in_recep",
-    "pick_two_obj_and_place",
-]
-SEARCHQA_TYPES = ["1-hop", "bridge", "comparison", "multi-hop"]
+HOUSEHOLD_TYPES = list(TASK_TYPES)  # the longest category names the bench plots
+SEARCHQA_TYPES = list(HOP_TYPES)
 
 
 def rows(env_id: str, categories: list[str]) -> list[dict]:
