@@ -116,12 +116,21 @@ class SnapshotError(TypeError):
 def sanitize_action(action: Any, max_chars: int = MAX_ACTION_CHARS) -> tuple[str, str | None, bool]:
     """Coerce any action into valid Unicode text of at most ``max_chars`` characters.
 
-    Returns ``(text, error, truncated)``: ``error`` explains a non-string action, ``truncated`` says
-    whether the text was cut. Lone surrogates (invalid Unicode) become U+FFFD.
+    A ``dict`` (an OpenAI-style assistant message, e.g. ``{"role": "assistant", "tool_calls": [...]}``) becomes its
+    JSON text, which tool-calling envs parse. Returns ``(text, error, truncated)``: ``error`` explains an action of
+    another type, ``truncated`` says whether the text was cut. Lone surrogates (invalid Unicode) become U+FFFD.
+
+    >>> sanitize_action({"role": "assistant", "content": "hi"})
+    ('{"role": "assistant", "content": "hi"}', None, False)
     """
     error = None
     if isinstance(action, bytes | bytearray):
         action = bytes(action).decode("utf-8", errors="replace")
+    elif isinstance(action, dict):  # an OpenAI-style assistant message (e.g. with ``tool_calls``): its JSON text
+        try:
+            action = json.dumps(action, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            error, action = f"The action is a message dict that is not JSON data ({e}).", ""
     elif not isinstance(action, str):
         error = f"The action must be text (a string), got {type(action).__name__}."
         action = ""

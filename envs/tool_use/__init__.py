@@ -1,0 +1,1 @@
+"""Multi-turn tool use (function calling) over stateful worlds."""

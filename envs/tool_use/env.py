@@ -1,0 +1,330 @@
+"""ToolUse-v0: multi-turn function calling over stateful worlds (a file system, a bank), BFCL-style.
+
+An episode is one task: a world in an initial state and 2-4 user instructions, given one per user turn. Each agent
+turn either calls tools (Hermes ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks, or an OpenAI
+assistant message as JSON: ``{"tool_calls": [{"type": "function", "function": {"name", "arguments"}}]}``) and gets
+one ``tool`` message per call back, or replies in plain text, which ends the instruction and brings the next one.
+Arguments are checked against the tool's JSON schema before the tool runs; a rejected call (bad JSON, unknown tool,
+missing, extra or wrongly typed argument) changes nothing, comes back as a ``tool`` message and makes the step
+invalid; a tool's domain error ("insufficient funds") comes back the same way on a valid step.
+
+Variants (constructor ``variant`` or reset option ``variant``): ``"base"``; ``"miss_param"``: one instruction
+leaves out a value; ``"miss_func"``: a function one instruction needs is withheld from the tool list. There the
+right move is to ask the user (a plain-text reply); the simulated user then gives the value or re-enables the
+function. Success: the final state (every public attribute of the world) equals the gold replay's, and the agent's
+replies state the required facts (a balance, a path, a file's content).
+
+>>> import gymnasium as gym, agentgym
+>>> env = gym.make("agentgym/ToolUse-v0", world="bank")
+>>> obs, info = env.reset(options={"task_index": 3})
+>>> obs[-1]["content"]
+'Transfer 395.00 from savings to checking. Then tell me the new balance of checking.'
+>>> call = '<tool_call>{"name": "transfer", "arguments": {"source": "savings", "target": "checking", "amount": 395}}'
+>>> obs, *_ = env.step(call + '</tool_call>')
+>>> obs[0]["role"], obs[0]["content"]
+('tool', '"moved 395.00 from savings to checking"')
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from agentgym.core import AgentEnv, StepResult
+from agentgym.envs.tool_use.agents import OracleAgent, RandomAgent
+from agentgym.envs.tool_use.tasks import build_world, make_task, replay
+from agentgym.envs.tool_use.tools import ArgumentError, ToolError, validate_arguments
+from agentgym.envs.tool_use.worlds import WORLDS, World
+from agentgym.parsing import ParseError, ToolCall, is_blank, parse_hermes_tool_calls, parse_openai_tool_calls
+
+VARIANTS = ("base", "miss_func", "miss_param")
+TASKS_PER_WORLD = 10_000
+MAX_CALLS_PER_TURN = 16
+_TOOL_TAG = re.compile(r"</?tool_call>", re.IGNORECASE)
+
+SYSTEM = (
+    "You are an assistant that acts on the user's {world} through function calls. The functions you may call are "
+    "listed as JSON schemas between <tools> and </tools>:\n<tools>\n{tools}\n</tools>\n"
+    "To call functions, put one JSON object per call in your turn, each inside <tool_call></tool_call> tags:\n"
+    '<tool_call>\n{{"name": <function-name>, "arguments": <args-json-object>}}\n</tool_call>\n'
+    '(or answer with an OpenAI assistant message as JSON: {{"tool_calls": [{{"type": "function", "function": '
+    '{{"name": ..., "arguments": "<JSON string>"}}}}]}}). Each result comes back as a tool message. When the '
+    "request is done, reply to the user in plain text (no tool call), including any information they asked for. "
+    "If a request lacks a value you need, or needs a function you do not have, ask the user instead of guessing."
+)
+
+
+def world_state_diff(state: Mapping[str, Any], gold: Mapping[str, Any]) -> list[str]:
+    """The public attributes whose values differ between two world states (BFCL-style state check)."""
+    return sorted(k for k in {*state, *gold} if state.get(k) != gold.get(k))
+
+
+def _normalise(text: str) -> str:
+    return " ".join(text.replace(",", "").replace("$", "").split()).lower()
+
+
+class ToolUseEnv(AgentEnv):
+    """Multi-turn tool use over stateful worlds (see the module docstring).
+
+    Args:
+        world: ``"filesystem"``, ``"bank"`` or ``"all"`` (tasks of every world, 10,000 each).
+        variant: ``"base"``, ``"miss_func"`` or ``"miss_param"`` (the reset option ``variant`` overrides it).
+        max_turns: agent turns before truncation.
+        invalid_action_penalty: subtracted (component ``format``) for each malformed call.
+    """
+
+    agents: ClassVar[Mapping[str, Any]] = {"oracle": OracleAgent, "random": RandomAgent}
+    reset_options: ClassVar[tuple[str, ...]] = ("variant",)
+
+    def __init__(
+        self,
+        *,
+        world: str = "all",
+        variant: str = "base",
+        max_turns: int = 30,
+        invalid_action_penalty: float = 0.0,
+        render_mode: str | None = None,
+    ):
+        super().__init__(max_turns=max_turns, invalid_action_penalty=invalid_action_penalty, render_mode=render_mode)
+        if world != "all" and world not in WORLDS:
+            raise ValueError(f"world must be 'all' or one of {list(WORLDS)}, got {world!r}")
+        if variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+        self.worlds = list(WORLDS) if world == "all" else [world]
+        self.variant = variant
+        self.num_tasks = TASKS_PER_WORLD * len(self.worlds)
+        self._ep: dict[str, Any] = {}
+        self._world: World | None = None
+
+    # -- tasks --------------------------------------------------------------------------------------
+    def task_index_of(self, task_id: str) -> int:
+        world, _, local = task_id.partition("/")
+        if world not in self.worlds or not local.isdigit() or int(local) >= TASKS_PER_WORLD:
+            raise ValueError(f"unknown task_id {task_id!r}: ids look like '{self.worlds[0]}/17'")
+        return self.worlds.index(world) * TASKS_PER_WORLD + int(local)
+
+    def _reset(self, task_index: int, options: dict[str, Any]) -> tuple[list[dict], dict[str, Any]]:
+        variant = options.get("variant", self.variant)
+        if variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+        name = self.worlds[task_index // TASKS_PER_WORLD]
+        task = make_task(name, task_index % TASKS_PER_WORLD)
+        self._world = build_world(task)
+        hold = None
+        if variant == "miss_param":
+            hold = {"kind": "param", "instruction": task["miss_param"]}
+        elif variant == "miss_func":
+            hold = {"kind": "func", **task["miss_func"]}
+        self._ep = {
+            "task": task,
+            "variant": variant,
+            "hold": hold,
+            "gold_states": replay(task),
+            "instruction": 0,
+            "asked": False,  # whether the held instruction's missing piece was asked for and given
+            "disabled": [hold["function"]] if hold and hold["kind"] == "func" else [],
+            "replies": [],
+            "checks": [],
+            "calls": 0,
+            # whether the agent asked before changing the world during the held instruction (None: not yet asked)
+            "asked_first": None,
+            "instruction_start": self._world.state(),
+        }
+        schemas = self._schemas()
+        tools = "\n".join(json.dumps(s) for n, s in schemas.items() if n not in self._ep["disabled"])
+        system = SYSTEM.format(world="file system" if name == "filesystem" else "bank accounts", tools=tools)
+        if name == "filesystem":
+            system += f" The current directory is {task['init']['cwd']}."
+        obs = [{"role": "system", "content": system}, {"role": "user", "content": self._instruction_text(0)}]
+        self._gold = self._make_gold()
+        return obs, {"task_id": f"{name}/{task_index % TASKS_PER_WORLD}", "gold": self._gold, **self._info()}
+
+    def _schemas(self) -> dict[str, dict[str, Any]]:
+        assert self._world is not None
+        return type(self._world).schemas()
+
+    def _instruction_text(self, k: int) -> str:
+        ins = self._ep["task"]["instructions"][k]
+        hold = self._ep["hold"]
+        if hold and hold["kind"] == "param" and hold["instruction"] == k:
+            return ins["missing_text"]
+        return ins["text"]
+
+    def _make_gold(self) -> dict[str, Any]:
+        """Gold for reward shapers: ``calls`` (one list per oracle turn, as ``ToolCallMatching`` reads), ``turns``
+        (the oracle's turns: calls and reply), the task record, the variant and the gold states."""
+        task, hold = self._ep["task"], self._ep["hold"]
+        turns: list[dict[str, Any]] = []
+        for k, ins in enumerate(task["instructions"]):
+            if hold and hold["instruction"] == k:
+                what = "value" if hold["kind"] == "param" else f"function {hold['function']}"
+                turns.append({"calls": [], "reply": f"Before I can do that, could you give me the missing {what}?"})
+            turns.append({"calls": ins["calls"], "reply": None})
+            reply = "Done." + "".join(f" {f}" for f in ins["facts"])
+            turns.append({"calls": [], "reply": reply})
+        return {
+            "calls": [t["calls"] for t in turns],
+            "turns": turns,
+            "task": task,
+            "variant": self._ep["variant"],
+            "hold": hold,
+            "final_state": self._ep["gold_states"][-1],
+        }
+
+    # -- steps --------------------------------------------------------------------------------------
+    def _parse(self, action: str) -> tuple[list[ToolCall] | None, str | None]:
+        """(calls, None) for a tool-call turn, (None, text) for a plain reply; raises ParseError."""
+        stripped = action.strip()
+        if stripped.startswith("{"):
+            try:
+                message = json.loads(stripped)
+            except (json.JSONDecodeError, RecursionError):
+                raise ParseError(
+                    "Your turn starts with '{' but is not valid JSON: give an OpenAI assistant message with "
+                    '"tool_calls", <tool_call> blocks, or a plain-text reply.'
+                ) from None
+            if isinstance(message, dict) and message.get("tool_calls"):
+                return parse_openai_tool_calls(message), None
+            if isinstance(message, dict) and isinstance(message.get("content"), str) and "tool_calls" not in message:
+                return None, message["content"]
+            raise ParseError('The JSON message has no "tool_calls" list and no "content" text.')
+        if _TOOL_TAG.search(action):
+            calls = parse_hermes_tool_calls(action)
+            if not calls:
+                raise ParseError("Found a </tool_call> tag but no call: put JSON inside <tool_call>...</tool_call>.")
+            return calls, None
+        return None, action
+
+    def _step(self, action: str) -> StepResult:
+        try:
+            calls, text = self._parse(action)
+            if calls is not None and len(calls) > MAX_CALLS_PER_TURN:
+                raise ParseError(f"Too many calls in one turn ({len(calls)}); at most {MAX_CALLS_PER_TURN}.")
+        except ParseError as e:
+            return self._invalid(f"Error: {e}")
+        if calls is not None:
+            return self._run_calls(calls)
+        assert text is not None
+        if is_blank(text):
+            return self._invalid("Error: empty reply. Call a tool or answer the user in plain text.", role="user")
+        return self._reply(text)
+
+    def _invalid(self, message: str, role: str = "tool") -> StepResult:
+        return StepResult([{"role": role, "content": message}], action_valid=False, parse_error=message,
+                          info=self._info())  # fmt: skip
+
+    def _run_calls(self, calls: list[ToolCall]) -> StepResult:
+        assert self._world is not None
+        schemas = self._schemas()
+        out, errors = [], []
+        for call in calls:
+            self._ep["calls"] += 1
+            msg: dict[str, Any] = {"role": "tool", "name": call.name}
+            if call.id is not None:
+                msg["tool_call_id"] = call.id
+            if call.name not in schemas or call.name in self._ep["disabled"]:
+                available = [n for n in schemas if n not in self._ep["disabled"]]
+                error = f"Error: unknown function {call.name!r}; available functions: {available}."
+                errors.append(error)
+                out.append({**msg, "content": error})
+                continue
+            try:
+                args = validate_arguments(schemas[call.name]["function"], call.arguments)
+            except ArgumentError as e:
+                errors.append(f"Error: {e}")
+                out.append({**msg, "content": f"Error: {e}"})
+                continue
+            trial = self._world.copy()  # a tool that fails leaves the world as it was
+            try:
+                result = getattr(trial, call.name)(**args)
+            except ToolError as e:
+                out.append({**msg, "content": f"Error: {e}"})
+                continue
+            except Exception as e:  # a tool bug must not end the episode
+                out.append({**msg, "content": f"Error: {call.name} failed ({type(e).__name__})."})
+                continue
+            self._world = trial
+            out.append({**msg, "content": json.dumps(result, ensure_ascii=False)})
+        if errors:
+            return StepResult(out, action_valid=False, parse_error=" ".join(errors)[:2000], info=self._info())
+        return StepResult(out, info=self._info())
+
+    def _reply(self, text: str) -> StepResult:
+        assert self._world is not None
+        ep = self._ep
+        k = ep["instruction"]
+        hold = ep["hold"]
+        if hold and hold["instruction"] == k and not ep["asked"]:
+            ep["asked"] = True
+            ep["asked_first"] = self._world.state() == ep["instruction_start"]
+            ins = ep["task"]["instructions"][k]
+            if hold["kind"] == "param":
+                answer = ins["followup"] + " " + ins["text"]
+            else:
+                ep["disabled"] = []
+                schema = json.dumps(self._schemas()[hold["function"]])
+                answer = f"I have enabled {hold['function']} for you:\n<tools>\n{schema}\n</tools>\nGo ahead."
+            return StepResult([{"role": "user", "content": answer}], info=self._info())
+        ep["replies"].append(text)
+        state = self._world.state()
+        diff = world_state_diff(state, ep["gold_states"][k])
+        facts = ep["task"]["instructions"][k]["facts"]
+        told = all(_normalise(f) in _normalise(text) for f in facts)
+        check = {"instruction": k, "state_match": not diff, "mismatched": diff, "facts_told": told}
+        ep["checks"].append(check)
+        ep["instruction"] = k + 1
+        ep["instruction_start"] = state
+        info = {**self._info(), "state_check": check}
+        if k + 1 < len(ep["task"]["instructions"]):
+            return StepResult([{"role": "user", "content": self._instruction_text(k + 1)}], info=info)
+        # The final state is the gold replay's, every fact was told, and a held instruction was asked about
+        # before the agent changed anything.
+        success = check["state_match"] and all(c["facts_told"] for c in ep["checks"]) and ep["asked_first"] is not False
+        info["metrics"] = self._metrics(success)
+        return StepResult([], {"outcome": float(success)}, terminated=True, success=success, info=info)
+
+    def _metrics(self, success: bool) -> dict[str, float]:
+        checks = self._ep["checks"]
+        n = len(self._ep["task"]["instructions"])
+        return {
+            "success": float(success),
+            "state_checks_passed": sum(c["state_match"] for c in checks) / n,
+            "facts_told": sum(c["facts_told"] for c in checks) / n,
+            "calls": float(self._ep["calls"]),
+        }
+
+    def _truncated_info(self) -> dict[str, Any]:
+        return {"metrics": self._metrics(False)}
+
+    def _info(self) -> dict[str, Any]:
+        ep = self._ep
+        return {
+            "instruction": ep["instruction"],
+            "state_checks": [c["state_match"] for c in ep["checks"]],
+            "variant": ep["variant"],
+            "asked_first": ep["asked_first"],
+        }
+
+    def anchor(self) -> str:
+        """The task, variant and progress plus a digest of the whole world (private attributes included): histories
+        that reach the same world at the same point of the dialogue share it."""
+        ep = self._ep
+        key = [vars(self._world), ep["instruction"], ep["asked"], ep["disabled"], ep["checks"]]
+        digest = hashlib.blake2b(json.dumps(key, sort_keys=True).encode(), digest_size=8).hexdigest()
+        return f"{self._task_id}:{ep['variant']}:{digest}"
+
+    # -- branching ----------------------------------------------------------------------------------
+    def _snapshot_state(self) -> Any:
+        return copy.deepcopy((self._world, self._ep, self._gold))
+
+    def _restore_state(self, state: Any) -> None:
+        self._world, self._ep, self._gold = copy.deepcopy(state)
+
+    @property
+    def world(self) -> World | None:
+        """The live world (its public attributes are the state)."""
+        return self._world

@@ -1,0 +1,209 @@
+"""Typed Python callables as tools: OpenAI function schemas from signatures and docstrings, strict argument checks.
+
+Mark a method with ``@tool``; ``schema_of`` reads its type hints (``str``, ``int``, ``float``, ``bool``,
+``list[...]``, ``Literal[...]``, ``X | None``) and its docstring (the first paragraph describes the function, an
+``Args:`` section describes the parameters). A parameter with a default is optional. ``validate_arguments`` checks a
+call's arguments against the schema before anything runs; a tool signals a domain error ("insufficient funds") by
+raising ``ToolError`` before it changes any state.
+
+>>> from typing import Literal
+>>> def pay(to: str, amount: float, speed: Literal["slow", "fast"] = "slow") -> str:
+...     '''Pay someone.
+...
+...     Args:
+...         to: who is paid.
+...         amount: how much.
+...         speed: how fast the payment goes.
+...     '''
+>>> s = schema_of(pay)["function"]
+>>> s["parameters"]["required"], s["parameters"]["properties"]["speed"]
+(['to', 'amount'], {'type': 'string', 'enum': ['slow', 'fast'], 'description': 'how fast the payment goes.',
+'default': 'slow'})
+>>> validate_arguments(s, {"to": "bo", "amount": True})
+Traceback (most recent call last):
+...
+agentgym.envs.tool_use.tools.ArgumentError: Argument 'amount' of pay must be a number, got a boolean (True).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import re
+import types
+import typing
+from collections.abc import Callable
+from typing import Any, Literal
+
+_ARGS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters):\s*$")
+_ARG_LINE = re.compile(r"^\s*(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+
+
+class ToolError(Exception):
+    """A domain error raised by a tool (it must raise before it mutates state); the model reads the message."""
+
+
+class ArgumentError(ValueError):
+    """A call whose arguments do not fit the tool's schema (missing, extra or wrongly typed)."""
+
+
+def tool(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark a method as a tool (its schema comes from ``schema_of``)."""
+    fn.__is_tool__ = True  # type: ignore[attr-defined]
+    return fn
+
+
+def tool_names(cls: type) -> list[str]:
+    """Names of the ``@tool`` methods of ``cls``, in definition order (base classes first)."""
+    names: list[str] = []
+    for klass in reversed(cls.__mro__):
+        for name, value in vars(klass).items():
+            if getattr(value, "__is_tool__", False) and name not in names:
+                names.append(name)
+    return names
+
+
+def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
+    lines = inspect.cleandoc(doc or "").splitlines()
+    summary: list[str] = []
+    params: dict[str, str] = {}
+    in_args = False
+    current: str | None = None
+    for line in lines:
+        if _ARGS_HEADER.match(line):
+            in_args, current = True, None
+            continue
+        if in_args:
+            if not line.strip():
+                current = None
+                continue
+            m = _ARG_LINE.match(line)
+            if m and line.startswith((" ", "\t")) and (current is None or len(line) - len(line.lstrip()) <= 4):
+                current = m.group(1)
+                params[current] = m.group(2).strip()
+            elif current is not None:
+                params[current] = (params[current] + " " + line.strip()).strip()
+            elif not line.startswith((" ", "\t")):
+                in_args = False
+            continue
+        if not summary and not line.strip():
+            continue
+        if summary and not line.strip():
+            in_args = False
+            summary.append("\n")
+            continue
+        summary.append(line.strip())
+    text = " ".join(summary).split("\n")[0].strip()
+    return text, params
+
+
+def type_schema(hint: Any) -> dict[str, Any]:
+    """The JSON schema of a type hint: ``str``, ``int``, ``float``, ``bool``, ``list[X]``, ``Literal``, ``X | None``.
+
+    >>> type_schema(list[int])
+    {'type': 'array', 'items': {'type': 'integer'}}
+    """
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) != 1:
+            raise TypeError(f"only X | None unions are supported, got {hint!r}")
+        return type_schema(args[0])
+    if origin is Literal:
+        values = list(typing.get_args(hint))
+        kinds = {type(v) for v in values}
+        if len(kinds) != 1 or not kinds <= {str, int}:
+            raise TypeError(f"Literal values must all be str or all int, got {hint!r}")
+        return {"type": "string" if str in kinds else "integer", "enum": values}
+    if origin is list:
+        (item,) = typing.get_args(hint) or (str,)
+        return {"type": "array", "items": type_schema(item)}
+    simple = {str: "string", int: "integer", float: "number", bool: "boolean"}
+    if hint in simple:
+        return {"type": simple[hint]}
+    raise TypeError(f"unsupported parameter type {hint!r}")
+
+
+def schema_of(fn: Callable[..., Any]) -> dict[str, Any]:
+    """The OpenAI function-calling schema of ``fn`` (``self`` is skipped): ``{"type": "function", "function": ...}``."""
+    hints = typing.get_type_hints(fn)
+    description, param_docs = _parse_docstring(fn.__doc__)
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for name, param in inspect.signature(fn).parameters.items():
+        if name == "self":
+            continue
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise TypeError(f"{fn.__name__}: *args and **kwargs cannot be tool parameters")
+        if name not in hints:
+            raise TypeError(f"{fn.__name__}: parameter {name!r} has no type hint")
+        prop = type_schema(hints[name])
+        if name in param_docs:
+            prop["description"] = param_docs[name]
+        if param.default is param.empty:
+            required.append(name)
+        else:
+            prop["default"] = param.default
+        properties[name] = prop
+    parameters = {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+    return {"type": "function", "function": {"name": fn.__name__, "description": description, "parameters": parameters}}
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"a boolean ({value!r})"
+    if value is None:
+        return "null"
+    names = {int: "an integer", float: "a number", str: "a string", list: "an array", dict: "an object"}
+    return f"{names.get(type(value), type(value).__name__)} ({str(value)[:40]!r})"
+
+
+def _check(value: Any, prop: dict[str, Any], where: str) -> None:
+    kind = prop["type"]
+    ok = {
+        "string": isinstance(value, str),
+        "integer": isinstance(value, int) and not isinstance(value, bool),
+        "number": isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value),
+        "boolean": isinstance(value, bool),
+        "array": isinstance(value, list),
+    }[kind]
+    if not ok:
+        want = {"string": "a string", "integer": "an integer", "number": "a number", "boolean": "a boolean",
+                "array": "an array"}[kind]  # fmt: skip
+        raise ArgumentError(f"{where} must be {want}, got {_kind(value)}.")
+    if "enum" in prop and value not in prop["enum"]:
+        raise ArgumentError(f"{where} must be one of {prop['enum']}, got {value!r}.")
+    if kind == "array":
+        for i, item in enumerate(value):
+            _check(item, prop["items"], f"{where}[{i}]")
+
+
+def validate_arguments(function: dict[str, Any], arguments: Any) -> dict[str, Any]:
+    """Check ``arguments`` against a function schema (``schema["function"]``); return them with defaults filled in.
+
+    Raises ``ArgumentError`` for a non-object, a missing or unknown argument or a value of the wrong type (``null``
+    is accepted only for an optional parameter whose default is ``None``).
+    """
+    name = function["name"]
+    params = function["parameters"]
+    if not isinstance(arguments, dict):
+        raise ArgumentError(f"The arguments of {name} must be a JSON object, got {_kind(arguments)}.")
+    props = params["properties"]
+    extra = [k for k in arguments if k not in props]
+    if extra:
+        raise ArgumentError(f"{name} has no parameter(s) {extra}; its parameters are {list(props)}.")
+    missing = [k for k in params["required"] if k not in arguments]
+    if missing:
+        raise ArgumentError(f"{name} is missing required argument(s) {missing}.")
+    out: dict[str, Any] = {}
+    for key, prop in props.items():
+        if key not in arguments:
+            out[key] = prop.get("default")
+            continue
+        value = arguments[key]
+        if value is None and "default" in prop and prop["default"] is None:
+            out[key] = None
+            continue
+        _check(value, prop, f"Argument {key!r} of {name}")
+        out[key] = float(value) if prop["type"] == "number" else value
+    return out

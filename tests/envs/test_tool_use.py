@@ -1,0 +1,230 @@
+"""ToolUse-v0: the checker, the oracle on every world and variant, random, malformed calls, schemas, state checks."""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+import gymnasium as gym
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import agentgym  # noqa: F401  (registers the envs)
+from agentgym.checker import check
+from agentgym.envs.tool_use.agents import OracleAgent, RandomAgent
+from agentgym.envs.tool_use.env import VARIANTS, ToolUseEnv
+from agentgym.envs.tool_use.tools import ArgumentError, schema_of, validate_arguments
+from agentgym.envs.tool_use.worlds import WORLDS, Bank
+from agentgym.rewards.matching import ToolCallMatching
+from agentgym.runner import run
+
+ENV_ID = "agentgym/ToolUse-v0"
+
+
+def play(env: ToolUseEnv, agent, index: int, variant: str) -> tuple[float, dict]:
+    agent.reset(seed=index)
+    obs, info = env.reset(options={"task_index": index, "variant": variant})
+    messages, total, done = list(obs), 0.0, False
+    while not done:
+        action = agent.act(messages, info)
+        obs, reward, terminated, truncated, info = env.step(action)
+        messages += [{"role": "assistant", "content": action}, *obs]
+        total += reward
+        done = terminated or truncated
+    return total, info
+
+
+def test_checker_passes():
+    report = check(ENV_ID)
+    assert report.ok, str(report)
+    assert not report.notes, report.notes
+    assert check(ENV_ID, env_kwargs={"world": "bank", "variant": "miss_func"}).ok
+
+
+@pytest.mark.parametrize("world", list(WORLDS))
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_oracle_solves_every_task(world, variant):
+    env = ToolUseEnv(world=world)
+    for i in range(500):
+        reward, info = play(env, OracleAgent(), i, variant)
+        assert reward == 1.0 and info["success"], (i, info.get("state_check"))
+        assert all(info["state_checks"])
+
+
+def test_random_is_far_below_the_oracle(capsys):
+    rates = {}
+    for world in WORLDS:
+        env = ToolUseEnv(world=world)
+        wins = [play(env, RandomAgent(), i, "base")[1]["success"] for i in range(60)]
+        rates[world] = sum(wins) / len(wins)
+    with capsys.disabled():
+        print(f"\nToolUse random success: {rates}")
+    assert all(r < 0.1 for r in rates.values()), rates
+
+
+def test_gold_calls_match_the_oracle_for_tool_call_matching():
+    trajs = run(ENV_ID, "oracle", episodes=4, seed=0, env_kwargs={"variant": "miss_func"}, progress=False)
+    for traj in trajs:
+        assert traj.success
+        scores = ToolCallMatching()([traj])[0]
+        assert scores.rewards == [1.0] * len(traj.turns)
+
+
+def test_schema_generator():
+    def book(room: str, nights: int, guests: list[str], view: Literal["sea", "park"] = "sea",
+             rate: float | None = None, breakfast: bool = False) -> str:  # fmt: skip
+        """Book a hotel room.
+
+        Args:
+            room: the room name.
+            nights: how many nights
+                (at least one).
+            guests: who stays.
+            view: the view.
+        """
+        return room
+
+    schema = schema_of(book)
+    assert schema["type"] == "function"
+    fn = schema["function"]
+    assert fn["name"] == "book" and fn["description"] == "Book a hotel room."
+    params = fn["parameters"]
+    assert params["required"] == ["room", "nights", "guests"]
+    assert params["additionalProperties"] is False
+    props = params["properties"]
+    assert props["room"] == {"type": "string", "description": "the room name."}
+    assert props["nights"] == {"type": "integer", "description": "how many nights (at least one)."}
+    assert props["guests"] == {"type": "array", "items": {"type": "string"}, "description": "who stays."}
+    assert props["view"] == {"type": "string", "enum": ["sea", "park"], "description": "the view.", "default": "sea"}
+    assert props["rate"] == {"type": "number", "default": None}
+    assert props["breakfast"] == {"type": "boolean", "default": False}
+    assert validate_arguments(fn, {"room": "a", "nights": 2, "guests": ["x"], "rate": 3}) == {
+        "room": "a", "nights": 2, "guests": ["x"], "view": "sea", "rate": 3.0, "breakfast": False}  # fmt: skip
+    bad = [{"room": "a", "nights": 2}, {"room": "a", "nights": 2.0, "guests": []},
+           {"room": "a", "nights": True, "guests": []}, {"room": "a", "nights": 1, "guests": [1]},
+           {"room": "a", "nights": 1, "guests": [], "view": "lake"}, {"room": "a", "nights": 1, "guests": [], "x": 1},
+           {"room": None, "nights": 1, "guests": []}, []]  # fmt: skip
+    for args in bad:
+        with pytest.raises(ArgumentError):
+            validate_arguments(fn, args)
+    assert json.dumps(Bank.schemas())  # every world's schemas are JSON
+
+
+def test_state_check_fails_on_a_wrong_call():
+    env = ToolUseEnv(world="bank")
+    env.reset(options={"task_index": 3})  # "Transfer 395.00 from savings to checking. Then tell me ..."
+    call = {"name": "transfer", "arguments": {"source": "savings", "target": "checking", "amount": 390}}
+    obs, _, _, _, info = env.step(f"<tool_call>{json.dumps(call)}</tool_call>")
+    assert obs[0]["role"] == "tool" and info["action_valid"]
+    _, _, terminated, _, info = env.step("Done. The new balance of checking is 2,698.00.")
+    assert not terminated
+    assert info["state_check"] == {"instruction": 0, "state_match": False, "mismatched": ["balances", "history"],
+                                   "facts_told": False}  # fmt: skip
+    assert info["state_checks"] == [False]
+
+    env.reset(options={"task_index": 3})
+    call["arguments"]["amount"] = 395
+    env.step(f"<tool_call>{json.dumps(call)}</tool_call>")
+    _, _, _, _, info = env.step("Done: checking now holds $2,703.00.")
+    assert info["state_check"]["state_match"] and info["state_check"]["facts_told"]
+
+
+def test_domain_error_and_openai_format():
+    env = ToolUseEnv(world="bank")
+    env.reset(options={"task_index": 3})
+    before = env.unwrapped.world.state()
+    message = {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+        "name": "withdraw", "arguments": json.dumps({"account": "savings", "amount": 1e6})}}]}  # fmt: skip
+    obs, _, _, _, info = env.step(message)  # an action may be the assistant message itself (or its JSON text)
+    assert info["action_valid"]  # a well-formed call that the bank refuses
+    assert obs == [{"role": "tool", "name": "withdraw", "tool_call_id": "c1", "content": obs[0]["content"]}]
+    assert obs[0]["content"].startswith("Error: insufficient funds")
+    assert env.world.state() == before
+
+
+def test_miss_func_withholds_the_function_until_asked():
+    env = ToolUseEnv(world="bank", variant="miss_func")
+    obs, info = env.reset(options={"task_index": 3})
+    held = info["gold"]["hold"]["function"]
+    assert f'"name": "{held}"' not in obs[0]["content"]
+    call = info["gold"]["turns"][1]["calls"][0]
+    before = env.world.state()
+    obs, _, _, _, info = env.step(f"<tool_call>{json.dumps(call)}</tool_call>")
+    assert not info["action_valid"] and "unknown function" in obs[0]["content"]
+    assert env.world.state() == before
+    obs, *_ = env.step("I need the transfer function; could you enable it?")
+    assert obs[0]["role"] == "user" and f'"name": "{held}"' in obs[0]["content"]
+    _, _, _, _, info = env.step(f"<tool_call>{json.dumps(call)}</tool_call>")
+    assert info["action_valid"] and env.world.state() != before
+
+
+def test_miss_param_guessing_instead_of_asking_fails():
+    env = ToolUseEnv(world="bank", variant="miss_param")
+    _, info = env.reset(options={"task_index": 5})
+    turns = list(info["gold"]["turns"])
+    ask = next(i for i, t in enumerate(turns) if t["reply"] and t["reply"].startswith("Before I can"))
+    turns[ask], turns[ask + 1] = turns[ask + 1], turns[ask]  # act on a guessed value, then ask
+    for turn in turns:
+        action = "\n".join(f"<tool_call>{json.dumps(c)}</tool_call>" for c in turn["calls"]) or turn["reply"]
+        _, reward, terminated, _, info = env.step(action)
+    assert terminated and all(info["state_checks"])  # the guess happened to be right ...
+    assert info["asked_first"] is False and not info["success"] and reward == 0.0  # ... but it was a guess
+
+
+# -- fuzz: malformed calls in both formats never raise and never change the world -----------------------
+NAMES = st.sampled_from(["transfer", "deposit", "withdraw", "open_account", "get_balance", "mkdir", "rm", "nope", ""])
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**6), 10**6)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=8)
+    | st.sampled_from(["checking", "savings", "rent", "/home", "checking"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
+ARGS = st.dictionaries(st.sampled_from(["account", "amount", "source", "target", "name", "kind", "path", "x"]),
+                       JSON, max_size=4) | JSON  # fmt: skip
+
+
+@st.composite
+def malformed_turn(draw) -> str:
+    name, args = draw(NAMES), draw(ARGS)
+    style = draw(st.sampled_from(["hermes", "openai", "openai-string", "raw-hermes", "raw-openai"]))
+    if style == "hermes":
+        return f"<tool_call>{json.dumps({'name': name, 'arguments': args})}</tool_call>"
+    if style == "openai":
+        return json.dumps({"tool_calls": [{"type": "function", "function": {"name": name, "arguments": args}}]})
+    if style == "openai-string":
+        fn = {"name": name, "arguments": draw(st.text(max_size=20) | st.just(json.dumps(args)))}
+        kind = draw(st.sampled_from(["function", "f"]))
+        return json.dumps({"tool_calls": [{"id": "x", "type": kind, "function": fn}]})
+    junk = draw(st.text(max_size=30))
+    return f"<tool_call>{junk}" if style == "raw-hermes" else "{" + junk
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(world=st.sampled_from(list(WORLDS)), index=st.integers(0, 50), action=malformed_turn())
+def test_fuzz_malformed_calls(world, index, action):
+    env = ToolUseEnv(world=world)
+    env.reset(options={"task_index": index})
+    before = json.dumps(vars(env.world), sort_keys=True)
+    obs, _, _, _, info = env.step(action)
+    json.dumps(info)
+    assert obs and all(isinstance(m["content"], str) for m in obs)
+    if not info["action_valid"]:
+        assert info["parse_error"]
+    rejected = all(m["role"] == "tool" and m["content"].startswith("Error") for m in obs)
+    if rejected:
+        assert json.dumps(vars(env.world), sort_keys=True) == before
+
+
+def test_task_ids_and_options():
+    env = gym.make(ENV_ID)
+    _, info = env.reset(options={"task_id": "bank/17"})
+    assert info["task_id"] == "bank/17" and info["gold"]["task"]["world"] == "bank"
+    with pytest.raises(ValueError):
+        env.reset(options={"variant": "nope"})
+    with pytest.raises(ValueError):
+        env.reset(options={"task_id": "moon/1"})
