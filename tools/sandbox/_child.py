@@ -69,6 +69,8 @@ def _private_fs(libc: ctypes.CDLL, workdir: str) -> None:
     with contextlib.suppress(OSError):
         _mount(libc, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     wfd = os.open(workdir, os.O_PATH | os.O_DIRECTORY)
+    # The interpreter's prefixes may lie under a masked directory (a virtualenv under /tmp): bound back, read-only.
+    kept = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in sorted({sys.prefix, sys.base_prefix}) if _masked(p)}
     masked: list[str] = []
     try:
         for d in MASKED:
@@ -77,14 +79,25 @@ def _private_fs(libc: ctypes.CDLL, workdir: str) -> None:
                 masked.append(d)
         os.makedirs(workdir, exist_ok=True)
         _mount(libc, f"/proc/self/fd/{wfd}", workdir, None, MS_BIND)
+        for path, fd in kept.items():
+            os.makedirs(path, mode=0o755, exist_ok=True)
+            _mount(libc, f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+            _mount(libc, None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
         for d in masked:
             _mount(libc, None, d, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
     except OSError:
-        for d in reversed(masked):  # undo, so the workdir is reachable again
+        for d in reversed(masked):  # undo, so the workdir and the interpreter are reachable again
             libc.umount2(d.encode(), MNT_DETACH)
     finally:
         os.close(wfd)
+        for fd in kept.values():
+            os.close(fd)
     _expose_python(libc)
+
+
+def _masked(path: str) -> bool:
+    """Whether ``path`` lies in one of the directories replaced by an empty tmpfs."""
+    return any(path == d or path.startswith(d + "/") for d in MASKED)
 
 
 def _closed_ancestor(path: str) -> str | None:
