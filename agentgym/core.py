@@ -404,9 +404,9 @@ class AgentEnv(gym.Env[list, str]):
         return f"{type(self).__module__}:{type(self).__qualname__}"
 
     def _spec_key(self) -> str:
-        """``spec_kwargs`` as canonical JSON, computed once (the constructor arguments do not change)."""
+        """``spec_kwargs`` as JSON, computed once (the constructor arguments do not change)."""
         if self._spec_json is None:
-            self._spec_json = json.dumps(self.spec_kwargs(), sort_keys=True)
+            self._spec_json = json.dumps(self._constructor_kwargs())
         return self._spec_json
 
     # -- conveniences -------------------------------------------------------------------------------
@@ -443,6 +443,9 @@ class AgentEnv(gym.Env[list, str]):
         ``None`` default, ``render_mode`` and values with no JSON form (objects such as a ``Retriever``) are
         left out.
         """
+        return json.loads(self._spec_key())  # a fresh copy each call: callers may change it
+
+    def _constructor_kwargs(self) -> dict[str, Any]:
         sig = inspect.signature(type(self).__init__)
         args, kwargs = self._init_call
         given = sig.bind_partial(None, *args, **kwargs).arguments
