@@ -21,3 +21,26 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def sandbox(tmp_path, monkeypatch):
+    """For running documentation examples: offline, in a scratch directory; torch's thread count and Gymnasium's
+    registry are restored after (examples may set the one and register envs in the other)."""
+    import sys
+
+    import gymnasium as gym
+
+    import agentgym  # noqa: F401  (its own envs stay registered: an example's `import agentgym` may be its first)
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch is not None else None
+    registered = set(gym.registry)
+    yield tmp_path
+    for env_id in set(gym.registry) - registered:
+        del gym.registry[env_id]
+    if torch is not None:
+        torch.set_num_threads(threads)

@@ -129,28 +129,6 @@ def test_fences_are_well_formed(path):
             assert block.info in (("python",), ("python", "no-run")), f"{path.name}:{block.line}: {block.info}"
 
 
-@pytest.fixture
-def sandbox(tmp_path, monkeypatch):
-    """Offline, in a scratch directory; torch's thread count and Gymnasium's registry are restored after (the
-    guides may set the one and register envs in the other)."""
-    import gymnasium as gym
-
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
-    try:
-        import torch
-    except ImportError:
-        torch = None
-    threads = torch.get_num_threads() if torch is not None else None
-    registered = set(gym.registry)
-    yield tmp_path
-    for env_id in set(gym.registry) - registered:
-        del gym.registry[env_id]
-    if torch is not None:
-        torch.set_num_threads(threads)
-
-
 @pytest.mark.parametrize("path", DOC_FILES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_python_blocks_run(path, sandbox):
     blocks = [b for b in code_blocks(path.read_text(encoding="utf-8")) if b.runs]

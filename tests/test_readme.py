@@ -54,26 +54,6 @@ def check_printed(output: str, expected: list[tuple[int, str]], where: str) -> N
         pos = m.end()
 
 
-@pytest.fixture
-def sandbox(tmp_path, monkeypatch):
-    """Offline, in a scratch directory; torch's thread count and Gymnasium's registry are restored after."""
-    import gymnasium as gym
-
-    import agentgym  # noqa: F401  (its own envs stay registered: a block's `import agentgym` may be its first)
-
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
-    torch = sys.modules.get("torch")
-    threads = torch.get_num_threads() if torch is not None else None
-    registered = set(gym.registry)
-    yield tmp_path
-    for env_id in set(gym.registry) - registered:
-        del gym.registry[env_id]
-    if torch is not None and threads is not None:
-        torch.set_num_threads(threads)
-
-
 def run_block(block: Block) -> tuple[dict, str]:
     """Run one block in a fresh module namespace; returns (its namespace, what it printed). Envs it leaves open
     (vector envs own worker processes) are closed."""
