@@ -326,3 +326,57 @@ def parse_openai_tool_calls(message: dict[str, Any] | str) -> list[ToolCall]:
         call_id = item.get("id") if isinstance(item.get("id"), str) else None
         calls.append(_tool_call_from_obj(item["function"], call_id))
     return calls
+
+
+_TOOL_TAG = re.compile(r"</?tool_call>", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class ToolTurn:
+    """One agent turn of a tool-calling env: ``calls`` (a tool-call turn) or ``text`` (a plain reply), never both."""
+
+    calls: tuple[ToolCall, ...] | None = None
+    text: str | None = None
+
+
+def parse_tool_turn(action: str) -> ToolTurn:
+    """Read an agent turn in either call format: Hermes ``<tool_call>`` blocks, or an OpenAI assistant message as
+    JSON text (``{"tool_calls": [...]}``, or ``{"content": "..."}`` for a plain reply); anything else is a reply.
+
+    Raises ``ParseError`` (a message for the model) for JSON that is not an assistant message, a broken call, or
+    tool-call tags that hold no call.
+
+    >>> parse_tool_turn('{"tool_calls": [{"type": "function", "function": {"name": "ls", "arguments": "{}"}}]}')
+    ToolTurn(calls=(ToolCall(name='ls', arguments={}, id=None),), text=None)
+    >>> parse_tool_turn("All done.")
+    ToolTurn(calls=None, text='All done.')
+    """
+    stripped = action.strip()
+    if stripped.startswith("{"):
+        try:
+            message = json.loads(stripped)
+        except (json.JSONDecodeError, RecursionError):
+            raise InvalidJSONError(
+                "Your turn starts with '{' but is not valid JSON: give an OpenAI assistant message with "
+                '"tool_calls", <tool_call> blocks, or a plain-text reply.'
+            ) from None
+        if isinstance(message, dict) and message.get("tool_calls"):
+            return ToolTurn(calls=tuple(parse_openai_tool_calls(message)))
+        if isinstance(message, dict) and isinstance(message.get("content"), str) and "tool_calls" not in message:
+            return ToolTurn(text=message["content"])
+        raise InvalidToolCallError('The JSON message has no "tool_calls" list and no "content" text.')
+    if _TOOL_TAG.search(action):
+        calls = parse_hermes_tool_calls(action)
+        if not calls:
+            raise NoActionError("Found a </tool_call> tag but no call: put JSON inside <tool_call>...</tool_call>.")
+        return ToolTurn(calls=tuple(calls))
+    return ToolTurn(text=action)
+
+
+def parse_tool_calls(action: str) -> list[ToolCall]:
+    """The tool calls of an agent turn in either format (``[]`` for a plain reply); raises ``ParseError``.
+
+    >>> [c.name for c in parse_tool_calls('<tool_call>{"name": "pwd", "arguments": {}}</tool_call>')]
+    ['pwd']
+    """
+    return list(parse_tool_turn(action).calls or ())

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from agentgym.parsing import ParseError, ToolCall, parse_hermes_tool_calls
+from agentgym.parsing import ParseError, ToolCall, parse_tool_calls
 from agentgym.rewards.base import TurnScorer, TurnScores
 from agentgym.trajectory import Trajectory
 
@@ -186,7 +186,11 @@ def match_calls(
 
 @dataclass
 class ToolCallMatching(TurnScorer):
-    """MatchTIR turn rewards: each turn's Hermes ``<tool_call>``s matched against gold calls.
+    """MatchTIR turn rewards: each turn's tool calls matched against gold calls.
+
+    A turn's calls are read in either format (``agentgym.parsing.parse_tool_calls``): Hermes ``<tool_call>``
+    blocks, or an OpenAI assistant message with ``tool_calls`` (as JSON text, which is how a dict action is
+    recorded).
 
     Gold: ``traj.reset_info["gold"]["calls"]``, a list per turn of ``{"name", "arguments"}`` dicts.
 
@@ -236,7 +240,7 @@ class ToolCallMatching(TurnScorer):
         errors: dict[int, str] = {}
         for t, turn in enumerate(traj.turns):
             try:
-                parsed.append(parse_hermes_tool_calls(turn.action))
+                parsed.append(parse_tool_calls(turn.action))
             except ParseError as e:
                 parsed.append(None)
                 errors[t] = str(e)

@@ -1,28 +1,32 @@
-"""ToolUse-v0: multi-turn function calling over stateful worlds (a file system, a bank), BFCL-style.
+"""ToolUse-v0: multi-turn function calling over stateful worlds (a file system, a bank, a calendar with a to-do
+list), BFCL-style.
 
-An episode is one task: a world in an initial state and 2-4 user instructions, given one per user turn. Each agent
-turn either calls tools (Hermes ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks, or an OpenAI
-assistant message as JSON: ``{"tool_calls": [{"type": "function", "function": {"name", "arguments"}}]}``) and gets
-one ``tool`` message per call back, or replies in plain text, which ends the instruction and brings the next one.
-Arguments are checked against the tool's JSON schema before the tool runs; a rejected call (bad JSON, unknown tool,
-missing, extra or wrongly typed argument) changes nothing, comes back as a ``tool`` message and makes the step
-invalid; a tool's domain error ("insufficient funds") comes back the same way on a valid step.
+An episode is one task: a world in an initial state and 2-4 user instructions, given one per user turn. Many need
+several agent steps, because a call needs an earlier call's result (the id of an event found by its title, the
+balance of an account to empty, the content of a file to copy). Each agent turn either calls tools (Hermes
+``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks, or an OpenAI assistant message as JSON:
+``{"tool_calls": [{"type": "function", "function": {"name", "arguments"}}]}``) and gets one ``tool`` message per
+call back, or replies in plain text, which ends the instruction and brings the next one. Arguments are checked
+against the tool's JSON schema before the tool runs; a rejected call (bad JSON, unknown tool, missing, extra or
+wrongly typed argument) changes nothing, comes back as a ``tool`` message and makes the step invalid; a tool's
+domain error ("insufficient funds") comes back the same way on a valid step.
 
 Variants (constructor ``variant`` or reset option ``variant``): ``"base"``; ``"miss_param"``: one instruction
-leaves out a value; ``"miss_func"``: a function one instruction needs is withheld from the tool list. There the
-right move is to ask the user (a plain-text reply); the simulated user then gives the value or re-enables the
-function. Success: the final state (every public attribute of the world) equals the gold replay's, and the agent's
-replies state the required facts (a balance, a path, a file's content).
+leaves out a value; ``"miss_func"``: a function one instruction needs is withheld from the tool list; ``"mixed"``:
+each task plays the variant its generator drew for it (a third each). In the two held variants the right move is
+to ask the user (a plain-text reply); the simulated user then gives the value or re-enables the function. Success:
+the final state (every public attribute of the world) equals the gold replay's, and the agent's replies state the
+required facts (a balance, a path, a file's content, an event's start time).
 
 >>> import gymnasium as gym, agentgym
 >>> env = gym.make("agentgym/ToolUse-v0", world="bank")
 >>> obs, info = env.reset(options={"task_index": 3})
 >>> obs[-1]["content"]
-'Transfer 395.00 from savings to checking. Then tell me the new balance of checking.'
->>> call = '<tool_call>{"name": "transfer", "arguments": {"source": "savings", "target": "checking", "amount": 395}}'
+'Transfer 302.50 from savings to checking. Then tell me the new balance of checking.'
+>>> call = '<tool_call>{"name": "transfer", "arguments": {"source": "savings", "target": "checking", "amount": 302.5}}'
 >>> obs, *_ = env.step(call + '</tool_call>')
 >>> obs[0]["role"], obs[0]["content"]
-('tool', '"moved 395.00 from savings to checking"')
+('tool', '"moved 302.50 from savings to checking"')
 """
 
 from __future__ import annotations
@@ -30,7 +34,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -39,12 +42,13 @@ from agentgym.envs.tool_use.agents import OracleAgent, RandomAgent
 from agentgym.envs.tool_use.tasks import build_world, make_task, replay
 from agentgym.envs.tool_use.tools import ArgumentError, ToolError, validate_arguments
 from agentgym.envs.tool_use.worlds import WORLDS, World
-from agentgym.parsing import ParseError, ToolCall, is_blank, parse_hermes_tool_calls, parse_openai_tool_calls
+from agentgym.parsing import ParseError, ToolCall, is_blank, parse_tool_turn
 
 VARIANTS = ("base", "miss_func", "miss_param")
+#: What the ``variant`` argument accepts: a variant, or ``"mixed"`` (each task plays the one drawn for it).
+VARIANT_CHOICES = (*VARIANTS, "mixed")
 TASKS_PER_WORLD = 10_000
 MAX_CALLS_PER_TURN = 16
-_TOOL_TAG = re.compile(r"</?tool_call>", re.IGNORECASE)
 
 SYSTEM = (
     "You are an assistant that acts on the user's {world} through function calls. The functions you may call are "
@@ -71,8 +75,10 @@ class ToolUseEnv(AgentEnv):
     """Multi-turn tool use over stateful worlds (see the module docstring).
 
     Args:
-        world: ``"filesystem"``, ``"bank"`` or ``"all"`` (tasks of every world, 10,000 each).
-        variant: ``"base"``, ``"miss_func"`` or ``"miss_param"`` (the reset option ``variant`` overrides it).
+        world: a name of ``WORLDS`` (``"filesystem"``, ``"bank"``, ``"calendar"``) or ``"all"`` (every world's
+            tasks, 10,000 each).
+        variant: ``"base"``, ``"miss_func"``, ``"miss_param"`` or ``"mixed"`` (the reset option ``variant``
+            overrides it).
         max_turns: agent turns before truncation.
         invalid_action_penalty: subtracted (component ``format``) for each malformed call.
     """
@@ -92,8 +98,8 @@ class ToolUseEnv(AgentEnv):
         super().__init__(max_turns=max_turns, invalid_action_penalty=invalid_action_penalty, render_mode=render_mode)
         if world != "all" and world not in WORLDS:
             raise ValueError(f"world must be 'all' or one of {list(WORLDS)}, got {world!r}")
-        if variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+        if variant not in VARIANT_CHOICES:
+            raise ValueError(f"variant must be one of {VARIANT_CHOICES}, got {variant!r}")
         self.worlds = list(WORLDS) if world == "all" else [world]
         self.variant = variant
         self.num_tasks = TASKS_PER_WORLD * len(self.worlds)
@@ -109,10 +115,12 @@ class ToolUseEnv(AgentEnv):
 
     def _reset(self, task_index: int, options: dict[str, Any]) -> tuple[list[dict], dict[str, Any]]:
         variant = options.get("variant", self.variant)
-        if variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+        if variant not in VARIANT_CHOICES:
+            raise ValueError(f"variant must be one of {VARIANT_CHOICES}, got {variant!r}")
         name = self.worlds[task_index // TASKS_PER_WORLD]
         task = make_task(name, task_index % TASKS_PER_WORLD)
+        if variant == "mixed":
+            variant = task["mixed_variant"]
         self._world = build_world(task)
         hold = None
         if variant == "miss_param":
@@ -136,9 +144,9 @@ class ToolUseEnv(AgentEnv):
         }
         schemas = self._schemas()
         tools = "\n".join(json.dumps(s) for n, s in schemas.items() if n not in self._ep["disabled"])
-        system = SYSTEM.format(world="file system" if name == "filesystem" else "bank accounts", tools=tools)
-        if name == "filesystem":
-            system += f" The current directory is {task['init']['cwd']}."
+        system = SYSTEM.format(world=self._world.description, tools=tools)
+        if self._world.context():
+            system += " " + self._world.context()
         obs = [{"role": "system", "content": system}, {"role": "user", "content": self._instruction_text(0)}]
         self._gold = self._make_gold()
         return obs, {"task_id": f"{name}/{task_index % TASKS_PER_WORLD}", "gold": self._gold, **self._info()}
@@ -163,7 +171,7 @@ class ToolUseEnv(AgentEnv):
             if hold and hold["instruction"] == k:
                 what = "value" if hold["kind"] == "param" else f"function {hold['function']}"
                 turns.append({"calls": [], "reply": f"Before I can do that, could you give me the missing {what}?"})
-            turns.append({"calls": ins["calls"], "reply": None})
+            turns += [{"calls": step, "reply": None} for step in ins["steps"]]
             reply = "Done." + "".join(f" {f}" for f in ins["facts"])
             turns.append({"calls": [], "reply": reply})
         return {
@@ -176,32 +184,10 @@ class ToolUseEnv(AgentEnv):
         }
 
     # -- steps --------------------------------------------------------------------------------------
-    def _parse(self, action: str) -> tuple[list[ToolCall] | None, str | None]:
-        """(calls, None) for a tool-call turn, (None, text) for a plain reply; raises ParseError."""
-        stripped = action.strip()
-        if stripped.startswith("{"):
-            try:
-                message = json.loads(stripped)
-            except (json.JSONDecodeError, RecursionError):
-                raise ParseError(
-                    "Your turn starts with '{' but is not valid JSON: give an OpenAI assistant message with "
-                    '"tool_calls", <tool_call> blocks, or a plain-text reply.'
-                ) from None
-            if isinstance(message, dict) and message.get("tool_calls"):
-                return parse_openai_tool_calls(message), None
-            if isinstance(message, dict) and isinstance(message.get("content"), str) and "tool_calls" not in message:
-                return None, message["content"]
-            raise ParseError('The JSON message has no "tool_calls" list and no "content" text.')
-        if _TOOL_TAG.search(action):
-            calls = parse_hermes_tool_calls(action)
-            if not calls:
-                raise ParseError("Found a </tool_call> tag but no call: put JSON inside <tool_call>...</tool_call>.")
-            return calls, None
-        return None, action
-
     def _step(self, action: str) -> StepResult:
         try:
-            calls, text = self._parse(action)
+            turn = parse_tool_turn(action)
+            calls, text = (list(turn.calls) if turn.calls is not None else None), turn.text
             if calls is not None and len(calls) > MAX_CALLS_PER_TURN:
                 raise ParseError(f"Too many calls in one turn ({len(calls)}); at most {MAX_CALLS_PER_TURN}.")
         except ParseError as e:

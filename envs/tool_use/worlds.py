@@ -1,4 +1,4 @@
-"""Stateful tool worlds over in-memory state: a file system and a bank.
+"""Stateful tool worlds over in-memory state: a file system, a bank, and a calendar with a to-do list.
 
 A world's *state* is its public attributes (BFCL-style state checks compare every one of them); private ones
 (``_cwd``) are session details. Tools are ``@tool`` methods; each validates its inputs and raises ``ToolError``
@@ -17,8 +17,11 @@ agentgym.envs.tool_use.tools.ToolError: insufficient funds: checking holds 50.00
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import functools
+import hashlib
 import posixpath
+import re
 from typing import Any, ClassVar, Literal
 
 from agentgym.envs.tool_use.tools import ToolError, schema_of, tool, tool_names
@@ -28,6 +31,17 @@ class World:
     """Base class: public attributes are the state; ``@tool`` methods are the tools."""
 
     name: ClassVar[str] = "world"
+    #: What the system prompt says the agent acts on ("the user's ...").
+    description: ClassVar[str] = "world"
+
+    @classmethod
+    def from_init(cls, init: dict[str, Any]) -> World:
+        """A fresh world from a task's JSON ``init`` record."""
+        raise NotImplementedError
+
+    def context(self) -> str:
+        """Session facts the system prompt states (the current directory, today's date); empty by default."""
+        return ""
 
     @classmethod
     def tool_names(cls) -> list[str]:
@@ -59,6 +73,7 @@ class FileSystem(World):
     """A POSIX-like file system: ``files`` maps absolute paths to contents, ``dirs`` lists the directories."""
 
     name = "filesystem"
+    description = "file system"
 
     def __init__(self, tree: dict[str, str | None], cwd: str | None = None):
         """``tree``: absolute path -> file content, or None for a directory (parents are created)."""
@@ -74,6 +89,13 @@ class FileSystem(World):
                 self.files[path] = content
         self.dirs.sort()
         self._cwd = cwd or "/"
+
+    @classmethod
+    def from_init(cls, init: dict[str, Any]) -> FileSystem:
+        return cls(dict(init["tree"]), cwd=init["cwd"])
+
+    def context(self) -> str:
+        return f"The current directory is {self._cwd}."
 
     def _path(self, p: str) -> str:
         if not p.strip():
@@ -232,11 +254,16 @@ class Bank(World):
     """Accounts with balances: ``balances``, ``kinds`` and the ``history`` of every movement."""
 
     name = "bank"
+    description = "bank accounts"
 
     def __init__(self, accounts: dict[str, tuple[str, float]]):
         self.balances: dict[str, float] = {k: float(v[1]) for k, v in accounts.items()}
         self.kinds: dict[str, str] = {k: v[0] for k, v in accounts.items()}
         self.history: list[list[Any]] = []
+
+    @classmethod
+    def from_init(cls, init: dict[str, Any]) -> Bank:
+        return cls({k: (v[0], v[1]) for k, v in init["accounts"].items()})
 
     def _account(self, account: str) -> str:
         if account not in self.balances:
@@ -358,4 +385,243 @@ class Bank(World):
         return f"closed {a}"
 
 
-WORLDS: dict[str, type[World]] = {"filesystem": FileSystem, "bank": Bank}
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_TIME = re.compile(r"\d{2}:\d{2}")
+DAY_START, DAY_END = 8 * 60, 20 * 60  # bookable hours, in minutes after midnight
+
+
+def to_minutes(hhmm: str) -> int:
+    return int(hhmm[:2]) * 60 + int(hhmm[3:])
+
+
+def to_hhmm(minutes: int) -> str:
+    return f"{minutes // 60:02d}:{minutes % 60:02d}"
+
+
+def item_id(prefix: str, *key: str) -> str:
+    """A stable id derived from an item's identifying fields (so replays and agents make the same ids)."""
+    return prefix + hashlib.blake2b("|".join(key).encode(), digest_size=3).hexdigest()
+
+
+class Calendar(World):
+    """A calendar and a to-do list: ``events`` and ``todos`` map ids to records; ``today`` is the session's date.
+
+    Events may not overlap, and are booked between 08:00 and 20:00 in 15-minute steps. Ids are opaque, so acting
+    on an existing event or to-do needs a lookup first (``find_events``, ``list_todos``).
+    """
+
+    name = "calendar"
+    description = "calendar and to-do list"
+
+    def __init__(self, today: str, events: dict[str, dict[str, Any]], todos: dict[str, dict[str, Any]]):
+        self._today = today
+        self.events: dict[str, dict[str, Any]] = copy.deepcopy(events)
+        self.todos: dict[str, dict[str, Any]] = copy.deepcopy(todos)
+
+    @classmethod
+    def from_init(cls, init: dict[str, Any]) -> Calendar:
+        return cls(init["today"], init["events"], init["todos"])
+
+    @property
+    def today(self) -> str:
+        """The session's date (a session detail, not part of the state)."""
+        return self._today
+
+    def context(self) -> str:
+        return f"Today is {dt.date.fromisoformat(self._today).strftime('%A')} {self._today}."
+
+    # -- checks -------------------------------------------------------------------------------------
+    @staticmethod
+    def _date(date: str) -> str:
+        try:
+            if not _DATE.fullmatch(date):
+                raise ValueError
+            dt.date.fromisoformat(date)
+        except ValueError:
+            raise ToolError(f"invalid date {date!r}: use YYYY-MM-DD") from None
+        return date
+
+    @staticmethod
+    def _slot(start: str, duration_minutes: int) -> tuple[int, int]:
+        if not _TIME.fullmatch(start) or int(start[:2]) > 23 or int(start[3:]) > 59:
+            raise ToolError(f"invalid time {start!r}: use HH:MM (24-hour)")
+        begin = to_minutes(start)
+        if begin % 15 or duration_minutes % 15 or duration_minutes <= 0:
+            raise ToolError("events start on a quarter hour and last a positive multiple of 15 minutes")
+        if begin < DAY_START or begin + duration_minutes > DAY_END:
+            raise ToolError(f"events must fit between {to_hhmm(DAY_START)} and {to_hhmm(DAY_END)}")
+        return begin, begin + duration_minutes
+
+    def _free(self, date: str, begin: int, end: int, ignore: str | None = None) -> None:
+        for eid, ev in self.events.items():
+            if eid != ignore and ev["date"] == date and begin < to_minutes(ev["end"]) and to_minutes(ev["start"]) < end:
+                raise ToolError(f"that time overlaps {ev['title']!r} ({ev['start']}-{ev['end']}, id {eid})")
+
+    def _event(self, event_id: str) -> dict[str, Any]:
+        if event_id not in self.events:
+            raise ToolError(f"no event with id {event_id!r} (find_events looks ids up by title)")
+        return self.events[event_id]
+
+    def _public(self, eid: str) -> dict[str, Any]:
+        return {"id": eid, **self.events[eid]}
+
+    # -- events -------------------------------------------------------------------------------------
+    @tool
+    def list_events(self, date: str) -> list[dict[str, Any]]:
+        """List the events of one day, in time order.
+
+        Args:
+            date: the day, as YYYY-MM-DD.
+        """
+        day = self._date(date)
+        found = [e for e, ev in self.events.items() if ev["date"] == day]
+        return [self._public(e) for e in sorted(found, key=lambda e: self.events[e]["start"])]
+
+    @tool
+    def find_events(self, query: str) -> list[dict[str, Any]]:
+        """Find events whose title contains a text (case-insensitive), in date and time order.
+
+        Args:
+            query: the text to look for in titles.
+        """
+        q = query.strip().lower()
+        if not q:
+            raise ToolError("the query is empty")
+        found = [e for e, ev in self.events.items() if q in ev["title"].lower()]
+        return [self._public(e) for e in sorted(found, key=lambda e: (self.events[e]["date"], self.events[e]["start"]))]
+
+    @tool
+    def free_slots(self, date: str, duration_minutes: int) -> list[str]:
+        """Start times (every 15 minutes, 08:00-20:00) at which an event of this length fits on a day.
+
+        Args:
+            date: the day, as YYYY-MM-DD.
+            duration_minutes: the length of the event (a multiple of 15).
+        """
+        day = self._date(date)
+        self._slot(to_hhmm(DAY_START), duration_minutes)
+        out = []
+        for begin in range(DAY_START, DAY_END - duration_minutes + 1, 15):
+            try:
+                self._free(day, begin, begin + duration_minutes)
+            except ToolError:
+                continue
+            out.append(to_hhmm(begin))
+        return out
+
+    @tool
+    def create_event(
+        self, title: str, date: str, start: str, duration_minutes: int = 60, attendees: list[str] | None = None
+    ) -> dict[str, Any]:
+        """Create an event; returns it with its id.
+
+        Args:
+            title: what the event is called.
+            date: the day, as YYYY-MM-DD.
+            start: the start time, as HH:MM (24-hour, on a quarter hour).
+            duration_minutes: how long it lasts (a multiple of 15).
+            attendees: who else attends.
+        """
+        if not title.strip():
+            raise ToolError("the title is empty")
+        day = self._date(date)
+        begin, end = self._slot(start, duration_minutes)
+        self._free(day, begin, end)
+        eid = item_id("ev", title, day, start)
+        if eid in self.events:
+            raise ToolError(f"event {title!r} already exists at {day} {start}")
+        people = sorted(set(attendees or []))
+        self.events[eid] = {"title": title, "date": day, "start": start, "end": to_hhmm(end), "attendees": people}
+        return self._public(eid)
+
+    @tool
+    def move_event(self, event_id: str, date: str, start: str) -> dict[str, Any]:
+        """Move an event to another day or time, keeping its length.
+
+        Args:
+            event_id: the event's id.
+            date: the new day, as YYYY-MM-DD.
+            start: the new start time, as HH:MM.
+        """
+        ev = self._event(event_id)
+        length = to_minutes(ev["end"]) - to_minutes(ev["start"])
+        day = self._date(date)
+        begin, end = self._slot(start, length)
+        self._free(day, begin, end, ignore=event_id)
+        ev.update(date=day, start=start, end=to_hhmm(end))
+        return self._public(event_id)
+
+    @tool
+    def cancel_event(self, event_id: str) -> str:
+        """Delete an event.
+
+        Args:
+            event_id: the event's id.
+        """
+        title = self._event(event_id)["title"]
+        del self.events[event_id]
+        return f"cancelled {title!r}"
+
+    @tool
+    def add_attendee(self, event_id: str, person: str) -> list[str]:
+        """Invite someone to an event; returns the attendees.
+
+        Args:
+            event_id: the event's id.
+            person: who to invite.
+        """
+        ev = self._event(event_id)
+        if not person.strip():
+            raise ToolError("the person's name is empty")
+        if person in ev["attendees"]:
+            raise ToolError(f"{person} already attends {ev['title']!r}")
+        ev["attendees"] = sorted([*ev["attendees"], person])
+        return ev["attendees"]
+
+    # -- to-dos -------------------------------------------------------------------------------------
+    @tool
+    def list_todos(self, status: Literal["open", "done", "all"] = "open") -> list[dict[str, Any]]:
+        """List to-do items with their ids, by due date (items without one last).
+
+        Args:
+            status: which items to list.
+        """
+        items = [{"id": t, **v} for t, v in self.todos.items() if status == "all" or v["done"] == (status == "done")]
+        return sorted(items, key=lambda t: (t["due"] is None, t["due"] or "", t["title"]))
+
+    @tool
+    def add_todo(
+        self, title: str, due: str | None = None, priority: Literal["low", "normal", "high"] = "normal"
+    ) -> str:
+        """Add a to-do item; returns its id.
+
+        Args:
+            title: what is to be done.
+            due: the due date, as YYYY-MM-DD.
+            priority: how urgent it is.
+        """
+        if not title.strip():
+            raise ToolError("the title is empty")
+        tid = item_id("td", title)
+        if tid in self.todos:
+            raise ToolError(f"a to-do {title!r} already exists (id {tid})")
+        self.todos[tid] = {"title": title, "due": self._date(due) if due is not None else None,
+                           "priority": priority, "done": False}  # fmt: skip
+        return tid
+
+    @tool
+    def complete_todo(self, todo_id: str) -> str:
+        """Mark a to-do item as done.
+
+        Args:
+            todo_id: the item's id.
+        """
+        if todo_id not in self.todos:
+            raise ToolError(f"no to-do with id {todo_id!r} (list_todos shows the ids)")
+        if self.todos[todo_id]["done"]:
+            raise ToolError(f"{self.todos[todo_id]['title']!r} is already done")
+        self.todos[todo_id]["done"] = True
+        return f"done: {self.todos[todo_id]['title']}"
+
+
+WORLDS: dict[str, type[World]] = {"filesystem": FileSystem, "bank": Bank, "calendar": Calendar}

@@ -113,20 +113,20 @@ def test_schema_generator():
 
 def test_state_check_fails_on_a_wrong_call():
     env = ToolUseEnv(world="bank")
-    env.reset(options={"task_index": 3})  # "Transfer 395.00 from savings to checking. Then tell me ..."
-    call = {"name": "transfer", "arguments": {"source": "savings", "target": "checking", "amount": 390}}
+    env.reset(options={"task_index": 3})  # "Transfer 302.50 from savings to checking. Then tell me ..."
+    call = {"name": "transfer", "arguments": {"source": "savings", "target": "checking", "amount": 300}}
     obs, _, _, _, info = env.step(f"<tool_call>{json.dumps(call)}</tool_call>")
     assert obs[0]["role"] == "tool" and info["action_valid"]
-    _, _, terminated, _, info = env.step("Done. The new balance of checking is 2,698.00.")
+    _, _, terminated, _, info = env.step("Done. The new balance of checking is 2,608.00.")
     assert not terminated
     assert info["state_check"] == {"instruction": 0, "state_match": False, "mismatched": ["balances", "history"],
                                    "facts_told": False}  # fmt: skip
     assert info["state_checks"] == [False]
 
     env.reset(options={"task_index": 3})
-    call["arguments"]["amount"] = 395
+    call["arguments"]["amount"] = 302.5
     env.step(f"<tool_call>{json.dumps(call)}</tool_call>")
-    _, _, _, _, info = env.step("Done: checking now holds $2,703.00.")
+    _, _, _, _, info = env.step("Done: checking now holds $2,610.50.")
     assert info["state_check"]["state_match"] and info["state_check"]["facts_told"]
 
 
@@ -173,18 +173,21 @@ def test_miss_param_guessing_instead_of_asking_fails():
 
 
 # -- fuzz: malformed calls in both formats never raise and never change the world -----------------------
-NAMES = st.sampled_from(["transfer", "deposit", "withdraw", "open_account", "get_balance", "mkdir", "rm", "nope", ""])
+NAMES = st.sampled_from(["transfer", "deposit", "withdraw", "open_account", "get_balance", "mkdir", "rm", "nope", "",
+                         "create_event", "move_event", "add_todo", "complete_todo", "free_slots"])  # fmt: skip
 JSON = st.recursive(
     st.none()
     | st.booleans()
     | st.integers(-(10**6), 10**6)
     | st.floats(allow_nan=False)
     | st.text(max_size=8)
-    | st.sampled_from(["checking", "savings", "rent", "/home", "checking"]),
+    | st.sampled_from(["checking", "savings", "rent", "/home", "2026-03-02", "09:00", "10:07", "high"]),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
     max_leaves=8,
 )
-ARGS = st.dictionaries(st.sampled_from(["account", "amount", "source", "target", "name", "kind", "path", "x"]),
+KEYS = ["account", "amount", "source", "target", "name", "kind", "path", "x", "title", "date", "start", "event_id",
+        "duration_minutes", "due", "priority", "todo_id"]  # fmt: skip
+ARGS = st.dictionaries(st.sampled_from(KEYS),
                        JSON, max_size=4) | JSON  # fmt: skip
 
 
@@ -228,3 +231,50 @@ def test_task_ids_and_options():
         env.reset(options={"variant": "nope"})
     with pytest.raises(ValueError):
         env.reset(options={"task_id": "moon/1"})
+
+
+def test_calendar_needs_a_lookup_before_acting_on_an_event():
+    env = ToolUseEnv(world="calendar")
+    obs, info = env.reset(options={"task_index": 3})
+    assert obs[-1]["content"] == "Cancel 'Parent meeting'."
+    assert "Today is" in obs[0]["content"]
+    lookup, cancel = info["gold"]["turns"][0]["calls"], info["gold"]["turns"][1]["calls"]
+    assert [c["name"] for c in lookup] == ["find_events"] and [c["name"] for c in cancel] == ["cancel_event"]
+    before = env.world.state()
+    guess = {"name": "cancel_event", "arguments": {"event_id": "parent-meeting"}}  # ids cannot be guessed
+    obs, _, _, _, info = env.step(f"<tool_call>{json.dumps(guess)}</tool_call>")
+    assert info["action_valid"] and obs[0]["content"].startswith("Error: no event with id")
+    obs, *_ = env.step(f"<tool_call>{json.dumps(lookup[0])}</tool_call>")
+    (found,) = json.loads(obs[0]["content"])
+    assert found["title"] == "Parent meeting" and found["id"] == cancel[0]["arguments"]["event_id"]
+    env.step(f"<tool_call>{json.dumps(cancel[0])}</tool_call>")
+    assert env.world.state() != before
+    _, _, _, _, info = env.step("Cancelled.")
+    assert info["state_check"]["state_match"]
+
+
+def test_calendar_refuses_overlaps_and_bad_times():
+    from agentgym.envs.tool_use.worlds import Calendar, ToolError
+
+    cal = Calendar("2026-03-02", {}, {})
+    ev = cal.create_event("Dentist", "2026-03-03", "09:00", 60)
+    assert ev["end"] == "10:00" and cal.free_slots("2026-03-03", 60)[:2] == ["08:00", "10:00"]
+    for args in [("Gym", "2026-03-03", "09:30"), ("Gym", "2026-03-03", "09:10"), ("Gym", "2026-02-30", "09:00"),
+                 ("Gym", "2026-03-03", "19:30"), ("Gym", "2026-03-03", "7:00")]:  # fmt: skip
+        before = cal.state()
+        with pytest.raises(ToolError):
+            cal.create_event(*args)
+        assert cal.state() == before
+
+
+def test_mixed_variant_plays_the_variant_drawn_per_task():
+    env = ToolUseEnv(variant="mixed")
+    seen = set()
+    for i in range(30):
+        _, info = env.reset(options={"task_index": i})
+        assert info["variant"] == info["gold"]["task"]["mixed_variant"] == info["gold"]["variant"]
+        seen.add(info["variant"])
+    assert seen == set(VARIANTS)
+    for i in range(0, 30_000, 997):
+        reward, info = play(env, OracleAgent(), i, "mixed")
+        assert reward == 1.0, (i, info)

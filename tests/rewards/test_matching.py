@@ -145,6 +145,23 @@ def test_turn_scope_rewards():
     assert ToolCallMatching(method="greedy")([traj])[0].rewards == [1.0, 0.5, 1.0, 0.0]
 
 
+def openai_action(*calls):
+    """The same calls as an OpenAI assistant message (how a dict action is recorded: its JSON text)."""
+    fns = [{"name": c["name"], "arguments": json.dumps(c["arguments"])} for c in calls]
+    items = [{"id": f"c{i}", "type": "function", "function": fn} for i, fn in enumerate(fns)]
+    return json.dumps({"role": "assistant", "content": None, "tool_calls": items})
+
+
+def test_openai_tool_calls_score_like_hermes_blocks():
+    calls = [[call("find_user", email="a@b.c")], [call("get_order", order_id=8)], [], [call("cancel", order_id=7)]]
+    hermes = trajectory([action(*c) if c else "done" for c in calls], GOLD)
+    openai = trajectory([openai_action(*c) if c else json.dumps({"content": "done"}) for c in calls], GOLD)
+    for scorer in (ToolCallMatching(), ToolCallMatching(scope="trajectory", method="sinkhorn")):
+        [h], [o] = scorer([hermes]), scorer([openai])
+        assert o.rewards == h.rewards and not o.extras["parse_errors"]
+    assert ToolCallMatching()([openai])[0].rewards == [1.0, 0.5, 1.0, 0.0]
+
+
 def test_unparseable_turn_scores_zero_and_is_recorded():
     broken = '<tool_call>{"name": "find_user", "arguments": {"email": </tool_call>'
     [scores] = ToolCallMatching()([trajectory([broken, action(call("get_order", order_id=7))], GOLD)])
