@@ -34,6 +34,7 @@ Command line: ``python -m agentgym.tools.openai_server MODEL_DIR --port 8000 [--
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import secrets
@@ -43,6 +44,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from agentgym.agents.tool_calls import calls_message
 from agentgym.tools.local_lm import Generation, LocalLM, TokenLogprob
 from agentgym.tools.serving import (
     TOKEN_ENV,
@@ -56,6 +58,8 @@ logger = logging.getLogger(__name__)
 
 #: Most completions per request (``n``) and most top log-probs per token.
 MAX_N = 16
+#: ``tool_call_parser`` values: None (completions are text) or "hermes" (``<tool_call>`` blocks become tool_calls).
+TOOL_CALL_PARSERS: tuple[str | None, ...] = (None, "hermes")
 MAX_TOP_LOGPROBS = 20
 #: Default caps: prompts per request, and sequences (prompts x ``n``) per request.
 MAX_PROMPTS = 64
@@ -124,6 +128,7 @@ def _schemas() -> Any:
         logprobs: bool = False
         top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
         tools: list[dict[str, Any]] | None = None
+        tool_choice: str | dict[str, Any] | None = None
 
     class CompletionRequest(_Sampling):
         prompt: str | list[int] | list[str] | list[list[int]]
@@ -156,7 +161,11 @@ class _Engine:
         max_n: int = MAX_N,
         max_sequences: int = MAX_SEQUENCES,
         max_chars_per_token: float = MAX_CHARS_PER_TOKEN,
+        tool_call_parser: str | None = None,
     ) -> None:
+        if tool_call_parser not in TOOL_CALL_PARSERS:
+            raise ValueError(f"tool_call_parser must be one of {TOOL_CALL_PARSERS}, got {tool_call_parser!r}")
+        self.tool_call_parser = tool_call_parser
         self.lm = lm
         self.model_name = model_name
         self.limit = max_new_tokens_limit
@@ -315,12 +324,18 @@ class _Engine:
             logprobs = None
             if req.logprobs:
                 logprobs = {"content": [self._chat_logprob(lp, top) for lp in gen.logprobs]}
+            message: dict[str, Any] = {"role": "assistant", "content": self._visible(gen)}
+            finish = gen.finish_reason
+            if self.tool_call_parser and req.tools and req.tool_choice != "none":
+                parsed = calls_message(message["content"])
+                if parsed is not None:  # vLLM's Hermes parser: the calls leave the content, the text before stays
+                    message, finish = json.loads(parsed), "tool_calls"
             choices.append(
                 {
                     "index": index,
-                    "message": {"role": "assistant", "content": self._visible(gen)},
+                    "message": message,
                     "logprobs": logprobs,
-                    "finish_reason": gen.finish_reason,
+                    "finish_reason": finish,
                     "stop_reason": gen.stop_reason,
                 }
             )
@@ -479,6 +494,7 @@ def create_app(
     max_sequences: int = MAX_SEQUENCES,
     max_chars_per_token: float = MAX_CHARS_PER_TOKEN,
     token: str | None = None,
+    tool_call_parser: str | None = None,
 ) -> Any:
     """A FastAPI app serving ``model`` (a transformers causal LM, already on its device) with the OpenAI API.
 
@@ -486,14 +502,15 @@ def create_app(
     ``max_request_bytes`` get a 413 (``Connection: close``; the body is not read). ``max_prompts`` and
     ``max_sequences`` cap the prompts and the prompts x ``n`` of a request (413), ``max_n`` caps ``n`` (400);
     prompts longer than the model's context x ``max_chars_per_token`` characters get a 400 without being tokenised.
+    ``tool_call_parser="hermes"`` (vLLM's ``--tool-call-parser hermes``): when a chat request has ``tools``, the
+    ``<tool_call>`` blocks of a completion come back as ``tool_calls`` (ids derived from the text, so runs replay
+    identically) with ``finish_reason`` ``"tool_calls"``; text without a parseable call stays ``content``.
     ``token`` requires ``Authorization: Bearer <token>`` on every endpoint (401 otherwise). The app's ``state.lm``
     is the ``LocalLM`` it serves. A request whose client disconnects stops at its next forward pass (the app adds a
     pre-forward hook to ``model`` for that).
 
     >>> app = create_app(model, tokenizer, model_name="tiny")   # doctest: +SKIP
     """
-    import json
-
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse
     from pydantic import ValidationError
@@ -519,6 +536,7 @@ def create_app(
         max_n=max_n,
         max_sequences=max_sequences,
         max_chars_per_token=max_chars_per_token,
+        tool_call_parser=tool_call_parser,
     )
     authorized = bearer_checker(token)
     app = FastAPI(title="agentgym OpenAI-compatible server", docs_url=None, redoc_url=None)
@@ -680,6 +698,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--header-timeout", type=float, default=10.0, help="seconds a client has to send its headers")
     parser.add_argument("--tiny", action="store_true", help="first write a tiny random model to MODEL (seed 0)")
+    parser.add_argument(
+        "--tool-call-parser",
+        choices=[p for p in TOOL_CALL_PARSERS if p],
+        default=None,
+        help="return the <tool_call> blocks of chat completions with `tools` as tool_calls (as vLLM's option)",
+    )
     args = parser.parse_args(argv)
     token = args.token or os.environ.get(TOKEN_ENV) or None
     try:
@@ -702,6 +726,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         max_prompts=args.max_prompts,
         max_n=args.max_n,
         max_sequences=args.max_sequences,
+        tool_call_parser=args.tool_call_parser,
     )
 
 

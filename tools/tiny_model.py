@@ -47,12 +47,24 @@ PROTOCOL_TAGS: tuple[str, ...] = tuple(
 )
 
 TINY_CHAT_TEMPLATE = (
+    # Functions passed as `tools` come first, Hermes-style: one JSON schema per line inside <tools>.
+    "{%- if tools -%}"
+    "{{ '<|system|><tools>\\n' }}{%- for tool in tools -%}{{ tool | tojson }}{{ '\\n' }}{%- endfor -%}"
+    "{{ '</tools><|end|>\\n' }}"
+    "{%- endif -%}"
     "{%- for message in messages -%}"
     "{{ '<|' + message['role'] + '|>' }}"
     "{%- if message['content'] is string -%}{{ message['content'] }}"
     "{%- elif message['content'] is not none -%}"
     "{%- for part in message['content'] -%}{{ part['text'] if part['text'] is defined else '' }}{%- endfor -%}"
     "{%- endif -%}"
+    # Structured calls of an assistant message render as the <tool_call> blocks the model would write.
+    "{%- for call in message['tool_calls'] or [] -%}"
+    "{{ '<tool_call>{\"name\": ' + (call['function']['name'] | tojson) + ', \"arguments\": ' }}"
+    "{%- if call['function']['arguments'] is string -%}{{ call['function']['arguments'] }}"
+    "{%- else -%}{{ call['function']['arguments'] | tojson }}{%- endif -%}"
+    "{{ '}</tool_call>' }}"
+    "{%- endfor -%}"
     "{{ '<|end|>\\n' }}"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{ '<|assistant|>' }}{%- endif -%}"

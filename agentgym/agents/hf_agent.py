@@ -16,6 +16,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentgym.agents.base import Agent, AgentError, Message
+from agentgym.agents.tool_calls import (
+    ToolFormat,
+    calls_message,
+    check_tool_format,
+    drop_tool_listings,
+    listed_tools,
+    to_openai_messages,
+)
 from agentgym.tools.local_lm import Generation, LocalLM
 
 if TYPE_CHECKING:
@@ -30,7 +38,9 @@ class HFAgent(Agent):
     ``reset`` (through ``self.np_random``), so an episode is reproducible. ``act`` returns the completion up to and
     including the first stop string (so ``</search>`` / ``</answer>`` stay in the action). ``system_prompt`` is
     prepended when the conversation does not start with a system message. ``last_generation`` keeps the latest
-    ``Generation`` (token ids, log-probs) for trainers.
+    ``Generation`` (token ids, log-probs) for trainers. ``tool_format="native"`` renders the functions a tool env
+    lists in ``<tools>`` through the chat template's ``tools`` and earlier calls as structured ``tool_calls``, and
+    returns the model's ``<tool_call>`` blocks as an OpenAI assistant message (``agentgym.agents.tool_calls``).
 
     >>> agent = HFAgent(model=model, tokenizer=tok, temperature=0.7, stop=["</answer>"])  # doctest: +SKIP
     """
@@ -50,8 +60,10 @@ class HFAgent(Agent):
         system_prompt: str | None = None,
         device: str = "cpu",
         model_kwargs: dict[str, Any] | None = None,
+        tool_format: ToolFormat = "text",
     ) -> None:
         super().__init__()
+        self.tool_format = check_tool_format(tool_format)
         if (model_path is None) == (model is None):
             raise ValueError("give exactly one of model_path or model (+ tokenizer)")
         if model_path is not None:
@@ -82,8 +94,12 @@ class HFAgent(Agent):
         conversation = list(messages)
         if self.system_prompt is not None and (not conversation or conversation[0].get("role") != "system"):
             conversation.insert(0, {"role": "system", "content": self.system_prompt})
+        tools = None
+        if self.tool_format == "native":
+            tools = listed_tools(conversation) or None
+            conversation = to_openai_messages(drop_tool_listings(conversation))
         try:
-            ids = self.lm.chat_prompt_ids(conversation)
+            ids = self.lm.chat_prompt_ids(conversation, tools=tools)
         except ValueError as exc:
             raise AgentError(f"hf agent: cannot build the prompt: {exc}") from exc
         if len(ids) >= self.lm.max_length:
@@ -98,6 +114,8 @@ class HFAgent(Agent):
             logprobs=0,
         )
         self.last_generation = gen
+        if self.tool_format == "native":
+            return calls_message(gen.text) or gen.text
         return gen.text
 
     def close(self) -> None:

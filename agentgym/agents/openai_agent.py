@@ -7,6 +7,11 @@ when it does not report (OpenAI) and ``append_stop=True``, the first stop string
 the text (``<search>`` without ``</search>``) is appended. An eos stop (vLLM ``stop_reason`` None or a token id)
 appends nothing.
 
+Tool calls: with ``tool_format="native"`` the agent sends the functions a tool env lists in ``<tools>`` as the
+request's ``tools``, sends its earlier tool-call turns back as structured ``tool_calls`` messages, and returns the
+server's ``tool_calls`` as an assistant message (JSON text, which tool envs accept). The default ``"text"`` sends
+the conversation as it is (Hermes ``<tool_call>`` blocks in the text); see ``agentgym.agents.tool_calls``.
+
 Seeds: ``reset(seed=s)`` seeds ``self.np_random``; each turn then sends a ``seed`` drawn from it, so an episode
 replays exactly on a server with seeded sampling, and turns do not reuse one seed. With ``reset(seed=None)`` no
 seed is sent.
@@ -19,11 +24,19 @@ seed is sent.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from typing import Any
 
 from agentgym.agents.base import Agent, AgentError, Message
+from agentgym.agents.tool_calls import (
+    ToolFormat,
+    check_tool_format,
+    drop_tool_listings,
+    listed_tools,
+    to_openai_messages,
+)
 from agentgym.tools.llm import ChatResult, LLMClient, LLMError
 
 #: Message keys forwarded to the server; env-specific extras are dropped.
@@ -71,7 +84,8 @@ class OpenAIAgent(Agent):
     """Chat-completions agent (see the module docstring for stop-string and seed handling).
 
     ``system_prompt`` is prepended when the conversation does not start with a system message. ``extra_body`` adds
-    fields to every request (e.g. vLLM's ``{"top_k": 20}``). ``last_result`` keeps the latest ``ChatResult``. Errors
+    fields to every request (e.g. vLLM's ``{"top_k": 20}``). ``tool_format``: ``"text"`` or ``"native"`` (see the
+    module docstring). ``last_result`` keeps the latest ``ChatResult``. Errors
     after the client's retries raise ``AgentError`` whose ``__cause__`` is the ``LLMError``.
     """
 
@@ -94,8 +108,10 @@ class OpenAIAgent(Agent):
         append_stop: bool = True,
         extra_body: dict[str, Any] | None = None,
         client: LLMClient | None = None,
+        tool_format: ToolFormat = "text",
     ) -> None:
         super().__init__()
+        self.tool_format = check_tool_format(tool_format)
         self._owns_client = client is None
         self.client = client or LLMClient(
             base_url, api_key=api_key, api_key_env=api_key_env, model=model, timeout=timeout, max_retries=max_retries
@@ -117,6 +133,8 @@ class OpenAIAgent(Agent):
         self.last_result = None
 
     def _request_messages(self, messages: Sequence[Message]) -> list[Message]:
+        if self.tool_format == "native":
+            messages = to_openai_messages(drop_tool_listings(messages))
         out = [{k: m[k] for k in MESSAGE_KEYS if k in m} for m in messages]
         if self.system_prompt is not None and (not out or out[0].get("role") != "system"):
             out.insert(0, {"role": "system", "content": self.system_prompt})
@@ -133,11 +151,16 @@ class OpenAIAgent(Agent):
         }
         if self._seeded:
             params["seed"] = int(self.np_random.integers(0, 2**31 - 1))
+        if self.tool_format == "native":
+            params["tools"] = listed_tools(messages) or None
         try:
             result = self.client.chat(self._request_messages(messages), **params)
         except LLMError as exc:
             raise AgentError(f"openai agent: {exc}") from exc
         self.last_result = result
+        if self.tool_format == "native" and result.tool_calls:
+            message = {"role": "assistant", "content": result.text or None, "tool_calls": result.tool_calls}
+            return json.dumps(message, ensure_ascii=False)
         return restore_stop(
             result.text,
             self.stop,
