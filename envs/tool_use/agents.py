@@ -15,9 +15,9 @@ import re
 from typing import Any
 
 from agentgym.agents.base import Agent
+from agentgym.agents.tool_calls import listed_tools
 
 Message = dict[str, Any]
-_TOOLS = re.compile(r"<tools>\n(.*?)\n</tools>", re.DOTALL)
 _PATH = re.compile(r"/[\w./-]+\w")
 _WORD = re.compile(r"[A-Za-z_][\w.]*")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
@@ -55,8 +55,7 @@ class RandomAgent(Agent):
 
     def act(self, messages: list[Message], info: dict[str, Any]) -> str:
         rng = self.np_random
-        blocks = [b for m in messages if m.get("role") in ("system", "user") for b in _TOOLS.findall(m["content"])]
-        tools = [json.loads(line)["function"] for b in blocks for line in b.splitlines() if line.strip()]
+        tools = [t["function"] for t in listed_tools(messages)]
         text = " ".join(m.get("content", "") for m in messages[1:] if m.get("role") in ("user", "tool"))
         paths = _PATH.findall(text) or ["/"]
         words = _WORD.findall(text) or ["x"]
