@@ -18,6 +18,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))   # want the CPU build: see TORCH_INDEX
 	$(PY) -m pip install -q -e ".[all,dev]"
+	$(PY) -m pip install -q --no-deps bfcl-eval==2026.3.23   # BFCL-v0's data and checkers; its pins would downgrade numpy
 	touch $@
 
 bench: setup

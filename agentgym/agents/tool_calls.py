@@ -71,8 +71,8 @@ def drop_tool_listings(messages: Sequence[Message]) -> list[Message]:
     """The conversation with the schemas inside ``<tools>`` blocks left out (a native request carries them as its
     ``tools``, so the prompt does not hold them twice).
 
-    >>> drop_tool_listings([{"role": "system", "content": "Tools:\n<tools>\n{...}\n</tools>\nGo."}])[0]["content"]
-    'Tools:\n<tools>(given as the tools of this request)</tools>\nGo.'
+    >>> drop_tool_listings([{"role": "system", "content": "Tools:\\n<tools>\\n{...}\\n</tools>\\nGo."}])[0]["content"]
+    'Tools:\\n<tools>(given as the tools of this request)</tools>\\nGo.'
     """
     out = []
     for msg in messages:

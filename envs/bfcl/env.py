@@ -1,0 +1,431 @@
+"""BFCL-v0: the real BFCL v4 multi-turn benchmark (base, miss_func, miss_param, long_context; 200 tasks each), offline.
+
+Tasks, gold calls, function docs, the API classes (``GorillaFileSystem``, ``TwitterAPI``, ``TradingBot``, ...) and
+the state/response checkers all come from the installed ``bfcl-eval`` wheel (see ``agentgym.envs.bfcl.data``). The
+protocol is ToolUse-v0's: the system prompt lists the functions as OpenAI tool schemas between ``<tools>`` tags;
+BFCL's user turns come one at a time; an agent turn either calls functions (Hermes ``<tool_call>`` blocks or an
+OpenAI assistant message as JSON) and gets one ``tool`` message per call, or replies in plain text, which ends the
+user turn. Calls run on live instances of the task's classes, built as BFCL builds them; a result is the text BFCL
+feeds back (a ``str`` as is, a ``dict`` as JSON, else ``str()``; an exception as ``"Error during execution: ..."``).
+A rejected call (bad JSON, unknown or withheld function, wrong arguments) changes nothing and makes the step invalid.
+
+At the end of each user turn the env runs BFCL's checks for that turn (``info["turn_check"]``): the gold calls of
+turns 0..k replayed on fresh instances give the gold state and results; BFCL's ``state_checker`` (every public
+attribute equal) and ``response_checker`` (this turn's gold results an unordered sub-multiset of all the agent's
+results so far) must pass, the agent must have called something when the gold turn has calls, and (stricter than
+BFCL v4's runner, which skips it) must call nothing when it has none. The episode succeeds when every turn passes.
+
+>>> import gymnasium as gym, agentgym
+>>> env = gym.make("agentgym/BFCL-v0", category="base")                      # doctest: +SKIP
+>>> obs, info = env.reset(options={"task_id": "multi_turn_base_0"})          # doctest: +SKIP
+>>> obs[1]["content"][:45]                                                   # doctest: +SKIP
+'Move \\'final_report.pdf\\' within document directory'
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import functools
+import hashlib
+import json
+import random
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from agentgym.core import AgentEnv, StepResult
+from agentgym.envs.bfcl import data
+from agentgym.envs.bfcl.agents import OracleAgent, RandomAgent
+from agentgym.envs.bfcl.data import ArgumentError, Task
+from agentgym.parsing import ParseError, ToolCall, is_blank, parse_tool_turn
+
+#: BFCL's MAXIMUM_STEP_LIMIT (``bfcl_eval/constants/default_prompts.py``): more call steps in one user turn and
+#: BFCL force-quits the task, which then fails.
+MAX_STEPS_PER_TURN = 20
+MAX_CALLS_PER_STEP = 16
+#: Integer arguments that would make a call run for minutes (mpmath/decimal precision, integer powers); BFCL has no
+#: such limit, but an env must not hang on one call.
+ARGUMENT_LIMITS = {"precision": 1000, "exponent": 10_000}
+#: Serialises tool calls across threads: ``MathAPI.logarithm`` sets mpmath's process-wide precision before computing.
+_CALL_LOCK = threading.Lock()
+#: How much of each missing gold result ``turn_check`` repeats.
+MAX_REPORTED_CHARS = 300
+
+SYSTEM = (
+    "You are an assistant that carries out the user's requests through function calls. The functions you may call "
+    "are listed as JSON schemas between <tools> and </tools>:\n<tools>\n{tools}\n</tools>\n"
+    "To call functions, put one JSON object per call in your turn, each inside <tool_call></tool_call> tags:\n"
+    '<tool_call>\n{{"name": <function-name>, "arguments": <args-json-object>}}\n</tool_call>\n'
+    '(or answer with an OpenAI assistant message as JSON: {{"tool_calls": [{{"type": "function", "function": '
+    '{{"name": ..., "arguments": "<JSON string>"}}}}]}}). Each result comes back as a tool message. Keep calling '
+    "functions until the request is done, then reply to the user in plain text (no tool call): that reply ends your "
+    "turn and brings the user's next request. If a request lacks a value you need, or needs a function you do not "
+    "have, say so in plain text instead of calling anything."
+)
+ADDED = "You can now also call these functions:\n<tools>\n{tools}\n</tools>\nPlease go on with what I asked before."
+
+
+def format_result(value: Any) -> str:
+    """A function's return value as the text BFCL feeds back (``execute_multi_turn_func_call`` in
+    ``bfcl_eval/eval_checker/multi_turn_eval/multi_turn_utils.py``): a ``str`` as is, a ``dict`` as JSON (``str``
+    when it does not serialise), anything else through ``str``.
+
+    >>> format_result({"a": 1}), format_result([1]), format_result("ok")
+    ('{"a": 1}', '[1]', 'ok')
+    """
+    if type(value) is str:
+        return value
+    if type(value) is dict:
+        try:
+            return json.dumps(value)
+        except (TypeError, ValueError):
+            return str(value)
+    return str(value)
+
+
+def make_instances(task: Task) -> dict[str, Any]:
+    """Fresh instances of the task's API classes, set up as BFCL's ``execute_multi_turn_func_call`` does: built with
+    no arguments, then (unless stateless) ``_load_scenario(deepcopy(initial_config[name]), long_context=...)``."""
+    out = {}
+    for name in task.involved_classes:
+        instance = data.function_class(name)()
+        if not data.is_stateless(name):
+            instance._load_scenario(copy.deepcopy(task.initial_config.get(name, {})), long_context=task.long_context)
+        out[name] = instance
+    return out
+
+
+def execute(instances: dict[str, Any], owner: str, name: str, arguments: Mapping[str, Any]) -> str:
+    """Run one call on ``instances[owner]`` and return its result text. A raising call returns BFCL's error text, and
+    its state changes are rolled back (BFCL keeps them; no gold call of the four categories raises)."""
+    backup = copy.deepcopy(instances[owner])
+    try:
+        with _CALL_LOCK:
+            return format_result(getattr(instances[owner], name)(**copy.deepcopy(dict(arguments))))
+    except Exception as e:  # a tool bug or a domain error must not end the episode
+        instances[owner] = backup
+        return f"Error during execution: {e}"
+
+
+@dataclass(frozen=True)
+class GoldTurn:
+    """The gold replay after one user turn: the results of its gold calls and the instances' state."""
+
+    results: tuple[str, ...]
+    instances: dict[str, Any]
+
+
+@functools.lru_cache(maxsize=16)
+def gold_replay(category: str, index: int) -> tuple[GoldTurn, ...]:
+    """Replay the gold calls turn by turn on fresh instances (BFCL's gold instances; cached, never mutated)."""
+    task = data.load_tasks(category)[index]
+    owners = data.method_owners(task.involved_classes)
+    instances = make_instances(task)
+    out = []
+    for turn in task.ground_truth:
+        results = []
+        for text in turn:
+            call = data.call_dict(text, owners)
+            results.append(execute(instances, owners[call["name"]], call["name"], call["arguments"]))
+        out.append(GoldTurn(tuple(results), copy.deepcopy(instances)))
+    return tuple(out)
+
+
+def _canonical(value: Any, refs: dict[int, int]) -> Any:
+    """JSON data that identifies an object graph's state (dict keys sorted, shared objects and cycles as references,
+    clock values left out): equal states give equal data."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, datetime.datetime | datetime.date):
+        return "<time>"  # e.g. a file's last-modified time: wall-clock, not state
+    if id(value) in refs:
+        return {"<ref>": refs[id(value)]}
+    refs[id(value)] = len(refs)
+    if isinstance(value, dict):
+        items = sorted(((repr(k), v) for k, v in value.items()), key=lambda kv: kv[0])
+        return {"<dict>": [[k, _canonical(v, refs)] for k, v in items]}
+    if isinstance(value, list | tuple):
+        return [_canonical(v, refs) for v in value]
+    if isinstance(value, set | frozenset):
+        return {"<set>": sorted(repr(v) for v in value)}
+    if isinstance(value, random.Random):
+        return {"<random>": repr(value.getstate())}
+    if hasattr(value, "__dict__"):
+        return {type(value).__name__: _canonical(vars(value), refs)}
+    return repr(value)
+
+
+def state_digest(instances: Mapping[str, Any]) -> str:
+    """A short digest of the instances' whole state (private attributes included, clock values excluded)."""
+    key = json.dumps(_canonical(dict(instances), {}), sort_keys=True, default=repr)
+    return hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
+
+
+class BFCLEnv(AgentEnv):
+    """BFCL v4 multi-turn tasks (see the module docstring).
+
+    Args:
+        category: ``"base"``, ``"miss_func"``, ``"miss_param"``, ``"long_context"`` (200 tasks each) or ``"all"``
+            (800, in that order).
+        max_steps_per_turn: agent steps allowed within one user turn (BFCL's limit is 20); one more and the task is
+            force-quit and failed, as in BFCL.
+        max_turns: agent steps in the whole episode before truncation.
+        invalid_action_penalty: subtracted (component ``format``) for each invalid step.
+    """
+
+    agents: ClassVar[Mapping[str, Any]] = {"oracle": OracleAgent, "random": RandomAgent}
+
+    def __init__(
+        self,
+        *,
+        category: str = "all",
+        max_steps_per_turn: int = MAX_STEPS_PER_TURN,
+        max_turns: int = 100,
+        invalid_action_penalty: float = 0.0,
+        render_mode: str | None = None,
+    ):
+        super().__init__(max_turns=max_turns, invalid_action_penalty=invalid_action_penalty, render_mode=render_mode)
+        if category != "all" and category not in data.CATEGORIES:
+            raise ValueError(f"category must be 'all' or one of {data.CATEGORIES}, got {category!r}")
+        if max_steps_per_turn < 1:
+            raise ValueError(f"max_steps_per_turn must be >= 1, got {max_steps_per_turn}")
+        self.category = category
+        self.max_steps_per_turn = max_steps_per_turn
+        self.categories = list(data.CATEGORIES) if category == "all" else [category]
+        self.unavailable_reason = data.unavailable_reason()
+        self._tasks: list[tuple[str, int]] = []  # (category, index within it)
+        if self.unavailable_reason is None:
+            self._tasks = [(c, i) for c in self.categories for i in range(len(data.load_tasks(c)))]
+        self._ids = {self._task(i).id: i for i in range(len(self._tasks))}
+        self.num_tasks = len(self._tasks)
+        self._ep: dict[str, Any] = {}
+        self._instances: dict[str, Any] = {}
+
+    # -- tasks --------------------------------------------------------------------------------------------------
+    def _task(self, index: int) -> Task:
+        category, local = self._tasks[index]
+        return data.load_tasks(category)[local]
+
+    def task_index_of(self, task_id: str) -> int:
+        if task_id not in self._ids:
+            example = next(iter(self._ids), "multi_turn_base_0")
+            raise ValueError(f"unknown task_id {task_id!r} for category {self.category!r}: ids look like {example!r}")
+        return self._ids[task_id]
+
+    @property
+    def task(self) -> Task | None:
+        """The task being played (None before the first ``reset``)."""
+        return None if self._task_index is None or not self._tasks else self._task(self._task_index)
+
+    @property
+    def instances(self) -> dict[str, Any]:
+        """The live API instances (class name -> instance); their public attributes are the checked state."""
+        return self._instances
+
+    def offered_tools(self) -> dict[str, dict[str, Any]]:
+        """The tool schemas offered at the current user turn (name -> schema; withheld functions left out)."""
+        task = self.task
+        return {} if task is None else dict(self._schemas(task, self._ep.get("user_turn", 0)))
+
+    def _reset(self, task_index: int, options: dict[str, Any]) -> tuple[list[dict], dict[str, Any]]:
+        task = self._task(task_index)
+        self._instances = make_instances(task)
+        self._ep = {"user_turn": 0, "steps": 0, "turn_calls": 0, "calls": 0, "results": [], "checks": []}
+        self._gold = self._make_gold(task)
+        tools = "\n".join(json.dumps(s) for s in self._schemas(task, 0).values())
+        obs = [{"role": "system", "content": SYSTEM.format(tools=tools)}, *self._user_messages(task, 0)]
+        return obs, {"task_id": task.id, "gold": self._gold, **self._info()}
+
+    @staticmethod
+    def _withheld(task: Task, k: int) -> set[str]:
+        """Functions still withheld at user turn ``k`` (``missed_function``: withheld until the listed turn)."""
+        return {f for turn, names in task.missed_function.items() if turn > k for f in names}
+
+    @staticmethod
+    @functools.cache
+    def _all_schemas(classes: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+        return {d["name"]: data.tool_schema(d) for c in classes for d in data.function_docs(c)}
+
+    def _schemas(self, task: Task, k: int) -> dict[str, dict[str, Any]]:
+        """The tool schemas offered at user turn ``k``, in BFCL's order (by involved class)."""
+        withheld = self._withheld(task, k)
+        return {n: s for n, s in self._all_schemas(task.involved_classes).items() if n not in withheld}
+
+    def _user_messages(self, task: Task, k: int) -> list[dict[str, str]]:
+        out = []
+        added = task.missed_function.get(k, ())
+        if added:  # BFCL gives the withheld functions back at this turn (its user message there is empty)
+            schemas = self._all_schemas(task.involved_classes)
+            tools = "\n".join(json.dumps(schemas[n]) for n in added if n in schemas)
+            out.append({"role": "user", "content": ADDED.format(tools=tools)})
+        out += [{"role": m["role"], "content": m["content"]} for m in task.turns[k]]
+        return out
+
+    def _make_gold(self, task: Task) -> dict[str, Any]:
+        """Gold in ToolUse-v0's shape: ``calls`` (one list per oracle turn, as ``ToolCallMatching`` reads) and
+        ``turns`` (the oracle's turns: each user turn's gold calls, at most ``MAX_CALLS_PER_STEP`` per step, then a
+        plain reply), plus BFCL's own ``ground_truth`` strings and the task's metadata."""
+        owners = data.method_owners(task.involved_classes)
+        turns: list[dict[str, Any]] = []
+        for k, truth in enumerate(task.ground_truth):
+            calls = [data.call_dict(t, owners) for t in truth]
+            for i in range(0, len(calls), MAX_CALLS_PER_STEP):
+                turns.append({"calls": calls[i : i + MAX_CALLS_PER_STEP], "reply": None})
+            if calls:
+                reply = "Done."
+            elif task.category == "miss_func":
+                reply = "I cannot do that with the functions I have. Could you give me a function for it?"
+            else:
+                reply = "I cannot do that yet: a value I need is missing. Could you tell me?"
+            turns.append({"calls": [], "reply": reply, "user_turn": k})
+        return {
+            "calls": [t["calls"] for t in turns],
+            "turns": turns,
+            "ground_truth": [list(t) for t in task.ground_truth],
+            "category": task.category,
+            "involved_classes": list(task.involved_classes),
+            "missed_function": {str(k): list(v) for k, v in task.missed_function.items()},
+        }
+
+    # -- steps --------------------------------------------------------------------------------------------------
+    def _step(self, action: str) -> StepResult:
+        self._ep["steps"] += 1
+        try:
+            turn = parse_tool_turn(action)
+            if turn.calls is not None and len(turn.calls) > MAX_CALLS_PER_STEP:
+                raise ParseError(f"Too many calls in one turn ({len(turn.calls)}); at most {MAX_CALLS_PER_STEP}.")
+        except ParseError as e:
+            return self._limit(self._invalid(f"Error: {e}"))
+        if turn.calls is not None:
+            return self._limit(self._run_calls(list(turn.calls)))
+        assert turn.text is not None
+        if is_blank(turn.text):
+            error = "Error: empty reply. Call a function or answer the user in plain text."
+            return self._limit(self._invalid(error, role="user"))
+        return self._end_turn(forced=False)
+
+    def _limit(self, result: StepResult) -> StepResult:
+        """Force-quit the task when the user turn has taken more than ``max_steps_per_turn`` steps (BFCL fails it)."""
+        if self._ep["steps"] <= self.max_steps_per_turn:
+            return result
+        end = self._end_turn(forced=True)
+        return StepResult(result.observation, end.reward_components, terminated=True, action_valid=result.action_valid,
+                          parse_error=result.parse_error, success=False, info=end.info)  # fmt: skip
+
+    def _invalid(self, message: str, role: str = "tool") -> StepResult:
+        return StepResult([{"role": role, "content": message}], action_valid=False, parse_error=message,
+                          info=self._info())  # fmt: skip
+
+    def _run_calls(self, calls: list[ToolCall]) -> StepResult:
+        task = self.task
+        assert task is not None
+        schemas = self.offered_tools()
+        owners = data.method_owners(task.involved_classes)
+        out, errors = [], []
+        for call in calls:
+            self._ep["calls"] += 1
+            self._ep["turn_calls"] += 1
+            msg: dict[str, Any] = {"role": "tool", "name": call.name}
+            if call.id is not None:
+                msg["tool_call_id"] = call.id
+            try:
+                if call.name not in schemas or call.name not in owners:
+                    raise ArgumentError(f"unknown function {call.name!r}; available functions: {list(schemas)}.")
+                args = data.check_arguments(schemas[call.name]["function"], call.arguments)
+                for key, limit in ARGUMENT_LIMITS.items():
+                    value = args.get(key)
+                    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > limit:
+                        raise ArgumentError(f"Argument {key!r} of {call.name} must be at most {limit} here.")
+            except ArgumentError as e:
+                errors.append(f"Error: {e}")
+                out.append({**msg, "content": f"Error: {e}"})
+                continue
+            result = execute(self._instances, owners[call.name], call.name, args)
+            self._ep["results"].append(result)
+            out.append({**msg, "content": result})
+        if errors:
+            return StepResult(out, action_valid=False, parse_error=" ".join(errors)[:2000], info=self._info())
+        return StepResult(out, info=self._info())
+
+    def _check_turn(self, k: int, forced: bool) -> dict[str, Any]:
+        """BFCL's checks of user turn ``k`` (``multi_turn_checker`` in
+        ``bfcl_eval/eval_checker/multi_turn_eval/multi_turn_checker.py``, whose ``state_checker`` and
+        ``response_checker`` are called here), plus the no-call check of a turn whose gold has no calls."""
+        task = self.task
+        assert task is not None
+        checker = data.bfcl_module(data.CHECKER)
+        gold = gold_replay(*self._tasks[self._task_index])[k]  # type: ignore[index]
+        made = self._ep["turn_calls"]
+        check: dict[str, Any] = {"turn": k, "passed": False, "bfcl_passed": False, "state_match": True,
+                                 "response_match": True, "calls": made, "gold_calls": len(task.ground_truth[k]),
+                                 "mismatched": [], "missing_results": [], "forced_quit": forced}  # fmt: skip
+        if task.ground_truth[k]:
+            for name, gold_instance in gold.instances.items():
+                verdict = checker.state_checker({name: self._instances[name]}, {name: gold_instance})
+                if not verdict["valid"]:
+                    check["mismatched"] += [f"{name}.{a}" for a in verdict["details"]["differences"]]
+            check["state_match"] = not check["mismatched"]
+            verdict = checker.response_checker(list(self._ep["results"]), list(gold.results), k)
+            check["response_match"] = verdict["valid"]
+            if not verdict["valid"]:
+                check["missing_results"] = [r[:MAX_REPORTED_CHARS] for r in verdict["details"]["missing_items"]]
+            check["bfcl_passed"] = made > 0 and check["state_match"] and check["response_match"] and not forced
+            check["passed"] = check["bfcl_passed"]
+        else:  # BFCL skips the state and response checks here; the agent should ask instead of calling
+            check["bfcl_passed"] = not forced
+            check["passed"] = made == 0 and not forced
+        return check
+
+    def _end_turn(self, forced: bool) -> StepResult:
+        """End the current user turn (a plain reply, or the step limit): check it, then bring the next user turn."""
+        task = self.task
+        assert task is not None
+        ep = self._ep
+        k = ep["user_turn"]
+        check = self._check_turn(k, forced)
+        ep["checks"].append(check)
+        ep["user_turn"], ep["steps"], ep["turn_calls"] = k + 1, 0, 0
+        info = {**self._info(), "turn_check": check}
+        if not forced and k + 1 < len(task.turns):
+            return StepResult(self._user_messages(task, k + 1), info=info)
+        success = not forced and all(c["passed"] for c in ep["checks"])
+        info["metrics"] = self._metrics(success)
+        return StepResult([], {"outcome": float(success)}, terminated=True, success=success, info=info)
+
+    def _metrics(self, success: bool) -> dict[str, float]:
+        task = self.task
+        assert task is not None
+        checks = self._ep["checks"]
+        n = len(task.turns)
+        bfcl = len(checks) == n and all(c["bfcl_passed"] for c in checks)
+        return {
+            "success": float(success),
+            "bfcl_success": float(bfcl),
+            "turns_passed": sum(c["passed"] for c in checks) / n,
+            "calls": float(self._ep["calls"]),
+        }
+
+    def _truncated_info(self) -> dict[str, Any]:
+        return {"metrics": self._metrics(False)}
+
+    def _info(self) -> dict[str, Any]:
+        ep = self._ep
+        return {"user_turn": ep["user_turn"], "turn_checks": [c["passed"] for c in ep["checks"]],
+                "category": self.task.category if self.task else None}  # fmt: skip
+
+    def anchor(self) -> str:
+        """The task and dialogue progress plus a digest of every instance's whole state: histories that reach the
+        same state at the same point of the dialogue share it."""
+        ep = self._ep
+        progress = [ep["user_turn"], ep["steps"], ep["turn_calls"], sorted(ep["results"]), ep["checks"]]
+        digest = hashlib.blake2b(json.dumps(progress, sort_keys=True).encode(), digest_size=8).hexdigest()
+        return f"{self._task_id}:{state_digest(self._instances)}:{digest}"
+
+    # -- branching ----------------------------------------------------------------------------------------------
+    def _snapshot_state(self) -> Any:
+        return copy.deepcopy((self._instances, self._ep, self._gold))
+
+    def _restore_state(self, state: Any) -> None:
+        self._instances, self._ep, self._gold = copy.deepcopy(state)
