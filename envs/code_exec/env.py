@@ -75,35 +75,6 @@ SYSTEM = (
     "either ends the episode, and only that answer counts."
 )
 
-#: The program each python call really runs (as ``main.py``; the job comes on standard input as JSON): it writes
-#: the task's files and the agent's code (as ``main.py``, so tracebacks quote it) into the working directory, then
-#: runs the code as ``__main__`` and prints a traceback without this wrapper's frames.
-RUNNER = """\
-def _agentgym_main():
-    import json, os, sys, traceback
-
-    job = json.loads(sys.stdin.read())
-    for name, text in job["files"].items():
-        with open(name, "w", encoding="utf-8") as f:
-            f.write(text)
-    os.remove("main.py")
-    with open("main.py", "w", encoding="utf-8") as f:
-        f.write(job["code"])
-    namespace = sys.modules["__main__"].__dict__
-    del namespace["_agentgym_main"]
-    try:
-        exec(compile(job["code"], "main.py", "exec"), namespace)
-    except SystemExit:
-        raise
-    except BaseException as e:
-        traceback.print_exception(type(e), e, e.__traceback__.tb_next)
-        raise SystemExit(1) from None
-
-
-_agentgym_main()
-"""
-
-
 class CodeTools:
     """The tools of CodeExec-v0; the env runs them (their schemas come from these signatures and docstrings)."""
 
@@ -243,10 +214,10 @@ class CodeExecEnv(AgentEnv):
         return self._sandbox
 
     def run_code(self, code: str) -> RunResult:
-        """Run ``code`` as the python tool does: the task's files in the working directory (``RUNNER``)."""
+        """Run ``code`` as the python tool does: a fresh sandboxed process with the task's files in its working
+        directory (``/tmp/work`` wherever the sandbox has mount namespaces)."""
         files = self._ep.task["files"] if self._ep is not None else {}
-        job = json.dumps({"files": files, "code": code}, ensure_ascii=False)
-        return self.sandbox.run(RUNNER, stdin=job, timeout=self.timeout)
+        return self.sandbox.run(code, timeout=self.timeout, files=files)
 
     def close(self) -> None:
         if self._finalizer is not None:

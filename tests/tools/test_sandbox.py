@@ -4,9 +4,11 @@ run's marker in its command line and (as root) no live process of a run uid (eac
 
 from __future__ import annotations
 
+import glob
 import os
 import socket
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -15,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from agentgym.tools.sandbox import (
+    WORKDIR,
     Capabilities,
     DockerSandbox,
     Limits,
@@ -250,8 +253,13 @@ def test_no_network(box, caps):
 # --- no state between calls --------------------------------------------------------------------------------------
 
 
+def workdirs() -> set[str]:
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "agentgym-sbx-*")))
+
+
 def test_no_state_leaks_between_calls(box):
     marker = f"agentgym-leak-{uuid.uuid4().hex}"
+    before = workdirs()
     first = (
         "import builtins, json, os\nopen('state.txt', 'w').write('x')\n"
         "builtins.LEAK = json.LEAK = 1\nprint(os.getcwd())\n"
@@ -268,7 +276,23 @@ def test_no_state_leaks_between_calls(box):
     r2 = box.run(second)
     assert r2.status == "ok" and r2.stdout.splitlines()[0] == "False False False False", r2.stdout
     assert_nothing_survives(marker)
-    assert not Path(r1.stdout.strip()).parent.exists()  # the temporary directory is removed
+    assert workdirs() <= before  # the temporary directories are removed
+
+
+def test_files_fixed_workdir_and_tracebacks_of_the_code_only(box):
+    code = "import os\nprint(os.getcwd(), sorted(os.listdir()), open('data/a.csv').read(), input())\n1 / 0\n"
+    runs = [box.run(code, stdin="hi", files={"data/a.csv": "x,y", "b.bin": b"\x00"}) for _ in range(2)]
+    cwd, listing = runs[0].stdout.split(" [")[0], runs[0].stdout.split(" [")[1]
+    assert listing.startswith("'b.bin', 'data', 'main.py'] x,y hi")
+    if box.capabilities().private_tmp:  # a mount namespace: every run sees the same working directory
+        assert cwd == WORKDIR and runs[0].stdout == runs[1].stdout
+    assert runs[0].status == "error" and runs[0].stderr.startswith(
+        'Traceback (most recent call last):\n  File "main.py", line 3, in <module>\n'
+    )
+    assert "_child" not in runs[0].stderr
+    for bad in ({"../x": ""}, {"/etc/x": ""}, {"main.py": ""}, {"a": 1}, {"big": "x" * (box.limits.file_bytes + 1)}):
+        with pytest.raises(ValueError):
+            box.run("pass", files=bad)
 
 
 def test_pool_runs_concurrently_and_isolated(boxes):

@@ -8,13 +8,14 @@ True
 
 from __future__ import annotations
 
-from .base import DEFAULT_TIMEOUT, OUTPUT_LIMIT, Capabilities, Limits, RunResult, Sandbox
+from .base import DEFAULT_TIMEOUT, OUTPUT_LIMIT, WORKDIR, Capabilities, Limits, RunResult, Sandbox
 from .docker import DockerSandbox
 from .local import PooledSandbox, SubprocessSandbox
 
 __all__ = [
     "DEFAULT_TIMEOUT",
     "OUTPUT_LIMIT",
+    "WORKDIR",
     "Capabilities",
     "DockerSandbox",
     "Limits",

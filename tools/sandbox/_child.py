@@ -59,26 +59,30 @@ def _enter_namespaces(libc: ctypes.CDLL) -> bool:
     return True
 
 
-def _private_fs(libc: ctypes.CDLL, workdir: str) -> None:
-    """Fresh /proc; /tmp, /var/tmp, /dev/shm empty and read-only, except ``workdir`` bound back in read-write. Each
-    step that the kernel refuses is skipped (``capabilities()`` detects what took effect)."""
+def _private_fs(libc: ctypes.CDLL, workdir: str, fixed: str | None) -> str:
+    """Fresh /proc; /tmp, /var/tmp, /dev/shm empty and read-only, except ``workdir`` bound back in read-write, at the
+    path ``fixed`` when that lies in a masked directory (every run then sees the same path). Returns where the
+    workdir is. Each step that the kernel refuses is skipped (``capabilities()`` detects what took effect)."""
     try:
         _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
     except OSError:
-        return
+        return workdir
     with contextlib.suppress(OSError):
         _mount(libc, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     wfd = os.open(workdir, os.O_PATH | os.O_DIRECTORY)
     # The interpreter's prefixes may lie under a masked directory (a virtualenv under /tmp): bound back, read-only.
     kept = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in sorted({sys.prefix, sys.base_prefix}) if _masked(p)}
     masked: list[str] = []
+    where = workdir
     try:
         for d in MASKED:
             if os.path.isdir(d) and not os.path.islink(d):
                 _mount(libc, "tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=755")
                 masked.append(d)
-        os.makedirs(workdir, exist_ok=True)
-        _mount(libc, f"/proc/self/fd/{wfd}", workdir, None, MS_BIND)
+        if fixed and any(fixed.startswith(d + "/") for d in masked):
+            where = fixed
+        os.makedirs(where, exist_ok=True)
+        _mount(libc, f"/proc/self/fd/{wfd}", where, None, MS_BIND)
         for path, fd in kept.items():
             os.makedirs(path, mode=0o755, exist_ok=True)
             _mount(libc, f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
@@ -88,11 +92,13 @@ def _private_fs(libc: ctypes.CDLL, workdir: str) -> None:
     except OSError:
         for d in reversed(masked):  # undo, so the workdir and the interpreter are reachable again
             libc.umount2(d.encode(), MNT_DETACH)
+        where = workdir
     finally:
         os.close(wfd)
         for fd in kept.values():
             os.close(fd)
     _expose_python(libc)
+    return where
 
 
 def _masked(path: str) -> bool:
@@ -153,7 +159,7 @@ def _run_code(spec: dict, libc: ctypes.CDLL, namespaces: bool, alive_fd: int) ->
         with open(os.path.join(workdir, "main.py"), encoding="utf-8") as f:
             source = f.read()
         if namespaces:
-            _private_fs(libc, workdir)
+            workdir = _private_fs(libc, workdir, spec.get("fixed_workdir"))
         os.chdir(workdir)
         uid = spec.get("uid")
         if os.geteuid() == 0 and uid:
@@ -183,10 +189,13 @@ def _run_code(spec: dict, libc: ctypes.CDLL, namespaces: bool, alive_fd: int) ->
     except MemoryError:
         status = 1
         os.write(2, b"MemoryError\n")
-    except BaseException:
+    except BaseException as e:
         status = 1
-        try:
-            traceback.print_exc()
+        try:  # the traceback starts at the code (main.py): this file's frame is not the code's business
+            tb = e.__traceback__
+            while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+                tb = tb.tb_next
+            traceback.print_exception(type(e), e, tb)
         except BaseException:
             os.write(2, b"sandbox: the code raised\n")
     for stream in (sys.stdout, sys.stderr):

@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import posixpath
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -16,6 +18,11 @@ Status = Literal["ok", "timeout", "memory", "killed", "error"]
 OUTPUT_LIMIT = 1 << 20
 #: Wall-clock seconds a run may take unless ``timeout=`` says otherwise.
 DEFAULT_TIMEOUT = 10.0
+#: The code's working directory where the back-end can give every run the same path (a mount namespace, a
+#: container), so what a program prints about its paths does not change from run to run.
+WORKDIR = "/tmp/work"
+
+Files = Mapping[str, "str | bytes"]
 
 
 @dataclass(frozen=True)
@@ -78,8 +85,11 @@ class Sandbox:
 
     name = "sandbox"
 
-    def run(self, code: str, *, stdin: str = "", timeout: float = DEFAULT_TIMEOUT) -> RunResult:
-        """Run ``code`` as ``__main__`` in a fresh, isolated process; ``stdin`` is its standard input."""
+    def run(
+        self, code: str, *, stdin: str = "", timeout: float = DEFAULT_TIMEOUT, files: Files | None = None
+    ) -> RunResult:
+        """Run ``code`` as ``__main__`` (file ``main.py``) in a fresh, isolated process; ``stdin`` is its standard
+        input, and ``files`` (relative path -> text or bytes) are written into its working directory first."""
         raise NotImplementedError
 
     def capabilities(self) -> Capabilities:
@@ -118,6 +128,33 @@ except OSError:
 print(json.dumps({"uid": os.getuid(), "pid": os.getpid(), "ifaces": ifaces, "tmp_writable": tmp_writable,
                   "rlimits": {n: resource.getrlimit(getattr(resource, n))[0] for n in names}}))
 """
+
+
+def check_files(files: Files | None, limit: int) -> dict[str, bytes]:
+    """``files`` as ``{normalised relative path: bytes}``; ``ValueError`` for an absolute path, one that leaves the
+    working directory, ``main.py`` (the code's own file), or more than ``limit`` bytes in all.
+
+    >>> check_files({"data/a.csv": "x,y"}, 1 << 20)
+    {'data/a.csv': b'x,y'}
+    >>> check_files({"../a": ""}, 10)
+    Traceback (most recent call last):
+    ...
+    ValueError: file names must be relative paths inside the working directory, got '../a'
+    """
+    out: dict[str, bytes] = {}
+    for name, content in (files or {}).items():
+        path = posixpath.normpath(name) if isinstance(name, str) else ""
+        if not path or path.startswith(("/", "../")) or path in (".", "..") or "\0" in path:
+            raise ValueError(f"file names must be relative paths inside the working directory, got {name!r}")
+        if path == "main.py":
+            raise ValueError("main.py is the code's own file; give the code as `code`")
+        if not isinstance(content, str | bytes):
+            raise ValueError(f"file {name!r} must be str or bytes, got {type(content).__name__}")
+        out[path] = content.encode("utf-8") if isinstance(content, str) else bytes(content)
+    total = sum(map(len, out.values()))
+    if total > limit:
+        raise ValueError(f"the files hold {total} bytes, over the limit of {limit}")
+    return out
 
 
 def decode_output(data: bytes, limit: int) -> tuple[str, bool]:

@@ -9,13 +9,56 @@ True
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import threading
 import time
 from typing import Any
 
-from .base import DEFAULT_TIMEOUT, PROBE, Capabilities, Limits, RunResult, Sandbox, classify, decode_output
+from .base import (
+    DEFAULT_TIMEOUT,
+    PROBE,
+    WORKDIR,
+    Capabilities,
+    Files,
+    Limits,
+    RunResult,
+    Sandbox,
+    check_files,
+    classify,
+    decode_output,
+)
+
+#: Bytes of files one Docker run may receive: they travel base64-encoded in the command line, split into arguments
+#: under Linux's 128 KiB per argument and well under its ~2 MiB for all of them.
+DOCKER_FILE_BYTES = 1 << 20
+_ARG_CHUNK = 100_000
+#: The program the container runs (``python -I -c BOOT CODE CHUNK...``): writes the files, then the code as
+#: ``main.py``, and runs it as ``__main__`` with a traceback that starts at the code.
+BOOT = """\
+import base64, json, os, sys, traceback, types
+files = json.loads(base64.b64decode("".join(sys.argv[2:]))) if len(sys.argv) > 2 else {}
+for name, data in files.items():
+    os.makedirs(os.path.dirname(name) or ".", exist_ok=True)
+    with open(name, "wb") as f:
+        f.write(base64.b64decode(data))
+code = sys.argv[1]
+with open("main.py", "w", encoding="utf-8") as f:
+    f.write(code)
+sys.argv = ["main.py"]
+main = types.ModuleType("__main__")
+main.__file__ = os.path.abspath("main.py")
+sys.modules["__main__"] = main
+del files, name, data, f
+try:
+    exec(compile(code, "main.py", "exec"), main.__dict__)
+except SystemExit:
+    raise
+except BaseException as e:
+    traceback.print_exception(type(e), e, e.__traceback__.tb_next)
+    sys.exit(1)
+"""
 
 
 class DockerSandbox(Sandbox):
@@ -45,12 +88,17 @@ class DockerSandbox(Sandbox):
             return False, f"no docker engine reachable: {type(e).__name__}: {e}"
         return True, ""
 
-    def run(self, code: str, *, stdin: str = "", timeout: float = DEFAULT_TIMEOUT) -> RunResult:
+    def run(
+        self, code: str, *, stdin: str = "", timeout: float = DEFAULT_TIMEOUT, files: Files | None = None
+    ) -> RunResult:
+        checked = check_files(files, min(self.limits.file_bytes, DOCKER_FILE_BYTES))
         start = time.monotonic()
+        blob = base64.b64encode(json.dumps({n: base64.b64encode(c).decode() for n, c in checked.items()}).encode())
+        chunks = [blob[i : i + _ARG_CHUNK].decode() for i in range(0, len(blob), _ARG_CHUNK)] if checked else []
         try:
             container = self.client.containers.create(
                 self.image,
-                ["python", "-I", "-c", code],
+                ["python", "-I", "-c", BOOT, code, *chunks],
                 stdin_open=bool(stdin),
                 network_mode="none",
                 mem_limit=self.limits.memory_bytes,
@@ -60,8 +108,8 @@ class DockerSandbox(Sandbox):
                 cap_drop=["ALL"],
                 security_opt=["no-new-privileges"],
                 read_only=True,
-                tmpfs={"/work": "size=16m", "/tmp": "size=1m"},
-                working_dir="/work",
+                tmpfs={WORKDIR: "size=16m", "/var/tmp": "size=1m"},
+                working_dir=WORKDIR,
                 user="65534:65534",
                 environment={"PATH": "/usr/local/bin:/usr/bin:/bin"},
                 ulimits=[

@@ -36,7 +36,19 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from .base import DEFAULT_TIMEOUT, PROBE, Capabilities, Limits, RunResult, Sandbox, classify, decode_output
+from .base import (
+    DEFAULT_TIMEOUT,
+    PROBE,
+    WORKDIR,
+    Capabilities,
+    Files,
+    Limits,
+    RunResult,
+    Sandbox,
+    check_files,
+    classify,
+    decode_output,
+)
 
 CHILD = str(Path(__file__).with_name("_child.py"))
 #: The only environment variable the sandboxed interpreters get.
@@ -62,19 +74,26 @@ def _spec(workdir: str, uid: int | None, limits: Limits, timeout: float, namespa
         "RLIMIT_NOFILE": limits.open_files,
         "RLIMIT_CORE": 0,
     }
-    return {"workdir": workdir, "uid": uid, "limits": rlimits, "namespaces": namespaces}
+    return {"workdir": workdir, "fixed_workdir": WORKDIR, "uid": uid, "limits": rlimits, "namespaces": namespaces}
 
 
-def _workdir(code: str, stdin: str, uid: int | None) -> tuple[str, int]:
-    """A fresh temporary directory holding ``main.py`` (owned by ``uid`` if given; its parent is a directory of our
-    own, so ``..`` is not a shared /tmp), and an fd reading ``stdin``. Remove with ``_remove(workdir)``."""
+def _workdir(code: str, stdin: str, uid: int | None, files: dict[str, bytes]) -> tuple[str, int]:
+    """A fresh temporary directory holding ``main.py`` and ``files`` (owned by ``uid`` if given; its parent is a
+    directory of our own, so ``..`` is not a shared /tmp), and an fd reading ``stdin``. Remove with
+    ``_remove(workdir)``."""
     base = tempfile.mkdtemp(prefix="agentgym-sbx-")  # 0o700, ours: its parent (a shared /tmp) is out of reach
     os.chmod(base, 0o711)
     workdir = os.path.join(base, "work")
     os.mkdir(workdir, 0o700)
     Path(workdir, "main.py").write_text(code, encoding="utf-8")
+    for name, content in files.items():
+        path = Path(workdir, name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
     if uid is not None:
-        os.chown(workdir, uid, uid)
+        for root, dirs, names in os.walk(workdir):
+            for entry in [root] + [os.path.join(root, n) for n in [*dirs, *names]]:
+                os.lchown(entry, uid, uid)
     with tempfile.TemporaryFile() as f:  # unlinked at once; the fd keeps it
         f.write(stdin.encode("utf-8", "replace"))
         f.seek(0)
@@ -177,10 +196,13 @@ class SubprocessSandbox(Sandbox):
         self.python = python
         self.namespaces = namespaces
 
-    def run(self, code: str, *, stdin: str = "", timeout: float = DEFAULT_TIMEOUT) -> RunResult:
+    def run(
+        self, code: str, *, stdin: str = "", timeout: float = DEFAULT_TIMEOUT, files: Files | None = None
+    ) -> RunResult:
+        checked = check_files(files, self.limits.file_bytes)
         start = time.monotonic()
         uid = _run_uid()
-        workdir, stdin_fd = _workdir(code, stdin, uid)
+        workdir, stdin_fd = _workdir(code, stdin, uid, checked)
         spec = json.dumps(_spec(workdir, uid, self.limits, timeout, self.namespaces))
         try:
             proc = subprocess.Popen(
@@ -283,13 +305,16 @@ class PooledSandbox(Sandbox):
         if not self._closed:
             self._add()
 
-    def run(self, code: str, *, stdin: str = "", timeout: float = DEFAULT_TIMEOUT) -> RunResult:
+    def run(
+        self, code: str, *, stdin: str = "", timeout: float = DEFAULT_TIMEOUT, files: Files | None = None
+    ) -> RunResult:
         if self._closed:
             raise RuntimeError("the sandbox is closed")
+        checked = check_files(files, self.limits.file_bytes)
         start = time.monotonic()
         server = self._idle.get()
         uid = _run_uid()
-        workdir, stdin_fd = _workdir(code, stdin, uid)
+        workdir, stdin_fd = _workdir(code, stdin, uid, checked)
         healthy = False
         try:
             out_r, out_w = os.pipe()
