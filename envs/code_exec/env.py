@@ -75,6 +75,7 @@ SYSTEM = (
     "either ends the episode, and only that answer counts."
 )
 
+
 class CodeTools:
     """The tools of CodeExec-v0; the env runs them (their schemas come from these signatures and docstrings)."""
 
