@@ -23,8 +23,9 @@ from agentgym.runner import builtin_agents, format_table, run_to_file
 #: Per-env constructor arguments used by the bench (the defaults of each env otherwise).
 BENCH_ENV_KWARGS: dict[str, dict[str, Any]] = {}
 #: Episode caps per env: a random Household episode runs 50 steps, each recording its admissible commands, so
-#: 2,000 of them would write ~165 MB of trajectories; 500 tasks already cover every task type and split.
-BENCH_MAX_EPISODES: dict[str, int] = {"agentgym/Household-v0": 500}
+#: 2,000 of them would write ~165 MB of trajectories; 500 tasks already cover every task type and split. BFCL has
+#: 800 tasks (200 per category): more episodes would replay them.
+BENCH_MAX_EPISODES: dict[str, int] = {"agentgym/Household-v0": 500, "agentgym/BFCL-v0": 800}
 #: Columns shown in the printed table, in order (those an env does not report are left out).
 COLUMNS = ("env", "agent", "category", "episodes", "success", "return", "turns", "invalid_rate", "em", "f1", "subem",
            "supporting_recall", "searches", "seconds")  # fmt: skip

@@ -168,7 +168,7 @@ class BFCLEnv(AgentEnv):
 
     Args:
         category: ``"base"``, ``"miss_func"``, ``"miss_param"``, ``"long_context"`` (200 tasks each) or ``"all"``
-            (800, in that order).
+            (800, interleaved: base 0, miss_func 0, miss_param 0, long_context 0, base 1, ...).
         max_steps_per_turn: agent steps allowed within one user turn (BFCL's limit is 20); one more and the task is
             force-quit and failed, as in BFCL.
         max_turns: agent steps in the whole episode before truncation.
@@ -197,7 +197,10 @@ class BFCLEnv(AgentEnv):
         self.unavailable_reason = data.unavailable_reason()
         self._tasks: list[tuple[str, int]] = []  # (category, index within it)
         if self.unavailable_reason is None:
-            self._tasks = [(c, i) for c in self.categories for i in range(len(data.load_tasks(c)))]
+            # Categories interleave (task i: category i % n), so any first N tasks cover every category.
+            sizes = {c: len(data.load_tasks(c)) for c in self.categories}
+            rounds = max(sizes.values())
+            self._tasks = [(c, i) for i in range(rounds) for c in self.categories if i < sizes[c]]
         self._ids = {self._task(i).id: i for i in range(len(self._tasks))}
         self.num_tasks = len(self._tasks)
         self._ep: dict[str, Any] = {}

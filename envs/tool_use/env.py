@@ -76,7 +76,7 @@ class ToolUseEnv(AgentEnv):
 
     Args:
         world: a name of ``WORLDS`` (``"filesystem"``, ``"bank"``, ``"calendar"``) or ``"all"`` (every world's
-            tasks, 10,000 each).
+            tasks, 10,000 each, interleaved: task ``i`` is task ``i // 3`` of world ``i % 3``).
         variant: ``"base"``, ``"miss_func"``, ``"miss_param"`` or ``"mixed"`` (the reset option ``variant``
             overrides it).
         max_turns: agent turns before truncation.
@@ -111,14 +111,15 @@ class ToolUseEnv(AgentEnv):
         world, _, local = task_id.partition("/")
         if world not in self.worlds or not local.isdigit() or int(local) >= TASKS_PER_WORLD:
             raise ValueError(f"unknown task_id {task_id!r}: ids look like '{self.worlds[0]}/17'")
-        return self.worlds.index(world) * TASKS_PER_WORLD + int(local)
+        return int(local) * len(self.worlds) + self.worlds.index(world)
 
     def _reset(self, task_index: int, options: dict[str, Any]) -> tuple[list[dict], dict[str, Any]]:
         variant = options.get("variant", self.variant)
         if variant not in VARIANT_CHOICES:
             raise ValueError(f"variant must be one of {VARIANT_CHOICES}, got {variant!r}")
-        name = self.worlds[task_index // TASKS_PER_WORLD]
-        task = make_task(name, task_index % TASKS_PER_WORLD)
+        # Worlds interleave (index i: world i % n, its task i // n), so any first N tasks cover every world.
+        name, local = self.worlds[task_index % len(self.worlds)], task_index // len(self.worlds)
+        task = make_task(name, local)
         if variant == "mixed":
             variant = task["mixed_variant"]
         self._world = build_world(task)
@@ -149,7 +150,7 @@ class ToolUseEnv(AgentEnv):
             system += " " + self._world.context()
         obs = [{"role": "system", "content": system}, {"role": "user", "content": self._instruction_text(0)}]
         self._gold = self._make_gold()
-        return obs, {"task_id": f"{name}/{task_index % TASKS_PER_WORLD}", "gold": self._gold, **self._info()}
+        return obs, {"task_id": f"{name}/{local}", "gold": self._gold, **self._info()}
 
     def _schemas(self) -> dict[str, dict[str, Any]]:
         assert self._world is not None
@@ -177,6 +178,7 @@ class ToolUseEnv(AgentEnv):
         return {
             "calls": [t["calls"] for t in turns],
             "turns": turns,
+            "category": task["world"],  # summaries break results down by world
             "task": task,
             "variant": self._ep["variant"],
             "hold": hold,
