@@ -28,7 +28,8 @@ BENCH_ENV_KWARGS: dict[str, dict[str, Any]] = {}
 BENCH_MAX_EPISODES: dict[str, int] = {"agentgym/Household-v0": 500, "agentgym/BFCL-v0": 800}
 #: Columns shown in the printed table, in order (those an env does not report are left out).
 COLUMNS = ("env", "agent", "category", "episodes", "success", "return", "turns", "invalid_rate", "em", "f1", "subem",
-           "supporting_recall", "searches", "seconds")  # fmt: skip
+           "supporting_recall", "searches", "simulator_failure", "elicited", "information_gain", "pass^2", "pass^4",
+           "pass^8", "seconds")  # fmt: skip
 
 
 @dataclass
@@ -54,8 +55,12 @@ def bench(
     workers: int = 1,
     progress: bool = True,
     env_kwargs: dict[str, dict[str, Any]] | None = None,
+    trials: int = 1,
 ) -> BenchResult:
-    """Run the benchmark and write the report; returns the summary rows."""
+    """Run the benchmark and write the report; returns the summary rows. With ``trials`` K > 1 each task is played
+    K times (agent seeds differ) and the rows add ``pass^1`` .. ``pass^K``."""
+    if trials < 1:
+        raise ValueError(f"trials must be >= 1, got {trials}")
     out = Path(out)
     (out / "trajectories").mkdir(parents=True, exist_ok=True)
     result = BenchResult()
@@ -68,13 +73,13 @@ def bench(
         if reason:
             result.skipped[env_id] = reason
             continue
-        n = min(episodes, BENCH_MAX_EPISODES.get(env_id, episodes))
+        n = min(episodes, BENCH_MAX_EPISODES.get(env_id, episodes)) * trials
         for agent in names:
             path = out / "trajectories" / f"{_slug(env_id)}__{agent}.jsonl"
             path.unlink(missing_ok=True)
             start = time.perf_counter()
             summary = run_to_file(env_id, agent, n, path, seed=seed, env_kwargs=kwargs, workers=workers,
-                                  progress=progress)  # fmt: skip
+                                  progress=progress, group_size=trials)  # fmt: skip
             seconds = time.perf_counter() - start
             for row in summary.rows():
                 timing = {"seconds": seconds} if row["category"] == "all" else {}

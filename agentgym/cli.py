@@ -162,7 +162,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                  overwrite=args.overwrite)  # fmt: skip
     result = bench(
         episodes=args.episodes, seed=args.seed, out=args.out or DEFAULT_BENCH_OUT, envs=args.env or None,
-        agents=args.agent or None, workers=args.workers, progress=not args.quiet,
+        agents=args.agent or None, workers=args.workers, progress=not args.quiet, trials=args.trials,
     )  # fmt: skip
     _print_report(table(result.rows), result.skipped, result.report_path, result.plots)
     return 0
@@ -259,6 +259,13 @@ def build_parser(plugins: Mapping[str, EntryPoint] | None = None) -> argparse.Ar
     p.add_argument("--env", action="append", default=[], help="restrict to these env ids")
     p.add_argument("--agent", action="append", default=[], help="restrict to these agents")
     p.add_argument("--workers", type=int, default=1, help="parallel episodes (threads); output is identical")
+    p.add_argument(
+        "--trials",
+        type=int,
+        default=1,
+        metavar="K",
+        help="play each task K times (agent seeds differ) and report pass^k (tau-bench's reliability)",
+    )
     p.add_argument("--rewards", action="store_true", help="benchmark the reward shapers instead")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(fn=cmd_bench)
@@ -331,6 +338,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_plugin(plugins[argv[0]], argv[1:])
     parser = build_parser(plugins)
     args = parser.parse_args(argv)
+    if args.command == "bench" and args.trials < 1:
+        parser.error(f"--trials must be >= 1, got {args.trials}")
     if args.command == "run" and (args.group_size < 1 or args.episodes % args.group_size):
         parser.error(f"--episodes ({args.episodes}) must be a positive multiple of --group-size ({args.group_size})")
     import agentgym  # noqa: F401  (registers the envs)

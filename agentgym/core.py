@@ -72,12 +72,15 @@ class StepResult:
 
     The step reward is ``sum(reward_components.values())``, so every reward has a name. An invalid action
     (``action_valid=False``) should say why in ``parse_error`` and in the observation; the base class adds the
-    env's invalid-action penalty as the ``format`` component.
+    env's invalid-action penalty as the ``format`` component. ``truncated`` ends the episode outside the task's own
+    terms (a simulated user that failed): trainers then bootstrap instead of treating the state as terminal; the
+    turn limit truncates without it.
     """
 
     observation: list[Message]
     reward_components: dict[str, float] = field(default_factory=dict)
     terminated: bool = False
+    truncated: bool = False
     action_valid: bool = True
     parse_error: str | None = None
     success: bool = False
@@ -308,7 +311,8 @@ class AgentEnv(gym.Env[list, str]):
                                 parse_error=type_error)  # fmt: skip
         else:
             result = self._step(text)
-        truncated = not result.terminated and self._turn >= self.max_turns
+        limit = not result.terminated and not result.truncated and self._turn >= self.max_turns
+        truncated = not result.terminated and (result.truncated or limit)
         self._done = result.terminated or truncated
         components = {k: float(v) for k, v in result.reward_components.items()}
         if not result.action_valid and self.invalid_action_penalty and "format" not in components:
@@ -325,7 +329,7 @@ class AgentEnv(gym.Env[list, str]):
             "anchor": self.anchor(),
         }
         info.update(result.info)
-        if truncated:
+        if limit:
             info.update(self._truncated_info())
         if self._done:
             info["success"] = bool(result.success)

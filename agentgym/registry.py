@@ -39,6 +39,7 @@ BUILTIN_ENVS: tuple[BuiltinEnv, ...] = (
     BuiltinEnv("agentgym/Household-v0", "agentgym.envs.household.env:HouseholdEnv"),
     BuiltinEnv("agentgym/ToolUse-v0", "agentgym.envs.tool_use.env:ToolUseEnv"),
     BuiltinEnv("agentgym/CodeExec-v0", "agentgym.envs.code_exec.env:CodeExecEnv"),
+    BuiltinEnv("agentgym/Clarify-v0", "agentgym.envs.user_sim.clarify:ClarifyEnv"),
     # Adapters to the real benchmarks. Without their package or data they still construct (no built-in agents,
     # `unavailable_reason` says what to install or download) and reset() raises EnvUnavailableError.
     BuiltinEnv("agentgym/TextWorld-v0", "agentgym.envs.household.textworld_adapter:TextWorldEnv"),

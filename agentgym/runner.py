@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 import os
 import threading
 from collections import deque
@@ -324,7 +325,7 @@ def run_to_file(
     is cut first): the run continues where an interrupted run of the same arguments stopped, and the file ends
     up identical to an uninterrupted run's. ``options`` are those of ``iter_episodes``.
     """
-    summary = Summary()
+    summary = Summary(group_size=options.get("group_size", 1))
     start = 0
     if resume and os.path.exists(out):
         with open(out, "ab+") as f:
@@ -390,27 +391,60 @@ def category_of(traj: Trajectory) -> str:
     return str(gold.get("category") or gold.get("hop_type") or gold.get("task_type") or "all")
 
 
+def pass_hat_k(successes: int, trials: int, k: int) -> float:
+    """tau-bench's pass^k of one task: the chance that ``k`` trials drawn from ``trials`` all succeed,
+    ``C(successes, k) / C(trials, k)`` (pass^1 is the success rate; pass^k falls as k grows unless the agent is
+    reliable).
+
+    >>> pass_hat_k(3, 4, 1), pass_hat_k(3, 4, 2), pass_hat_k(4, 4, 4)
+    (0.75, 0.5, 1.0)
+    """
+    if not 1 <= k <= trials or not 0 <= successes <= trials:
+        raise ValueError(f"need 1 <= k <= trials and 0 <= successes <= trials, got {successes=}, {trials=}, {k=}")
+    return math.comb(successes, k) / math.comb(trials, k)
+
+
 class Summary:
     """Running means of ``episode_metrics``, overall and per task category: what ``summarize`` reports, built
     one episode at a time in constant memory per category.
+
+    With ``group_size`` K > 1 (episodes added in groups of K trials of one task, as ``run(..., group_size=K)``
+    plays them), rows also hold ``pass^1`` .. ``pass^K``: ``pass_hat_k`` per task, averaged over tasks.
 
     >>> s = Summary()
     >>> s.rows()
     []
     """
 
-    def __init__(self, *, by_category: bool = True):
+    def __init__(self, *, by_category: bool = True, group_size: int = 1):
+        if group_size < 1:
+            raise ValueError(f"group_size must be >= 1, got {group_size}")
         self.by_category = by_category
+        self.group_size = group_size
         self._sums: dict[str, dict[str, float]] = {}
         self._counts: dict[str, int] = {}
+        self._pass_sums: dict[str, list[float]] = {}
+        self._pass_counts: dict[str, int] = {}
+        self._trial_successes: list[bool] = []  # the current group's
 
     def add(self, traj: Trajectory) -> None:
         metrics = episode_metrics(traj)
-        for group in ("", category_of(traj)) if self.by_category else ("",):
+        groups = ("", category_of(traj)) if self.by_category else ("",)
+        for group in groups:
             sums = self._sums.setdefault(group, {})
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + v
             self._counts[group] = self._counts.get(group, 0) + 1
+        if self.group_size > 1:
+            self._trial_successes.append(bool(traj.success))
+            if len(self._trial_successes) == self.group_size:
+                c, n = sum(self._trial_successes), self.group_size
+                for group in groups:
+                    sums = self._pass_sums.setdefault(group, [0.0] * n)
+                    for j in range(1, n + 1):
+                        sums[j - 1] += pass_hat_k(c, n, j)
+                    self._pass_counts[group] = self._pass_counts.get(group, 0) + 1
+                self._trial_successes = []
 
     @property
     def episodes(self) -> int:
@@ -425,7 +459,11 @@ class Summary:
             if group not in self._counts:
                 continue
             n = self._counts[group]
-            rows.append({"category": name, "episodes": n, **{k: v / n for k, v in self._sums[group].items()}})
+            row = {"category": name, "episodes": n, **{k: v / n for k, v in self._sums[group].items()}}
+            tasks = self._pass_counts.get(group, 0)
+            for j, total in enumerate(self._pass_sums.get(group, []), start=1):
+                row[f"pass^{j}"] = total / tasks
+            rows.append(row)
         return rows
 
 

@@ -104,6 +104,27 @@ def test_the_turn_limit_truncates_and_adds_the_envs_end_of_episode_info():
         env.step("<guess>1</guess>")
 
 
+def test_an_env_may_truncate_on_its_own_terms_without_the_turn_limit_info():
+    """``StepResult(truncated=True)`` (a simulated user that failed) ends the episode as truncated, with the env's
+    own info, not the turn limit's."""
+
+    class Flaky(GuessNumberEnv):
+        def _step(self, action):
+            return StepResult([{"role": "user", "content": "(the simulator failed)"}], truncated=True,
+                              info={"metrics": {"simulator_failure": 1.0}})  # fmt: skip
+
+        def _truncated_info(self):
+            return {"metrics": {"turn_limit": 1.0}}
+
+    env = Flaky(high=10, max_turns=5)
+    env.reset(seed=0)
+    _, reward, terminated, truncated, info = env.step("<guess>5</guess>")
+    assert (reward, terminated, truncated, info["success"]) == (0.0, False, True, False)
+    assert info["metrics"] == {"simulator_failure": 1.0}
+    with pytest.raises(RuntimeError, match="call reset"):
+        env.step("<guess>1</guess>")
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [

@@ -10,7 +10,7 @@ import pytest
 from agentgym.cli import main
 from agentgym.envs.search_qa.agents import RandomAgent
 from agentgym.replay import replay_file
-from agentgym.runner import format_table, run, summarize
+from agentgym.runner import Summary, format_table, pass_hat_k, run, summarize
 from agentgym.trajectory import read_trajectories
 
 KW = {"dataset": "tiny"}
@@ -157,3 +157,30 @@ def test_cli_group_size_that_does_not_divide_the_episodes_is_a_usage_error(capsy
 def test_an_agent_class_is_built_with_the_agent_kwargs():
     trajs = run("agentgym/SearchQA-v0", RandomAgent, 2, env_kwargs=KW, progress=False)
     assert [t.agent for t in trajs] == ["random", "random"]
+
+
+def test_pass_hat_k_is_the_chance_that_k_drawn_trials_all_succeed():
+    from itertools import combinations
+
+    for n in range(1, 7):
+        for c in range(n + 1):
+            outcomes = [True] * c + [False] * (n - c)
+            for k in range(1, n + 1):
+                draws = list(combinations(outcomes, k))
+                assert pass_hat_k(c, n, k) == pytest.approx(sum(all(d) for d in draws) / len(draws))
+    with pytest.raises(ValueError):
+        pass_hat_k(1, 2, 3)
+
+
+def test_summary_reports_pass_k_over_groups_of_trials():
+    trajs = run("agentgym/SearchQA-v0", "random", 12, seed=1, env_kwargs=KW, group_size=4, progress=False)
+    summary = Summary(group_size=4)
+    for t in trajs:
+        summary.add(t)
+    (row, *_) = summary.rows()
+    groups = [trajs[i : i + 4] for i in range(0, 12, 4)]
+    for k in range(1, 5):
+        expected = sum(pass_hat_k(sum(t.success for t in g), 4, k) for g in groups) / 3
+        assert row[f"pass^{k}"] == pytest.approx(expected)
+    assert row["pass^1"] == pytest.approx(row["success"])
+    assert "pass^2" not in summarize(trajs)[0]  # without groups there is no pass^k

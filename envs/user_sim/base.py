@@ -1,0 +1,317 @@
+"""The shared machinery of the user-simulation envs: two action styles, the user loop, simulator failures, metrics.
+
+An agent turn is one interaction, in either style (both always accepted):
+
+* a prefix, UserRL style: ``[action] <message to the user>``, ``[search] <query>``, ``[answer] <final answer>``,
+  ``[finish]`` (the leftmost prefix counts; its content runs to the end of the turn);
+* one call of the tool ``interact_with_env(choice, content)``, as a Hermes ``<tool_call>`` block or an OpenAI
+  ``tool_calls`` message: the reply then comes back as a ``tool`` message carrying the call's id.
+
+``action`` messages go to the simulated user (``agentgym.envs.user_sim.users``), whose reply is the observation;
+``search`` and ``answer`` are the env's own (a catalog query, the final answer, which ends the episode). A user that
+fails raises ``SimulatorError``: the episode is then *truncated* as a simulator failure (``info["simulator_failure"]``
+and ``metrics["simulator_failure"] = 1``), never scored as the agent's failure. A user who ends the conversation
+(``###STOP###`` and the other markers) ends the episode without success.
+
+``info["elicited"]`` lists the details of the task's ``goal`` the user has stated so far (a detail counts when its
+value appears in one of the user's messages), and each ``action`` that draws out new ones earns ``elicit_reward``
+per detail (reward component ``elicit``). ``info["metrics"]`` at the end: ``success``, ``simulator_failure``,
+``questions`` (``action`` turns), ``elicited`` (the share of the details the opening message left out that the user
+then stated), ``elicited_per_question`` (those details per question).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from agentgym.core import AgentEnv, StepResult
+from agentgym.envs.tool_use.tools import ArgumentError, validate_arguments
+from agentgym.envs.user_sim.users import SimulatorError, User, find_word, split_marker
+from agentgym.parsing import InvalidToolCallError, NoActionError, ParseError, is_blank, parse_tool_turn
+
+CHOICES: tuple[str, ...] = ("action", "search", "answer", "finish")
+TOOL_NAME = "interact_with_env"
+_PREFIX = re.compile(r"\[(action|search|answer|finish)\]", re.IGNORECASE)
+#: What each choice does, for the system prompt.
+CHOICE_HELP = {
+    "action": "send a message to the user (ask a question, confirm, explain)",
+    "search": "query the catalog",
+    "answer": "give your final answer; this ends the episode",
+    "finish": "end the conversation without an answer",
+}
+
+
+@dataclass(frozen=True)
+class Interaction:
+    """One parsed agent turn: the ``choice``, its ``content`` and the tool call's id (None in prefix style)."""
+
+    choice: str
+    content: str
+    call_id: str | None = None
+    tool_style: bool = False
+
+
+def interact_schema(choices: Sequence[str]) -> dict[str, Any]:
+    """The OpenAI schema of ``interact_with_env`` restricted to ``choices``.
+
+    >>> interact_schema(["action", "answer"])["function"]["parameters"]["properties"]["choice"]["enum"]
+    ['action', 'answer']
+    """
+    lines = "; ".join(f"{c}: {CHOICE_HELP[c]}" for c in choices)
+    return {
+        "type": "function",
+        "function": {
+            "name": TOOL_NAME,
+            "description": f"Interact with the environment. Choices: {lines}.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "choice": {"type": "string", "enum": list(choices), "description": "what to do"},
+                    "content": {"type": "string", "description": "the message, query or answer", "default": ""},
+                },
+                "required": ["choice"],
+                "additionalProperties": False,
+            },
+        },
+    }
+
+
+def parse_interaction(action: str, choices: Sequence[str]) -> Interaction:
+    """Read one agent turn in either style (see the module docstring); raises ``ParseError`` with a message for
+    the model.
+
+    >>> parse_interaction("Let me ask. [action] Which day suits you?", ["action", "answer"])
+    Interaction(choice='action', content='Which day suits you?', call_id=None, tool_style=False)
+    >>> parse_interaction('<tool_call>{"name": "interact_with_env", "arguments": {"choice": "answer", '
+    ...                   '"content": "42"}}</tool_call>', ["action", "answer"]).content
+    '42'
+    """
+    allowed = " ".join(f"[{c}]" for c in choices)
+    turn = parse_tool_turn(action)
+    if turn.calls is not None:
+        if len(turn.calls) != 1:
+            raise InvalidToolCallError(f"Make exactly one {TOOL_NAME} call per turn, not {len(turn.calls)}.")
+        call = turn.calls[0]
+        if call.name != TOOL_NAME:
+            raise InvalidToolCallError(f"Unknown function {call.name!r}: the only function is {TOOL_NAME}.")
+        try:
+            args = validate_arguments(interact_schema(choices)["function"], call.arguments)
+        except ArgumentError as e:
+            raise InvalidToolCallError(str(e)) from None
+        return Interaction(args["choice"], (args["content"] or "").strip(), call.id, True)
+    text = turn.text or ""
+    m = _PREFIX.search(text)
+    if m is None:
+        raise NoActionError(f"Start your turn with one of {allowed} (or call {TOOL_NAME}).")
+    choice = m.group(1).lower()
+    if choice not in choices:
+        raise NoActionError(f"[{choice}] is not available here; use one of {allowed}.")
+    return Interaction(choice, text[m.end() :].strip())
+
+
+class UserSimEnv(AgentEnv):
+    """Base class of the user-simulation envs: a subclass writes its tasks, its user and its answer check.
+
+    Hooks: ``num_tasks``; ``_task(task_index) -> dict`` (a JSON task record with ``id``, ``goal`` ``{detail:
+    value}`` and whatever else the env needs); ``_make_user(task) -> User``; ``_intro(task) -> str`` (the system
+    prompt's description of the job); ``_answer(content) -> (components, success, info)``; optionally
+    ``_search(content) -> str``, ``_gold(task) -> dict``, ``_extra_info()``.
+    """
+
+    choices: ClassVar[tuple[str, ...]] = ("action", "answer")
+
+    def __init__(
+        self,
+        *,
+        user: Literal["scripted", "llm"] = "scripted",
+        user_llm: Mapping[str, Any] | None = None,
+        elicit_reward: float = 0.1,
+        max_turns: int = 20,
+        invalid_action_penalty: float = 0.0,
+        render_mode: str | None = None,
+    ) -> None:
+        super().__init__(max_turns=max_turns, invalid_action_penalty=invalid_action_penalty, render_mode=render_mode)
+        if user not in ("scripted", "llm"):
+            raise ValueError(f"user must be 'scripted' or 'llm', got {user!r}")
+        if user == "llm" and not (user_llm and user_llm.get("base_url")):
+            raise ValueError("user='llm' needs user_llm={'base_url': ..., 'model': ...} (LLMUser's arguments)")
+        self.user_kind = user
+        self.user_llm = dict(user_llm or {})
+        self.elicit_reward = float(elicit_reward)
+        self._user: User | None = None
+        self._ep: dict[str, Any] = {}
+
+    # -- hooks --------------------------------------------------------------------------------------------------
+    def _task(self, task_index: int) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _make_user(self, task: dict[str, Any]) -> User:
+        raise NotImplementedError
+
+    def _intro(self, task: dict[str, Any]) -> str:
+        raise NotImplementedError
+
+    def _answer(self, content: str) -> tuple[dict[str, float], bool, dict[str, Any]]:
+        raise NotImplementedError
+
+    def _search(self, content: str) -> str:
+        return "Error: there is no search here."
+
+    def _gold(self, task: dict[str, Any]) -> dict[str, Any]:
+        return {"goal": task["goal"]}
+
+    def _extra_info(self) -> dict[str, Any]:
+        return {}
+
+    def _llm_user(self, instructions: str) -> User:
+        """An ``LLMUser`` with the env's ``user_llm`` arguments and these instructions."""
+        from agentgym.envs.user_sim.llm_user import LLMUser
+
+        return LLMUser(instructions=instructions, **self.user_llm)
+
+    # -- episode ------------------------------------------------------------------------------------------------
+    def _reset(self, task_index: int, options: dict[str, Any]) -> tuple[list[dict], dict[str, Any]]:
+        if self._user is not None:
+            self._user.close()
+        task = self._task(task_index)
+        self._user = self._make_user(task)
+        seed = int.from_bytes(hashlib.blake2b(f"{task['id']}".encode(), digest_size=4).digest(), "big")
+        self._user.reset(seed=seed)
+        self._ep = {"task": task, "dialogue": [], "elicited": [], "questions": 0, "searches": 0}
+        system = {"role": "system", "content": self._system_prompt(task)}
+        try:
+            opening, _ = self._user.respond([], "")
+        except SimulatorError as e:
+            self._ep["opening_failure"] = {"kind": e.kind, "message": str(e)}
+            opening = "(the simulated user could not start the conversation)"
+        self._ep["dialogue"].append({"role": "user", "content": opening})
+        self._ep["opening"] = len(self._note_elicited(opening))
+        return [system, {"role": "user", "content": opening}], {"task_id": task["id"], "gold": self._gold(task),
+                                                                **self._info()}  # fmt: skip
+
+    def _system_prompt(self, task: dict[str, Any]) -> str:
+        styles = "\n".join(f"[{c}] ...: {CHOICE_HELP[c]}" for c in self.choices)
+        tools = json.dumps(interact_schema(self.choices))
+        return (
+            f"{self._intro(task)}\n\nEach turn, do exactly one thing, written as one of:\n{styles}\n"
+            f"or as one call of this function:\n<tools>\n{tools}\n</tools>\n"
+            '(<tool_call>{"name": "interact_with_env", "arguments": {"choice": ..., "content": ...}}</tool_call>, '
+            "or an OpenAI assistant message with tool_calls)."
+        )
+
+    def _note_elicited(self, text: str) -> list[str]:
+        """Hidden details whose value ``text`` states for the first time."""
+        said = text.lower()
+        new = [k for k, v in self._ep["task"]["goal"].items() if k not in self._ep["elicited"] and _says(said, v)]
+        self._ep["elicited"] += new
+        return new
+
+    def _reply(self, inter: Interaction, text: str, name: str = TOOL_NAME) -> dict[str, Any]:
+        if inter.tool_style:
+            msg: dict[str, Any] = {"role": "tool", "name": name, "content": text}
+            if inter.call_id is not None:
+                msg["tool_call_id"] = inter.call_id
+            return msg
+        return {"role": "user", "content": text}
+
+    def _invalid(self, message: str) -> StepResult:
+        return StepResult([{"role": "user", "content": message}], action_valid=False, parse_error=message,
+                          info=self._info())  # fmt: skip
+
+    def _step(self, action: str) -> StepResult:
+        if "opening_failure" in self._ep:
+            return self._simulator_failure(self._ep["opening_failure"])
+        try:
+            inter = parse_interaction(action, self.choices)
+        except ParseError as e:
+            return self._invalid(f"Error: {e}")
+        if inter.choice == "action":
+            if is_blank(inter.content):
+                return self._invalid("Error: the message to the user is empty.")
+            return self._talk(inter)
+        if inter.choice == "search":
+            self._ep["searches"] += 1
+            return StepResult([self._reply(inter, self._search(inter.content))], info=self._info())
+        if inter.choice == "finish":
+            return self._end({}, False, {}, [self._reply(inter, "The conversation is over.")])
+        if is_blank(inter.content):
+            return self._invalid("Error: the answer is empty.")
+        components, success, info = self._answer(inter.content)
+        return self._end(components, success, info, [])
+
+    def _talk(self, inter: Interaction) -> StepResult:
+        assert self._user is not None
+        ep = self._ep
+        ep["questions"] += 1
+        try:
+            reply, done = self._user.respond(list(ep["dialogue"]), inter.content)
+        except SimulatorError as e:
+            return self._simulator_failure({"kind": e.kind, "message": str(e)})
+        ep["dialogue"] += [{"role": "assistant", "content": inter.content}, {"role": "user", "content": reply}]
+        text, marker = split_marker(reply)
+        new = self._note_elicited(text)
+        components = {"elicit": self.elicit_reward * len(new)} if new and self.elicit_reward else {}
+        obs = [self._reply(inter, text or marker or "")]
+        if done or marker is not None:  # the user left: the episode ends without an answer
+            return self._end(components, False, {"user_ended": marker or "done"}, obs)
+        return StepResult(obs, components, info={**self._info(), "newly_elicited": new})
+
+    def _end(
+        self, components: dict[str, float], success: bool, extra: dict[str, Any], obs: list[dict[str, Any]]
+    ) -> StepResult:
+        info = {**self._info(), **extra, "metrics": self._metrics(success, False)}
+        return StepResult(obs, {"outcome": float(success), **components}, terminated=True, success=success,
+                          info=info)  # fmt: skip
+
+    def _simulator_failure(self, failure: dict[str, str]) -> StepResult:
+        info = {**self._info(), "simulator_failure": failure, "metrics": self._metrics(False, True)}
+        note = {"role": "user", "content": f"(the simulated user failed: {failure['message']})"}
+        return StepResult([note], truncated=True, info=info)
+
+    def _metrics(self, success: bool, simulator_failure: bool) -> dict[str, float]:
+        ep = self._ep
+        hidden = len(ep["task"]["goal"]) - ep["opening"]  # the details the opening message did not state
+        drawn = len(ep["elicited"]) - ep["opening"]
+        return {
+            "success": float(success),
+            "simulator_failure": float(simulator_failure),
+            "questions": float(ep["questions"]),
+            "elicited": drawn / hidden if hidden else 1.0,
+            "elicited_per_question": drawn / ep["questions"] if ep["questions"] else 0.0,
+        }
+
+    def _truncated_info(self) -> dict[str, Any]:
+        return {"metrics": self._metrics(False, False)}
+
+    def _info(self) -> dict[str, Any]:
+        return {"elicited": list(self._ep.get("elicited", [])), **self._extra_info()}
+
+    def anchor(self) -> str:
+        """The task plus the dialogue so far (the user's replies depend on it, and on nothing else)."""
+        key = json.dumps([self._ep["dialogue"], self._ep["elicited"], self._extra_info()], sort_keys=True)
+        return f"{self._task_id}:{hashlib.blake2b(key.encode(), digest_size=8).hexdigest()}"
+
+    # -- branching ----------------------------------------------------------------------------------------------
+    def _snapshot_state(self) -> Any:
+        if self.user_kind != "scripted":
+            raise NotImplementedError("an LLM user's conversation cannot be snapshotted (its server holds state)")
+        return copy.deepcopy((self._user, self._ep))
+
+    def _restore_state(self, state: Any) -> None:
+        self._user, self._ep = copy.deepcopy(state)
+
+    def close(self) -> None:
+        if self._user is not None:
+            self._user.close()
+        super().close()
+
+
+def _says(text: str, value: Any) -> bool:
+    """Whether ``text`` (lower case) states ``value`` as a whole word or phrase."""
+    return find_word(str(value), text) is not None

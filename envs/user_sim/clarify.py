@@ -1,0 +1,307 @@
+"""Clarify-v0: an underspecified request; the agent must ask for the missing details, then act.
+
+A task is a request in one of four domains (a table booking, a flight, a meeting, a pizza order), each an action
+with five details. The user's opening message states some of them; the others are hidden, and the user gives each
+only when asked (``agentgym.envs.user_sim.users.ScriptedUser``). The agent asks with ``[action] ...`` and ends with
+``[answer] name(detail=value, ...)``: success when the action and every detail are right (reward component
+``outcome``), plus ``elicit_reward`` per hidden detail drawn out (``elicit``).
+
+Difficulty (``difficulty``, or seeded per task with ``"mixed"``): ``easy`` (two hidden details, a cooperative user
+who volunteers after two off-target questions), ``medium`` (three hidden, volunteers after four, corrects wrong
+assumptions half the time), ``hard`` (four hidden, never volunteers, never corrects).
+
+>>> import gymnasium as gym, agentgym
+>>> env = gym.make("agentgym/Clarify-v0", difficulty="easy")
+>>> obs, info = env.reset(options={"task_index": 0})
+>>> obs[-1]["content"]
+'I want to order a pizza: with olive, thin crust, and 4 of them.'
+>>> obs, *_ = env.step("[action] Which size would you like?")
+>>> obs[-1]["content"]
+'Large.'
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from agentgym.envs.user_sim.agents import ClarifyHeuristicAgent, ClarifyOracleAgent, RandomInteractAgent
+from agentgym.envs.user_sim.base import UserSimEnv
+from agentgym.envs.user_sim.users import ScriptedUser, Slot, User
+
+DIFFICULTIES = ("easy", "medium", "hard")
+#: difficulty -> (hidden details, volunteer_after, cooperativeness)
+LEVELS: dict[str, tuple[int, int | None, float]] = {"easy": (2, 2, 1.0), "medium": (3, 4, 0.5), "hard": (4, None, 0.0)}
+TASKS_PER_LEVEL = 10_000
+DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+CITIES = ("lisbon", "oslo", "madrid", "dublin", "vienna", "prague", "athens", "warsaw")
+
+#: domain -> (action name, what the user wants, its slots, how the request states each slot)
+DOMAINS: dict[str, tuple[str, str, tuple[Slot, ...], dict[str, str]]] = {
+    "restaurant": (
+        "book_table",
+        "I'd like to book a table",
+        (
+            Slot(
+                "cuisine",
+                ("cuisine", "food", "kind of restaurant"),
+                ("italian", "thai", "indian", "mexican", "greek"),
+                ("{value} food.", "Somewhere {value}."),
+            ),
+            Slot(
+                "area",
+                ("area", "where", "part of town", "neighbourhood"),
+                ("north", "south", "east", "west", "centre"),
+                ("In the {value}.", "The {value} of town."),
+            ),
+            Slot("day", ("day", "which day", "date"), DAYS, ("On {value}.", "{value} works.")),
+            Slot(
+                "time",
+                ("time", "what time", "hour"),
+                ("18:00", "18:30", "19:00", "19:30", "20:00", "20:30"),
+                ("At {value}.", "{value}, please."),
+            ),
+            Slot(
+                "people",
+                ("people", "guests", "party", "how many"),
+                ("2", "3", "4", "5", "6"),
+                ("For {value} people.", "We are {value}."),
+            ),
+        ),
+        {
+            "cuisine": "{value} food",
+            "area": "in the {value}",
+            "day": "on {value}",
+            "time": "at {value}",
+            "people": "for {value} people",
+        },
+    ),
+    "flight": (
+        "book_flight",
+        "I need a flight",
+        (
+            Slot(
+                "origin",
+                ("origin", "departure", "leaving from", "flying from", "from where"),
+                CITIES,
+                ("From {value}.", "I'm leaving from {value}."),
+            ),
+            Slot(
+                "destination",
+                ("destination", "where to", "going to", "flying to", "arrive"),
+                CITIES,
+                ("To {value}.", "I'm going to {value}."),
+            ),
+            Slot("day", ("day", "when", "date"), DAYS, ("On {value}.", "{value}.")),
+            Slot(
+                "cabin",
+                ("cabin", "class", "seat"),
+                ("economy", "premium", "business"),
+                ("{value} class.", "In {value}."),
+            ),
+            Slot("bags", ("bags", "luggage", "suitcases"), ("0", "1", "2"), ("{value} bags.", "With {value} bags.")),
+        ),
+        {
+            "origin": "from {value}",
+            "destination": "to {value}",
+            "day": "on {value}",
+            "cabin": "in {value} class",
+            "bags": "with {value} bags",
+        },
+    ),
+    "meeting": (
+        "schedule_meeting",
+        "Please set up a meeting",
+        (
+            Slot(
+                "person",
+                ("who", "person", "with whom", "attendee"),
+                ("sam", "lee", "ana", "raj", "mia", "noor"),
+                ("With {value}.", "It's with {value}."),
+            ),
+            Slot("day", ("day", "when", "date"), DAYS, ("On {value}.", "{value} is best.")),
+            Slot(
+                "start",
+                ("time", "start", "what time"),
+                ("09:00", "10:00", "11:00", "14:00", "15:00", "16:00"),
+                ("At {value}.", "Starting at {value}."),
+            ),
+            Slot(
+                "minutes",
+                ("long", "duration", "minutes", "length"),
+                ("15", "30", "45", "60"),
+                ("{value} minutes.", "It should last {value} minutes."),
+            ),
+            Slot(
+                "room",
+                ("room", "where", "location"),
+                ("atlas", "birch", "cedar", "delta"),
+                ("In room {value}.", "The {value} room."),
+            ),
+        ),
+        {
+            "person": "with {value}",
+            "day": "on {value}",
+            "start": "at {value}",
+            "minutes": "for {value} minutes",
+            "room": "in room {value}",
+        },
+    ),
+    "pizza": (
+        "order_pizza",
+        "I want to order a pizza",
+        (
+            Slot("size", ("size", "how big"), ("small", "medium", "large"), ("{value}.", "A {value} one.")),
+            Slot(
+                "topping",
+                ("topping", "toppings", "on it"),
+                ("pepperoni", "mushroom", "ham", "olive", "pineapple"),
+                ("With {value}.", "{value}, please."),
+            ),
+            Slot(
+                "crust",
+                ("crust", "base", "dough"),
+                ("thin", "thick", "stuffed"),
+                ("{value} crust.", "The {value} crust."),
+            ),
+            Slot(
+                "quantity",
+                ("quantity", "how many", "number"),
+                ("1", "2", "3", "4"),
+                ("{value} of them.", "I need {value}."),
+            ),
+            Slot(
+                "delivery",
+                ("delivery", "pickup", "pick up", "deliver", "collect"),
+                ("delivered", "collected"),
+                ("I want it {value}.", "It will be {value}."),
+            ),
+        ),
+        {
+            "size": "{value}",
+            "topping": "with {value}",
+            "crust": "{value} crust",
+            "quantity": "{value} of them",
+            "delivery": "{value}",
+        },
+    ),
+}
+_CALL = re.compile(r"^\s*`?(\w+)\s*\((.*)\)`?\s*\.?\s*$", re.DOTALL)
+
+
+def make_task(difficulty: str, index: int) -> dict[str, Any]:
+    """Task ``index`` of a difficulty level (depends on nothing else)."""
+    rng = random.Random(f"clarify:{difficulty}:{index}")
+    domain = rng.choice(sorted(DOMAINS))
+    action, want, slots, phrases = DOMAINS[domain]
+    goal = {s.name: rng.choice(s.choices) for s in slots}
+    if domain == "flight":
+        while goal["destination"] == goal["origin"]:
+            goal["destination"] = rng.choice(slots[1].choices)
+    hidden_n, volunteer, coop = LEVELS[difficulty]
+    hidden = sorted(rng.sample([s.name for s in slots], hidden_n), key=[s.name for s in slots].index)
+    stated = [s.name for s in slots if s.name not in hidden]
+    parts = [phrases[k].format(value=goal[k]) for k in stated]
+    request = f"{want}: {', '.join(parts[:-1])}, and {parts[-1]}." if len(parts) > 1 else f"{want} {parts[0]}."
+    return {"id": f"{difficulty}/{index}", "difficulty": difficulty, "domain": domain, "action": action,
+            "goal": goal, "hidden": hidden, "request": request, "volunteer_after": volunteer,
+            "cooperativeness": coop}  # fmt: skip
+
+
+def parse_call(text: str) -> tuple[str, dict[str, str]] | None:
+    """``name(key=value, ...)`` -> ``(name, {key: value})`` (values unquoted, lower case); None if it is not one.
+
+    >>> parse_call("book_table(cuisine='Thai', people=4)")
+    ('book_table', {'cuisine': 'thai', 'people': '4'})
+    """
+    m = _CALL.match(text)
+    if m is None:
+        return None
+    args: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in m.group(2).split(","))):
+        key, eq, value = part.partition("=")
+        if not eq or not key.strip().isidentifier():
+            return None
+        args[key.strip()] = value.strip().strip("'\"").strip().lower()
+    return m.group(1), args
+
+
+class ClarifyEnv(UserSimEnv):
+    """Clarify-v0 (see the module docstring).
+
+    Args:
+        difficulty: ``"easy"``, ``"medium"``, ``"hard"`` or ``"mixed"`` (task ``i`` of level ``i % 3``).
+        user: ``"scripted"`` or ``"llm"`` (``user_llm``: ``LLMUser`` arguments, ``base_url`` and ``model`` at least).
+        elicit_reward: reward per hidden detail the user states (component ``elicit``).
+    """
+
+    agents: ClassVar[Mapping[str, Any]] = {"oracle": ClarifyOracleAgent, "heuristic": ClarifyHeuristicAgent,
+                                           "random": RandomInteractAgent}  # fmt: skip
+    choices = ("action", "answer")
+
+    def __init__(
+        self,
+        *,
+        difficulty: str = "mixed",
+        user: str = "scripted",
+        user_llm: Mapping[str, Any] | None = None,
+        elicit_reward: float = 0.1,
+        max_turns: int = 12,
+        invalid_action_penalty: float = 0.0,
+        render_mode: str | None = None,
+    ) -> None:
+        super().__init__(user=user, user_llm=user_llm, elicit_reward=elicit_reward, max_turns=max_turns,  # type: ignore[arg-type]
+                         invalid_action_penalty=invalid_action_penalty, render_mode=render_mode)  # fmt: skip
+        if difficulty != "mixed" and difficulty not in DIFFICULTIES:
+            raise ValueError(f"difficulty must be 'mixed' or one of {DIFFICULTIES}, got {difficulty!r}")
+        self.difficulty = difficulty
+        self.levels = list(DIFFICULTIES) if difficulty == "mixed" else [difficulty]
+        self.num_tasks = TASKS_PER_LEVEL * len(self.levels)
+
+    def task_index_of(self, task_id: str) -> int:
+        level, _, local = task_id.partition("/")
+        if level not in self.levels or not local.isdigit() or int(local) >= TASKS_PER_LEVEL:
+            raise ValueError(f"unknown task_id {task_id!r}: ids look like '{self.levels[0]}/17'")
+        return int(local) * len(self.levels) + self.levels.index(level)
+
+    def _task(self, task_index: int) -> dict[str, Any]:
+        return make_task(self.levels[task_index % len(self.levels)], task_index // len(self.levels))
+
+    def _make_user(self, task: dict[str, Any]) -> User:
+        slots = DOMAINS[task["domain"]][2]
+        if self.user_kind == "llm":
+            known = "; ".join(f"{k}: {v}" for k, v in task["goal"].items())
+            return self._llm_user(f"You want this done: {task['request']} The details you have in mind: {known}.")
+        return ScriptedUser(slots, task["goal"], task["request"], cooperativeness=task["cooperativeness"],
+                            volunteer_after=task["volunteer_after"])  # fmt: skip
+
+    def _intro(self, task: dict[str, Any]) -> str:
+        lines = []
+        for action, _, slots, _ in DOMAINS.values():
+            params = ", ".join(f"{s.name}: {'|'.join(s.choices)}" for s in slots)
+            lines.append(f"{action}({params})")
+        return (
+            "You help a user get something done. You can do one of these actions, each with every parameter set:\n"
+            + "\n".join(lines)
+            + "\nThe user's request leaves some details out. Ask the user for what is missing (one question at a "
+            "time works best), then give the action as your answer, written like "
+            "[answer] book_table(cuisine=thai, area=north, day=friday, time=19:00, people=4)."
+        )
+
+    def _gold(self, task: dict[str, Any]) -> dict[str, Any]:
+        args = ", ".join(f"{k}={v}" for k, v in task["goal"].items())
+        return {"goal": task["goal"], "hidden": task["hidden"], "answer": f"{task['action']}({args})",
+                "category": task["difficulty"], "domain": task["domain"]}  # fmt: skip
+
+    def _answer(self, content: str) -> tuple[dict[str, float], bool, dict[str, Any]]:
+        task = self._ep["task"]
+        call = parse_call(content)
+        if call is None:
+            return {}, False, {"answer_error": "not an action call like name(key=value, ...)"}
+        name, args = call
+        goal = {k: str(v).lower() for k, v in task["goal"].items()}
+        wrong = sorted(k for k in goal if args.get(k) != goal[k]) + sorted(set(args) - set(goal))
+        success = name == task["action"] and not wrong
+        return {}, success, {"wrong_details": wrong, "right_action": name == task["action"]}
