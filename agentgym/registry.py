@@ -40,6 +40,9 @@ BUILTIN_ENVS: tuple[BuiltinEnv, ...] = (
     BuiltinEnv("agentgym/ToolUse-v0", "agentgym.envs.tool_use.env:ToolUseEnv"),
     BuiltinEnv("agentgym/CodeExec-v0", "agentgym.envs.code_exec.env:CodeExecEnv"),
     BuiltinEnv("agentgym/Clarify-v0", "agentgym.envs.user_sim.clarify:ClarifyEnv"),
+    BuiltinEnv("agentgym/Preference-v0", "agentgym.envs.user_sim.preference:PreferenceEnv"),
+    BuiltinEnv("agentgym/TwentyQuestions-v0", "agentgym.envs.user_sim.twenty_questions:TwentyQuestionsEnv"),
+    BuiltinEnv("agentgym/CustomerService-v0", "agentgym.envs.user_sim.customer_service:CustomerServiceEnv"),
     # Adapters to the real benchmarks. Without their package or data they still construct (no built-in agents,
     # `unavailable_reason` says what to install or download) and reset() raises EnvUnavailableError.
     BuiltinEnv("agentgym/TextWorld-v0", "agentgym.envs.household.textworld_adapter:TextWorldEnv"),
