@@ -27,9 +27,9 @@ BENCH_ENV_KWARGS: dict[str, dict[str, Any]] = {}
 #: 800 tasks (200 per category): more episodes would replay them.
 BENCH_MAX_EPISODES: dict[str, int] = {"agentgym/Household-v0": 500, "agentgym/BFCL-v0": 800}
 #: Columns shown in the printed table, in order (those an env does not report are left out).
-COLUMNS = ("env", "agent", "category", "episodes", "success", "return", "turns", "invalid_rate", "em", "f1", "subem",
-           "supporting_recall", "searches", "simulator_failure", "elicited", "information_gain", "pass^2", "pass^4",
-           "pass^8", "seconds")  # fmt: skip
+COLUMNS = ("env", "agent", "category", "episodes", "success", "return", "turns", "turns_to_success", "invalid_rate",
+           "em", "f1", "subem", "supporting_recall", "searches", "simulator_failure", "elicited", "information_gain",
+           "pass^2", "pass^4", "pass^8", "seconds")  # fmt: skip
 
 
 @dataclass

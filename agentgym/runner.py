@@ -408,8 +408,9 @@ class Summary:
     """Running means of ``episode_metrics``, overall and per task category: what ``summarize`` reports, built
     one episode at a time in constant memory per category.
 
-    With ``group_size`` K > 1 (episodes added in groups of K trials of one task, as ``run(..., group_size=K)``
-    plays them), rows also hold ``pass^1`` .. ``pass^K``: ``pass_hat_k`` per task, averaged over tasks.
+    ``turns_to_success`` is the mean number of turns of the successful episodes (None without any). With
+    ``group_size`` K > 1 (episodes added in groups of K trials of one task, as ``run(..., group_size=K)`` plays
+    them), rows also hold ``pass^1`` .. ``pass^K``: ``pass_hat_k`` per task, averaged over tasks.
 
     >>> s = Summary()
     >>> s.rows()
@@ -426,6 +427,7 @@ class Summary:
         self._pass_sums: dict[str, list[float]] = {}
         self._pass_counts: dict[str, int] = {}
         self._trial_successes: list[bool] = []  # the current group's
+        self._won: dict[str, list[float]] = {}  # group -> [successful episodes, their turns]
 
     def add(self, traj: Trajectory) -> None:
         metrics = episode_metrics(traj)
@@ -435,6 +437,10 @@ class Summary:
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + v
             self._counts[group] = self._counts.get(group, 0) + 1
+            if traj.success:
+                won = self._won.setdefault(group, [0.0, 0.0])
+                won[0] += 1
+                won[1] += len(traj.turns)
         if self.group_size > 1:
             self._trial_successes.append(bool(traj.success))
             if len(self._trial_successes) == self.group_size:
@@ -460,6 +466,8 @@ class Summary:
                 continue
             n = self._counts[group]
             row = {"category": name, "episodes": n, **{k: v / n for k, v in self._sums[group].items()}}
+            won = self._won.get(group)
+            row["turns_to_success"] = won[1] / won[0] if won else None
             tasks = self._pass_counts.get(group, 0)
             for j, total in enumerate(self._pass_sums.get(group, []), start=1):
                 row[f"pass^{j}"] = total / tasks

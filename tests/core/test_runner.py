@@ -183,4 +183,6 @@ def test_summary_reports_pass_k_over_groups_of_trials():
         expected = sum(pass_hat_k(sum(t.success for t in g), 4, k) for g in groups) / 3
         assert row[f"pass^{k}"] == pytest.approx(expected)
     assert row["pass^1"] == pytest.approx(row["success"])
+    won = [len(t.turns) for t in trajs if t.success]
+    assert row["turns_to_success"] == (pytest.approx(sum(won) / len(won)) if won else None)
     assert "pass^2" not in summarize(trajs)[0]  # without groups there is no pass^k
