@@ -196,7 +196,8 @@ class ScriptedUser(User):
 
     def reset(self, *, seed: int | None = None) -> None:
         self._rng = random.Random(seed)
-        self.disclosed = set()
+        request = self.request.lower()  # what the opening request states is told already: never volunteered again
+        self.disclosed = {k for k, v in self.goal.items() if find_word(str(v), request)}
         self._off_target = self._turns = 0
         self._started = False
 
@@ -237,14 +238,25 @@ class ScriptedUser(User):
             return self._state(first.slot), False
         if first is not None and first.slot in self.goal and first.choice is not None:
             if first.choice.lower() != self.goal[first.slot].lower() and self._rng.random() < self.cooperativeness:
-                sentence = self._state(first.slot)
-                return self._pick(CORRECT) + sentence[0].lower() + sentence[1:], False
+                sentence = self._state(first.slot)  # (drawn before the lead-in: the RNG order is part of the script)
+                return self._pick(CORRECT) + _continue(sentence), False
             return self._pick(ACK), False
         pending = [s.name for s in self.slots if s.name in self.goal and s.name not in self.disclosed]
         if self.volunteer_after is not None and self._off_target >= self.volunteer_after and pending:
             self._off_target = 0
             sentence = self._state(pending[0])
-            return self._pick(VOLUNTEER) + sentence[0].lower() + sentence[1:], False
+            return self._pick(VOLUNTEER) + _continue(sentence), False
         if not pending and first is None:
             return self._pick(ALL_TOLD), False
         return self._pick(OFF_TARGET if first is None else ACK), False
+
+
+def _continue(sentence: str) -> str:
+    """A sentence continuing a lead-in ("By the way, "): its first letter in lower case, except the pronoun I.
+
+    >>> _continue("On friday."), _continue("I'm leaving from oslo.")
+    ('on friday.', "I'm leaving from oslo.")
+    """
+    if re.match(r"I\b", sentence):
+        return sentence
+    return sentence[:1].lower() + sentence[1:]
