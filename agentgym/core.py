@@ -80,11 +80,11 @@ class StepResult:
     observation: list[Message]
     reward_components: dict[str, float] = field(default_factory=dict)
     terminated: bool = False
-    truncated: bool = False
     action_valid: bool = True
     parse_error: str | None = None
     success: bool = False
     info: dict[str, Any] = field(default_factory=dict)
+    truncated: bool = False
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from agentgym.core import AgentEnv, StepResult
+from agentgym.core import AgentEnv, SnapshotError, StepResult
 from agentgym.envs.tool_use.tools import ArgumentError, validate_arguments
 from agentgym.envs.user_sim.users import SimulatorError, User, find_word, split_marker
 from agentgym.parsing import InvalidToolCallError, NoActionError, ParseError, is_blank, parse_tool_turn
@@ -300,7 +300,7 @@ class UserSimEnv(AgentEnv):
     # -- branching ----------------------------------------------------------------------------------------------
     def _snapshot_state(self) -> Any:
         if self.user_kind != "scripted":
-            raise NotImplementedError("an LLM user's conversation cannot be snapshotted (its server holds state)")
+            raise SnapshotError("an episode with an LLM user cannot be snapshotted: its replies come from a server")
         return copy.deepcopy((self._user, self._ep))
 
     def _restore_state(self, state: Any) -> None:
