@@ -87,7 +87,17 @@ def test_console_script_bench_writes_report_and_plots(tmp_path):
     png = out / "agentgym_SearchQA-v0_success.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = json.loads((out / "results.json").read_text())
-    assert {r["agent"] for r in rows} == {"oracle", "heuristic", "random"}
+    import gymnasium as gym
+
+    import agentgym
+    from agentgym.registry import unavailable_reason
+    from agentgym.runner import builtin_agents
+
+    for env_id in agentgym.list_envs():  # every available env, each with every one of its built-in agents
+        env = gym.make(env_id)
+        if unavailable_reason(env) is None:
+            assert {r["agent"] for r in rows if r["env"] == env_id} == set(builtin_agents(env)), env_id
+        env.close()
 
 
 def test_cli_hands_train_arguments_to_the_trainer(capsys):

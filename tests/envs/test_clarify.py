@@ -236,3 +236,27 @@ def test_clarify_with_an_llm_user_on_a_real_server():
             assert steps[-1][3] and "simulator_failure" not in steps[-1][4]  # the turn limit, not a failure
             env.close()
         assert dialogues[0] == dialogues[1]  # the env seeds the user from the task: the same dialogue again
+
+
+def test_the_llm_agents_play_the_user_sim_envs_through_the_runner(tmp_path):
+    """OpenAIAgent against a real server (tiny model) on every user-simulation env: episodes end cleanly (the
+    model's random text is explained by the env) and replay identically."""
+    pytest.importorskip("torch")
+    pytest.importorskip("fastapi")
+    from agentgym.replay import replay_file
+    from agentgym.runner import run
+    from agentgym.tools.openai_server import create_app
+    from agentgym.tools.serving import BackgroundServer
+    from agentgym.tools.tiny_model import build_tiny_model
+
+    model, tokenizer = build_tiny_model(seed=0, max_position_embeddings=8192)
+    with BackgroundServer(create_app(model, tokenizer, model_name="tiny")) as server:
+        agent = {"base_url": server.url + "/v1", "model": "tiny", "api_key_env": None, "max_tokens": 8}
+        for env_id, kwargs in [("agentgym/Clarify-v0", {}), ("agentgym/Preference-v0", {}),
+                               ("agentgym/TwentyQuestions-v0", {"difficulty": "easy"}),
+                               ("agentgym/CustomerService-v0", {})]:  # fmt: skip
+            out = tmp_path / f"{env_id.split('/')[1]}.jsonl"
+            trajs = run(env_id, "openai", 2, env_kwargs={**kwargs, "max_turns": 2}, agent_kwargs=agent, out=out,
+                        progress=False)  # fmt: skip
+            assert all(t.error is None and t.done for t in trajs), env_id
+            assert all(r.ok for r in replay_file(out)), env_id
