@@ -36,6 +36,8 @@ from agentgym.envs.user_sim.users import SimulatorError, User, find_word, split_
 from agentgym.parsing import InvalidToolCallError, NoActionError, ParseError, is_blank, parse_tool_turn
 
 CHOICES: tuple[str, ...] = ("action", "search", "answer", "finish")
+#: Scripted-user settings an env's ``user_knobs`` may override for every task (``ScriptedUser``'s arguments).
+USER_KNOBS: tuple[str, ...] = ("cooperativeness", "volunteer_after", "patience")
 TOOL_NAME = "interact_with_env"
 _PREFIX = re.compile(r"\[(action|search|answer|finish)\]", re.IGNORECASE)
 #: What each choice does, for the system prompt.
@@ -131,12 +133,17 @@ class UserSimEnv(AgentEnv):
         *,
         user: Literal["scripted", "llm"] = "scripted",
         user_llm: Mapping[str, Any] | None = None,
+        user_knobs: Mapping[str, Any] | None = None,
         elicit_reward: float = 0.1,
         max_turns: int = 20,
         invalid_action_penalty: float = 0.0,
         render_mode: str | None = None,
     ) -> None:
         super().__init__(max_turns=max_turns, invalid_action_penalty=invalid_action_penalty, render_mode=render_mode)
+        unknown = set(user_knobs or {}) - set(USER_KNOBS)
+        if unknown:
+            raise ValueError(f"unknown user_knobs {sorted(unknown)}; accepted: {list(USER_KNOBS)}")
+        self.user_knobs = dict(user_knobs or {})
         if user not in ("scripted", "llm"):
             raise ValueError(f"user must be 'scripted' or 'llm', got {user!r}")
         if user == "llm" and not (user_llm and user_llm.get("base_url")):
@@ -168,6 +175,11 @@ class UserSimEnv(AgentEnv):
 
     def _extra_info(self) -> dict[str, Any]:
         return {}
+
+    def _knobs(self, task: dict[str, Any]) -> dict[str, Any]:
+        """The scripted user's settings for ``task``: the task's level, overridden by ``user_knobs``."""
+        level = {k: task[k] for k in USER_KNOBS if k in task}
+        return {**level, **self.user_knobs}
 
     def _llm_user(self, instructions: str) -> User:
         """An ``LLMUser`` with the env's ``user_llm`` arguments and these instructions."""

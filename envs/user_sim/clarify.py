@@ -234,6 +234,8 @@ class ClarifyEnv(UserSimEnv):
     Args:
         difficulty: ``"easy"``, ``"medium"``, ``"hard"`` or ``"mixed"`` (task ``i`` of level ``i % 3``).
         user: ``"scripted"`` or ``"llm"`` (``user_llm``: ``LLMUser`` arguments, ``base_url`` and ``model`` at least).
+        user_knobs: overrides of the scripted user's settings for every task (``cooperativeness``,
+            ``volunteer_after``, ``patience``), e.g. ``{"cooperativeness": 0.0}`` for a less forgiving user.
         elicit_reward: reward per hidden detail the user states (component ``elicit``).
     """
 
@@ -247,13 +249,15 @@ class ClarifyEnv(UserSimEnv):
         difficulty: str = "mixed",
         user: str = "scripted",
         user_llm: Mapping[str, Any] | None = None,
+        user_knobs: Mapping[str, Any] | None = None,
         elicit_reward: float = 0.1,
         max_turns: int = 12,
         invalid_action_penalty: float = 0.0,
         render_mode: str | None = None,
     ) -> None:
-        super().__init__(user=user, user_llm=user_llm, elicit_reward=elicit_reward, max_turns=max_turns,  # type: ignore[arg-type]
-                         invalid_action_penalty=invalid_action_penalty, render_mode=render_mode)  # fmt: skip
+        super().__init__(user=user, user_llm=user_llm, user_knobs=user_knobs, elicit_reward=elicit_reward,  # type: ignore[arg-type]
+                         max_turns=max_turns, invalid_action_penalty=invalid_action_penalty,
+                         render_mode=render_mode)  # fmt: skip
         if difficulty != "mixed" and difficulty not in DIFFICULTIES:
             raise ValueError(f"difficulty must be 'mixed' or one of {DIFFICULTIES}, got {difficulty!r}")
         self.difficulty = difficulty
@@ -274,8 +278,7 @@ class ClarifyEnv(UserSimEnv):
         if self.user_kind == "llm":
             known = "; ".join(f"{k}: {v}" for k, v in task["goal"].items())
             return self._llm_user(f"You want this done: {task['request']} The details you have in mind: {known}.")
-        return ScriptedUser(slots, task["goal"], task["request"], cooperativeness=task["cooperativeness"],
-                            volunteer_after=task["volunteer_after"])  # fmt: skip
+        return ScriptedUser(slots, task["goal"], task["request"], **self._knobs(task))
 
     def _intro(self, task: dict[str, Any]) -> str:
         lines = []

@@ -570,6 +570,8 @@ class PreferenceEnv(UserSimEnv):
     Args:
         difficulty: ``"easy"``, ``"medium"``, ``"hard"`` or ``"mixed"`` (task ``i`` of level ``i % 3``).
         user: ``"scripted"`` or ``"llm"`` (``user_llm``: ``LLMUser`` arguments, ``base_url`` and ``model`` at least).
+        user_knobs: overrides of the scripted user's settings for every task (``cooperativeness``,
+            ``volunteer_after``, ``patience``), e.g. ``{"cooperativeness": 0.0}`` for a less forgiving user.
         acceptable_reward: the ``outcome`` of an acceptable item (the best one gets 1.0).
         elicit_reward: reward per hidden preference the user states (component ``elicit``).
     """
@@ -584,14 +586,16 @@ class PreferenceEnv(UserSimEnv):
         difficulty: str = "mixed",
         user: str = "scripted",
         user_llm: Mapping[str, Any] | None = None,
+        user_knobs: Mapping[str, Any] | None = None,
         acceptable_reward: float = ACCEPTABLE_REWARD,
         elicit_reward: float = 0.1,
         max_turns: int = 14,
         invalid_action_penalty: float = 0.0,
         render_mode: str | None = None,
     ) -> None:
-        super().__init__(user=user, user_llm=user_llm, elicit_reward=elicit_reward, max_turns=max_turns,  # type: ignore[arg-type]
-                         invalid_action_penalty=invalid_action_penalty, render_mode=render_mode)  # fmt: skip
+        super().__init__(user=user, user_llm=user_llm, user_knobs=user_knobs, elicit_reward=elicit_reward,  # type: ignore[arg-type]
+                         max_turns=max_turns, invalid_action_penalty=invalid_action_penalty,
+                         render_mode=render_mode)  # fmt: skip
         if difficulty != "mixed" and difficulty not in DIFFICULTIES:
             raise ValueError(f"difficulty must be 'mixed' or one of {DIFFICULTIES}, got {difficulty!r}")
         self.difficulty = difficulty
@@ -617,8 +621,7 @@ class PreferenceEnv(UserSimEnv):
                 f"Among the {domain.plural} that meet them you want the {task['goal'][PRIORITY]}. Share a preference "
                 "only when the assistant asks about it; you have no preference on anything else."
             )
-        return ScriptedUser(slots_of(domain), task["goal"], task["request"], cooperativeness=task["cooperativeness"],
-                            volunteer_after=task["volunteer_after"])  # fmt: skip
+        return ScriptedUser(slots_of(domain), task["goal"], task["request"], **self._knobs(task))
 
     def _intro(self, task: dict[str, Any]) -> str:
         domain = DOMAINS[task["domain"]]

@@ -260,3 +260,22 @@ def test_the_llm_agents_play_the_user_sim_envs_through_the_runner(tmp_path):
                         progress=False)  # fmt: skip
             assert all(t.error is None and t.done for t in trajs), env_id
             assert all(r.ok for r in replay_file(out)), env_id
+
+
+def test_user_knobs_make_the_user_less_forgiving():
+    kind, harsh = (
+        ClarifyEnv(difficulty="easy"),
+        ClarifyEnv(difficulty="easy", user_knobs={"cooperativeness": 0.0, "volunteer_after": None}),
+    )
+    _, info = kind.reset(options={"task_index": 0})
+    harsh.reset(options={"task_index": 0})
+    slot = info["gold"]["hidden"][0]
+    wrong = next(c for d in DOMAINS.values() for s in d[2] if s.name == slot for c in s.choices
+                 if c != info["gold"]["goal"][slot])  # fmt: skip
+    assert slot in kind.step(f"[action] Is it {wrong}?")[4]["newly_elicited"]  # corrected
+    assert harsh.step(f"[action] Is it {wrong}?")[4]["newly_elicited"] == []  # a bare "no"
+    for _ in range(4):  # off-target turns: the easy user volunteers after two, the harsh one never
+        harsh.step("[action] Hello?")
+    assert harsh.unwrapped.anchor() and len(harsh._ep["elicited"]) == harsh._ep["opening"]
+    with pytest.raises(ValueError, match="unknown user_knobs"):
+        ClarifyEnv(user_knobs={"mood": "grumpy"})
