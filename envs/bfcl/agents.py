@@ -13,36 +13,14 @@ import re
 from typing import Any
 
 from agentgym.agents.base import Agent
+from agentgym.envs.tool_use.agents import OracleAgent, hermes
+
+__all__ = ["OracleAgent", "RandomAgent", "hermes"]
 
 Message = dict[str, Any]
 _TOOLS = re.compile(r"<tools>\n(.*?)\n</tools>", re.DOTALL)
 _WORD = re.compile(r"[A-Za-z_][\w.\-]*")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
-
-
-def hermes(calls: list[dict[str, Any]]) -> str:
-    """Calls as Hermes ``<tool_call>`` blocks."""
-    return "\n".join(f"<tool_call>\n{json.dumps(c)}\n</tool_call>" for c in calls)
-
-
-class OracleAgent(Agent):
-    """Plays the gold turns of ``info["gold"]["turns"]`` in order (one per agent turn so far)."""
-
-    name = "oracle"
-    privileged = True
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._turns: list[dict[str, Any]] = []
-
-    def act(self, messages: list[Message], info: dict[str, Any]) -> str:
-        if "gold" in info:
-            self._turns = info["gold"]["turns"]
-        t = sum(1 for m in messages if m.get("role") == "assistant")
-        if t >= len(self._turns):
-            return "Done."
-        turn = self._turns[t]
-        return hermes(turn["calls"]) if turn["calls"] else turn["reply"]
 
 
 class RandomAgent(Agent):

@@ -29,10 +29,12 @@ def hermes(calls: list[dict[str, Any]]) -> str:
 
 
 class OracleAgent(Agent):
-    """Plays the gold turns of ``info["gold"]["turns"]`` in order (one per agent turn so far)."""
+    """Plays the gold turns of ``info["gold"]["turns"]`` in order (one per agent turn so far): a turn's calls as
+    Hermes blocks, else its reply; ``when_done`` once they are played (tool envs share it: BFCL, CustomerService)."""
 
     name = "oracle"
     privileged = True
+    when_done = "Done."
 
     def __init__(self) -> None:
         super().__init__()
@@ -43,7 +45,7 @@ class OracleAgent(Agent):
             self._turns = info["gold"]["turns"]
         t = sum(1 for m in messages if m.get("role") == "assistant")
         if t >= len(self._turns):
-            return "Done."
+            return self.when_done
         turn = self._turns[t]
         return hermes(turn["calls"]) if turn["calls"] else turn["reply"]
 

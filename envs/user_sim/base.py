@@ -120,17 +120,23 @@ def parse_interaction(action: str, choices: Sequence[str]) -> Interaction:
 class UserSimEnv(AgentEnv):
     """Base class of the user-simulation envs: a subclass writes its tasks, its user and its answer check.
 
-    Hooks: ``num_tasks``; ``_task(task_index) -> dict`` (a JSON task record with ``id``, ``goal`` ``{detail:
-    value}`` and whatever else the env needs); ``_make_user(task) -> User``; ``_intro(task) -> str`` (the system
-    prompt's description of the job); ``_answer(content) -> (components, success, info)``; optionally
-    ``_search(content) -> str``, ``_gold(task) -> dict``, ``_extra_info()``.
+    Hooks: ``_make_task(level, index) -> dict`` (task ``index`` of a difficulty level: a JSON record with ``id``
+    ``"<level>/<index>"``, ``goal`` ``{detail: value}`` and whatever else the env needs); ``_make_user(task) ->
+    User``; ``_intro(task) -> str`` (the system prompt's description of the job); ``_answer(content) ->
+    (components, success, info)``; optionally ``_search(content) -> str``, ``_gold(task) -> dict``,
+    ``_extra_info()``. The base does the levels (``difficulty``), task ids and indices, the user loop and metrics.
     """
 
     choices: ClassVar[tuple[str, ...]] = ("action", "answer")
+    #: The difficulty levels; ``difficulty="mixed"`` interleaves them (task ``i`` is task ``i // n`` of level
+    #: ``i % n``), so any first N tasks cover every level.
+    difficulties: ClassVar[tuple[str, ...]] = ("easy", "medium", "hard")
+    tasks_per_level: ClassVar[int] = 10_000
 
     def __init__(
         self,
         *,
+        difficulty: str = "mixed",
         user: Literal["scripted", "llm"] = "scripted",
         user_llm: Mapping[str, Any] | None = None,
         user_knobs: Mapping[str, Any] | None = None,
@@ -144,6 +150,11 @@ class UserSimEnv(AgentEnv):
         if unknown:
             raise ValueError(f"unknown user_knobs {sorted(unknown)}; accepted: {list(USER_KNOBS)}")
         self.user_knobs = dict(user_knobs or {})
+        if difficulty != "mixed" and difficulty not in self.difficulties:
+            raise ValueError(f"difficulty must be 'mixed' or one of {self.difficulties}, got {difficulty!r}")
+        self.difficulty = difficulty
+        self.levels = list(self.difficulties) if difficulty == "mixed" else [difficulty]
+        self.num_tasks = self.tasks_per_level * len(self.levels)
         if user not in ("scripted", "llm"):
             raise ValueError(f"user must be 'scripted' or 'llm', got {user!r}")
         if user == "llm" and not (user_llm and user_llm.get("base_url")):
@@ -154,8 +165,18 @@ class UserSimEnv(AgentEnv):
         self._user: User | None = None
         self._ep: dict[str, Any] = {}
 
-    # -- hooks --------------------------------------------------------------------------------------------------
+    # -- tasks --------------------------------------------------------------------------------------------------
+    def task_index_of(self, task_id: str) -> int:
+        level, _, local = task_id.partition("/")
+        if level not in self.levels or not local.isdigit() or int(local) >= self.tasks_per_level:
+            raise ValueError(f"unknown task_id {task_id!r}: ids look like '{self.levels[0]}/17'")
+        return int(local) * len(self.levels) + self.levels.index(level)
+
     def _task(self, task_index: int) -> dict[str, Any]:
+        return self._make_task(self.levels[task_index % len(self.levels)], task_index // len(self.levels))
+
+    # -- hooks --------------------------------------------------------------------------------------------------
+    def _make_task(self, level: str, index: int) -> dict[str, Any]:
         raise NotImplementedError
 
     def _make_user(self, task: dict[str, Any]) -> User:

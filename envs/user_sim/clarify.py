@@ -34,7 +34,6 @@ from agentgym.envs.user_sim.users import ScriptedUser, Slot, User
 DIFFICULTIES = ("easy", "medium", "hard")
 #: difficulty -> (hidden details, volunteer_after, cooperativeness)
 LEVELS: dict[str, tuple[int, int | None, float]] = {"easy": (2, 2, 1.0), "medium": (3, 4, 0.5), "hard": (4, None, 0.0)}
-TASKS_PER_LEVEL = 10_000
 DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 CITIES = ("lisbon", "oslo", "madrid", "dublin", "vienna", "prague", "athens", "warsaw")
 
@@ -255,23 +254,12 @@ class ClarifyEnv(UserSimEnv):
         invalid_action_penalty: float = 0.0,
         render_mode: str | None = None,
     ) -> None:
-        super().__init__(user=user, user_llm=user_llm, user_knobs=user_knobs, elicit_reward=elicit_reward,  # type: ignore[arg-type]
-                         max_turns=max_turns, invalid_action_penalty=invalid_action_penalty,
-                         render_mode=render_mode)  # fmt: skip
-        if difficulty != "mixed" and difficulty not in DIFFICULTIES:
-            raise ValueError(f"difficulty must be 'mixed' or one of {DIFFICULTIES}, got {difficulty!r}")
-        self.difficulty = difficulty
-        self.levels = list(DIFFICULTIES) if difficulty == "mixed" else [difficulty]
-        self.num_tasks = TASKS_PER_LEVEL * len(self.levels)
+        super().__init__(difficulty=difficulty, user=user, user_llm=user_llm, user_knobs=user_knobs,  # type: ignore[arg-type]
+                         elicit_reward=elicit_reward, max_turns=max_turns,
+                         invalid_action_penalty=invalid_action_penalty, render_mode=render_mode)  # fmt: skip
 
-    def task_index_of(self, task_id: str) -> int:
-        level, _, local = task_id.partition("/")
-        if level not in self.levels or not local.isdigit() or int(local) >= TASKS_PER_LEVEL:
-            raise ValueError(f"unknown task_id {task_id!r}: ids look like '{self.levels[0]}/17'")
-        return int(local) * len(self.levels) + self.levels.index(level)
-
-    def _task(self, task_index: int) -> dict[str, Any]:
-        return make_task(self.levels[task_index % len(self.levels)], task_index // len(self.levels))
+    def _make_task(self, level: str, index: int) -> dict[str, Any]:
+        return make_task(level, index)
 
     def _make_user(self, task: dict[str, Any]) -> User:
         slots = DOMAINS[task["domain"]][2]

@@ -66,20 +66,18 @@ from typing import Any, ClassVar, Literal
 
 from agentgym.agents.base import Agent
 from agentgym.core import StepResult
+from agentgym.envs.tool_use.agents import OracleAgent, hermes
 from agentgym.envs.tool_use.agents import RandomAgent as RandomToolAgent
-from agentgym.envs.tool_use.agents import hermes
 from agentgym.envs.tool_use.tools import ArgumentError, ToolError, validate_arguments
 from agentgym.envs.user_sim.base import TOOL_NAME, Interaction, UserSimEnv, interact_schema
 from agentgym.envs.user_sim.service_world import (
     CANCEL_REASONS,
-    DIFFICULTIES,
     KIND_TOOL,
     OPTIONS_OF,
     POLICY,
     REFUND_REASONS,
     RETURN_WINDOW_DAYS,
     RULES,
-    TASKS_PER_LEVEL,
     WRITE_TOOLS,
     RetailStore,
     call_key,
@@ -338,26 +336,12 @@ def llm_instructions(task: dict[str, Any]) -> str:
 
 
 # -- agents ----------------------------------------------------------------------------------------------------------
-class ServiceOracleAgent(Agent):
+class ServiceOracleAgent(OracleAgent):
     """Privileged: plays the task's gold turns (``info["gold"]["turns"]``) in order: asks for the identity,
     authenticates, looks the order up, asks each needed detail, asks for confirmation, acts, tells the outcome (or
     refuses a forbidden request with its reason); ``[finish]`` if the user has not ended by then."""
 
-    name = "oracle"
-    privileged = True
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._turns: list[dict[str, Any]] = []
-
-    def act(self, messages: list[Message], info: dict[str, Any]) -> str:
-        if "gold" in info:
-            self._turns = info["gold"]["turns"]
-        t = sum(1 for m in messages if m.get("role") == "assistant")
-        if t >= len(self._turns):
-            return "[finish]"
-        turn = self._turns[t]
-        return hermes(turn["calls"]) if turn["calls"] else turn["reply"]
+    when_done = "[finish]"
 
 
 _EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
@@ -775,6 +759,7 @@ class CustomerServiceEnv(UserSimEnv):
         render_mode: str | None = None,
     ) -> None:
         super().__init__(
+            difficulty=difficulty,
             user=user,
             user_llm=user_llm,
             elicit_reward=elicit_reward,
@@ -782,22 +767,12 @@ class CustomerServiceEnv(UserSimEnv):
             invalid_action_penalty=invalid_action_penalty,
             render_mode=render_mode,
         )
-        if difficulty != "mixed" and difficulty not in DIFFICULTIES:
-            raise ValueError(f"difficulty must be 'mixed' or one of {DIFFICULTIES}, got {difficulty!r}")
-        self.difficulty = difficulty
         self.patience = patience
-        self.levels = list(DIFFICULTIES) if difficulty == "mixed" else [difficulty]
-        self.num_tasks = TASKS_PER_LEVEL * len(self.levels)
 
     # -- UserSimEnv hooks -------------------------------------------------------------------------------------------
-    def task_index_of(self, task_id: str) -> int:
-        level, _, local = task_id.partition("/")
-        if level not in self.levels or not local.isdigit() or int(local) >= TASKS_PER_LEVEL:
-            raise ValueError(f"unknown task_id {task_id!r}: ids look like '{self.levels[0]}/17'")
-        return int(local) * len(self.levels) + self.levels.index(level)
 
-    def _task(self, task_index: int) -> dict[str, Any]:
-        return make_task(self.levels[task_index % len(self.levels)], task_index // len(self.levels))
+    def _make_task(self, level: str, index: int) -> dict[str, Any]:
+        return make_task(level, index)
 
     def _make_user(self, task: dict[str, Any]) -> User:
         if self.user_kind == "llm":

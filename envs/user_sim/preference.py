@@ -55,7 +55,6 @@ from agentgym.envs.user_sim.users import ScriptedUser, Slot, User, find_word
 
 Message = dict[str, Any]
 DIFFICULTIES = ("easy", "medium", "hard")
-TASKS_PER_LEVEL = 10_000
 #: Matches a search shows at most.
 SHOWN = 10
 #: Partial credit for an acceptable item (the default of ``PreferenceEnv(acceptable_reward=...)``).
@@ -593,24 +592,13 @@ class PreferenceEnv(UserSimEnv):
         invalid_action_penalty: float = 0.0,
         render_mode: str | None = None,
     ) -> None:
-        super().__init__(user=user, user_llm=user_llm, user_knobs=user_knobs, elicit_reward=elicit_reward,  # type: ignore[arg-type]
-                         max_turns=max_turns, invalid_action_penalty=invalid_action_penalty,
-                         render_mode=render_mode)  # fmt: skip
-        if difficulty != "mixed" and difficulty not in DIFFICULTIES:
-            raise ValueError(f"difficulty must be 'mixed' or one of {DIFFICULTIES}, got {difficulty!r}")
-        self.difficulty = difficulty
+        super().__init__(difficulty=difficulty, user=user, user_llm=user_llm, user_knobs=user_knobs,  # type: ignore[arg-type]
+                         elicit_reward=elicit_reward, max_turns=max_turns,
+                         invalid_action_penalty=invalid_action_penalty, render_mode=render_mode)  # fmt: skip
         self.acceptable_reward = float(acceptable_reward)
-        self.levels = list(DIFFICULTIES) if difficulty == "mixed" else [difficulty]
-        self.num_tasks = TASKS_PER_LEVEL * len(self.levels)
 
-    def task_index_of(self, task_id: str) -> int:
-        level, _, local = task_id.partition("/")
-        if level not in self.levels or not local.isdigit() or int(local) >= TASKS_PER_LEVEL:
-            raise ValueError(f"unknown task_id {task_id!r}: ids look like '{self.levels[0]}/17'")
-        return int(local) * len(self.levels) + self.levels.index(level)
-
-    def _task(self, task_index: int) -> dict[str, Any]:
-        return make_task(self.levels[task_index % len(self.levels)], task_index // len(self.levels))
+    def _make_task(self, level: str, index: int) -> dict[str, Any]:
+        return make_task(level, index)
 
     def _make_user(self, task: dict[str, Any]) -> User:
         domain = DOMAINS[task["domain"]]

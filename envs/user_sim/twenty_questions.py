@@ -86,7 +86,6 @@ Row = Mapping[str, Any]  # one entity: "name", "type" and its attributes (str, o
 DIFFICULTIES = ("easy", "medium", "hard")
 #: difficulty -> candidates per task
 LEVELS: dict[str, int] = {"easy": 16, "medium": 64, "hard": 256}
-TASKS_PER_LEVEL = 10_000
 #: The attributes one may ask about, per entity type, in table order.
 COLUMNS: dict[str, tuple[str, ...]] = {
     "person": ("occupation", "birth year", "birth city", "birth country"),
@@ -643,17 +642,12 @@ class TwentyQuestionsEnv(UserSimEnv):
         invalid_action_penalty: float = 0.0,
         render_mode: str | None = None,
     ) -> None:
-        super().__init__(user="scripted", elicit_reward=0.0, max_turns=max_turns,
+        super().__init__(difficulty=difficulty, user="scripted", elicit_reward=0.0, max_turns=max_turns,
                          invalid_action_penalty=invalid_action_penalty, render_mode=render_mode)  # fmt: skip
-        if difficulty != "mixed" and difficulty not in DIFFICULTIES:
-            raise ValueError(f"difficulty must be 'mixed' or one of {DIFFICULTIES}, got {difficulty!r}")
         if kinds is not None and (isinstance(kinds, str) or not kinds or not set(kinds) <= set(KINDS)):
             raise ValueError(f"kinds must be a non-empty list of entity types among {KINDS}, got {kinds!r}")
         if not math.isfinite(ig_reward):
             raise ValueError(f"ig_reward must be finite, got {ig_reward}")
-        self.difficulty = difficulty
-        self.levels = list(DIFFICULTIES) if difficulty == "mixed" else [difficulty]
-        self.num_tasks = TASKS_PER_LEVEL * len(self.levels)
         self.ig_reward = float(ig_reward)
         self.catalog = catalog(dataset, data_seed)
         wanted = set(KINDS if kinds is None else kinds)
@@ -664,15 +658,8 @@ class TwentyQuestionsEnv(UserSimEnv):
         assert isinstance(self._user, Answerer)
         return self._user
 
-    def task_index_of(self, task_id: str) -> int:
-        level, _, local = task_id.partition("/")
-        if level not in self.levels or not local.isdigit() or int(local) >= TASKS_PER_LEVEL:
-            raise ValueError(f"unknown task_id {task_id!r}: ids look like '{self.levels[0]}/17'")
-        return int(local) * len(self.levels) + self.levels.index(level)
-
     # -- UserSimEnv hooks -------------------------------------------------------------------------------------------
-    def _task(self, task_index: int) -> dict[str, Any]:
-        level, local = self.levels[task_index % len(self.levels)], task_index // len(self.levels)
+    def _make_task(self, level: str, local: int) -> dict[str, Any]:
         rng = random.Random(f"twenty_questions:{level}:{local}")
         picked = rng.sample(self.pool, min(LEVELS[level], len(self.pool)))
         rows = self.catalog.rows
