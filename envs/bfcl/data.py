@@ -22,7 +22,7 @@ Gold calls are parsed with ``ast`` (never evaluated); function docs become OpenA
 >>> check_arguments(fn, {"file_name": "log.txt", "lines": "5"})
 Traceback (most recent call last):
 ...
-agentgym.envs.bfcl.data.ArgumentError: Argument 'lines' of tail must be an integer, got a string ('5').
+agentgym.envs.tool_use.tools.ArgumentError: Argument 'lines' of tail must be an integer, got a string ('5').
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ import importlib
 import importlib.util
 import inspect
 import json
-import math
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -41,6 +40,7 @@ from types import ModuleType
 from typing import Any
 
 from agentgym.core import EnvUnavailableError
+from agentgym.envs.tool_use.tools import validate_arguments
 
 BFCL_VERSION = "2026.3.23"
 INSTALL_HINT = f"pip install --no-deps bfcl-eval=={BFCL_VERSION} mpmath"
@@ -55,10 +55,6 @@ CHECKER = "bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker"
 
 class BFCLUnavailable(EnvUnavailableError):
     """``bfcl-eval`` (or ``mpmath``) is not installed; the message says how to install it."""
-
-
-class ArgumentError(ValueError):
-    """A call whose arguments do not fit the function's schema (missing, unknown or wrongly typed)."""
 
 
 @functools.cache
@@ -231,53 +227,6 @@ def tool_schema(doc: dict[str, Any]) -> dict[str, Any]:
     return {"type": "function", "function": function}
 
 
-def _kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return f"a boolean ({value!r})"
-    if value is None:
-        return "null"
-    names = {int: "an integer", float: "a number", str: "a string", list: "an array", dict: "an object"}
-    return f"{names.get(type(value), type(value).__name__)} ({str(value)[:40]!r})"
-
-
-_WANT = {"string": "a string", "integer": "an integer", "number": "a number", "boolean": "a boolean",
-         "array": "an array", "object": "an object"}  # fmt: skip
-
-
-def _check(value: Any, prop: dict[str, Any], where: str) -> None:
-    kind = prop.get("type")
-    if kind is None:  # "any"
-        return
-    ok = {
-        "string": isinstance(value, str),
-        "integer": isinstance(value, int) and not isinstance(value, bool),
-        "number": isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value),
-        "boolean": isinstance(value, bool),
-        "array": isinstance(value, list),
-        "object": isinstance(value, dict),
-    }[kind]
-    if not ok:
-        raise ArgumentError(f"{where} must be {_WANT[kind]}, got {_kind(value)}.")
-    if "enum" in prop and value not in prop["enum"]:
-        raise ArgumentError(f"{where} must be one of {prop['enum']}, got {value!r}.")
-    if kind == "array" and "items" in prop:
-        for i, item in enumerate(value):
-            _check(item, prop["items"], f"{where}[{i}]")
-    if kind == "object" and "properties" in prop:
-        props = prop["properties"]
-        extra = [k for k in value if k not in props]
-        if extra:
-            raise ArgumentError(f"{where} has no key(s) {extra}; its keys are {list(props)}.")
-        required = prop.get("required", [])
-        missing = [k for k in required if k not in value]
-        if missing:
-            raise ArgumentError(f"{where} is missing key(s) {missing}.")
-        for key, item in value.items():
-            if item is None and key not in required:
-                continue
-            _check(item, props[key], f"{where}[{key!r}]")
-
-
 def check_arguments(function: dict[str, Any], arguments: Any) -> dict[str, Any]:
     """Check a call's ``arguments`` against a tool schema's ``function`` part; return them unchanged (a copy).
 
@@ -285,22 +234,7 @@ def check_arguments(function: dict[str, Any], arguments: Any) -> dict[str, Any]:
     integer stays an integer for a ``number``, as in BFCL, where the call string is evaluated); defaults are not
     filled in (the Python default applies). ``null`` is accepted for an optional argument whose default is null.
     """
-    name = function["name"]
-    params = function["parameters"]
-    if not isinstance(arguments, dict):
-        raise ArgumentError(f"The arguments of {name} must be a JSON object, got {_kind(arguments)}.")
-    props = params["properties"]
-    extra = [k for k in arguments if k not in props]
-    if extra:
-        raise ArgumentError(f"{name} has no parameter(s) {extra}; its parameters are {list(props)}.")
-    missing = [k for k in params["required"] if k not in arguments]
-    if missing:
-        raise ArgumentError(f"{name} is missing required argument(s) {missing}.")
-    for key, value in arguments.items():
-        if value is None and key not in params["required"] and props[key].get("default") is None:
-            continue
-        _check(value, props[key], f"Argument {key!r} of {name}")
-    return dict(arguments)
+    return validate_arguments(function, arguments, fill_defaults=False)
 
 
 # -- gold calls -------------------------------------------------------------------------------------------------

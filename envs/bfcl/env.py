@@ -38,7 +38,8 @@ from typing import Any, ClassVar
 from agentgym.core import AgentEnv, StepResult
 from agentgym.envs.bfcl import data
 from agentgym.envs.bfcl.agents import OracleAgent, RandomAgent
-from agentgym.envs.bfcl.data import ArgumentError, Task
+from agentgym.envs.bfcl.data import Task
+from agentgym.envs.tool_use.tools import ArgumentError
 from agentgym.parsing import ParseError, ToolCall, is_blank, parse_tool_turn
 
 #: BFCL's MAXIMUM_STEP_LIMIT (``bfcl_eval/constants/default_prompts.py``): more call steps in one user turn and

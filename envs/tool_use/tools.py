@@ -158,31 +158,52 @@ def _kind(value: Any) -> str:
     return f"{names.get(type(value), type(value).__name__)} ({str(value)[:40]!r})"
 
 
+_WANT = {"string": "a string", "integer": "an integer", "number": "a number", "boolean": "a boolean",
+         "array": "an array", "object": "an object"}  # fmt: skip
+
+
 def _check(value: Any, prop: dict[str, Any], where: str) -> None:
-    kind = prop["type"]
+    kind = prop.get("type")
+    if kind is None:  # any value
+        return
     ok = {
         "string": isinstance(value, str),
         "integer": isinstance(value, int) and not isinstance(value, bool),
         "number": isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value),
         "boolean": isinstance(value, bool),
         "array": isinstance(value, list),
+        "object": isinstance(value, dict),
     }[kind]
     if not ok:
-        want = {"string": "a string", "integer": "an integer", "number": "a number", "boolean": "a boolean",
-                "array": "an array"}[kind]  # fmt: skip
-        raise ArgumentError(f"{where} must be {want}, got {_kind(value)}.")
+        raise ArgumentError(f"{where} must be {_WANT[kind]}, got {_kind(value)}.")
     if "enum" in prop and value not in prop["enum"]:
         raise ArgumentError(f"{where} must be one of {prop['enum']}, got {value!r}.")
-    if kind == "array":
+    if kind == "array" and "items" in prop:
         for i, item in enumerate(value):
             _check(item, prop["items"], f"{where}[{i}]")
+    if kind == "object" and "properties" in prop:
+        props = prop["properties"]
+        extra = [k for k in value if k not in props]
+        if extra:
+            raise ArgumentError(f"{where} has no key(s) {extra}; its keys are {list(props)}.")
+        required = prop.get("required", [])
+        missing = [k for k in required if k not in value]
+        if missing:
+            raise ArgumentError(f"{where} is missing key(s) {missing}.")
+        for key, item in value.items():
+            if item is None and key not in required:
+                continue
+            _check(item, props[key], f"{where}[{key!r}]")
 
 
-def validate_arguments(function: dict[str, Any], arguments: Any) -> dict[str, Any]:
-    """Check ``arguments`` against a function schema (``schema["function"]``); return them with defaults filled in.
+def validate_arguments(function: dict[str, Any], arguments: Any, *, fill_defaults: bool = True) -> dict[str, Any]:
+    """Check ``arguments`` against a function schema (``schema["function"]``) and return them: with defaults filled
+    in and numbers as floats (``fill_defaults``), or as given (``fill_defaults=False``: the callee's own defaults
+    apply, as when BFCL evaluates a call string).
 
-    Raises ``ArgumentError`` for a non-object, a missing or unknown argument or a value of the wrong type (``null``
-    is accepted only for an optional parameter whose default is ``None``).
+    Raises ``ArgumentError`` for a non-object, a missing or unknown argument or a value of the wrong type, in
+    arrays and objects too (``null`` is accepted only for an optional parameter whose default is ``None``; a
+    property without a ``type`` takes any value).
     """
     name = function["name"]
     params = function["parameters"]
@@ -195,15 +216,14 @@ def validate_arguments(function: dict[str, Any], arguments: Any) -> dict[str, An
     missing = [k for k in params["required"] if k not in arguments]
     if missing:
         raise ArgumentError(f"{name} is missing required argument(s) {missing}.")
+    for key, value in arguments.items():
+        if value is None and key not in params["required"] and props[key].get("default") is None:
+            continue
+        _check(value, props[key], f"Argument {key!r} of {name}")
+    if not fill_defaults:
+        return dict(arguments)
     out: dict[str, Any] = {}
     for key, prop in props.items():
-        if key not in arguments:
-            out[key] = prop.get("default")
-            continue
-        value = arguments[key]
-        if value is None and "default" in prop and prop["default"] is None:
-            out[key] = None
-            continue
-        _check(value, prop, f"Argument {key!r} of {name}")
-        out[key] = float(value) if prop["type"] == "number" else value
+        value = arguments.get(key, prop.get("default"))
+        out[key] = float(value) if prop.get("type") == "number" and value is not None else value
     return out

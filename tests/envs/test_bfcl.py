@@ -26,6 +26,7 @@ from agentgym.checker import check
 from agentgym.core import EnvUnavailableError
 from agentgym.envs.bfcl.agents import OracleAgent, RandomAgent, hermes
 from agentgym.envs.bfcl.env import BFCLEnv, gold_replay, make_instances, state_digest
+from agentgym.envs.tool_use.tools import ArgumentError
 from agentgym.parsing import ParseError, parse_tool_turn
 from agentgym.rewards.matching import ToolCallMatching
 from agentgym.runner import run
@@ -104,7 +105,7 @@ def test_schemas_convert_and_gold_calls_fit_them():
                     gold = data.call_dict(text, owners)
                     try:
                         data.check_arguments(schemas[gold["name"]], gold["arguments"])
-                    except data.ArgumentError:
+                    except ArgumentError:
                         bad.add(task.id)
     assert bad == {f"multi_turn_{c}_173" for c in data.CATEGORIES}
 
@@ -265,7 +266,7 @@ def test_fuzz_rejected_calls_change_nothing(index, action):
             fits = fits and all(
                 abs(v) <= 10_000 for k, v in c.arguments.items() if k == "exponent" and isinstance(v, int)
             )
-        except (KeyError, data.ArgumentError):
+        except (KeyError, ArgumentError):
             fits = False
         rejected.append(not fits)
         assert message["content"].startswith("Error: ") == (not fits), (c, message)
