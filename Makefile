@@ -1,5 +1,5 @@
 # `make bench` and `make test` work on a fresh machine: they create .venv and install everything first.
-# Needs Python >= 3.11 (PYTHON=python3.12 picks another interpreter) and about 2 GB of disk for .venv.
+# Needs Python >= 3.11 (PYTHON=python3.12 picks another interpreter) and about 3 GB of disk for .venv.
 VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python

@@ -1,4 +1,4 @@
-"""The ``agentgym`` command line: list, run, bench, check, replay, serve-retriever, and plugin commands (train).
+"""The ``agentgym`` command line: list, run, bench, check, replay, serve, serve-retriever, and plugin commands (train).
 
 Plugin commands come from the ``agentgym.commands`` entry-point group: ``agentgym NAME ARGS...`` calls the entry
 point's ``main(ARGS)`` (``--help`` included). agentgym's own ``train`` is one (``agentgym.baselines.trainer:main``).
@@ -9,6 +9,7 @@ agentgym bench --episodes 500
 agentgym check agentgym/SearchQA-v0
 agentgym replay runs/heuristic/trajectories.jsonl
 agentgym serve-retriever corpus.jsonl --port 8000
+agentgym serve agentgym/SearchQA-v0 agentgym/Household-v0 --port 8001
 agentgym train --preset tiny
 """
 
@@ -211,6 +212,44 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    import os
+
+    import gymnasium as gym
+
+    from agentgym.tools.serving import TOKEN_ENV, check_bind
+
+    token = args.token or os.environ.get(TOKEN_ENV) or None
+    try:
+        check_bind(args.host, token)  # before anything is built: a one-line usage error
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    unknown = [e for e in args.env_ids if e not in gym.registry]
+    if unknown:
+        raise UserError(f"unknown env id(s) {unknown} (see agentgym list)")
+    common = {"host": args.host, "port": args.port, "token": token, "header_timeout": args.header_timeout,
+              "idle_timeout": args.idle_timeout, "max_body_bytes": args.max_body_bytes}  # fmt: skip
+    if args.openenv:
+        if len(args.env_ids) != 1:
+            raise UserError("--openenv serves one env: give exactly one ENV_ID")
+        from agentgym.openenv_compat import openenv_types, serve_openenv
+
+        try:
+            openenv_types()
+        except ImportError as e:
+            raise UserError(" ".join(str(e).split())) from None
+        env_kwargs = _kv(args.env_arg)
+        _make_env(args.env_ids[0], env_kwargs).close()  # an unknown id or a bad argument: a one-line error
+        serve_openenv(args.env_ids[0], env_kwargs, max_sessions=args.max_sessions or 64, **common)
+        return 0
+    if args.env_arg:
+        raise UserError("--env-arg goes with --openenv (RemoteEnv clients pass their own env_kwargs)")
+    from agentgym.server import serve
+
+    serve(env_ids=args.env_ids or None, max_sessions=args.max_sessions or 1024, **common)
+    return 0
+
+
 def build_parser(plugins: Mapping[str, EntryPoint] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agentgym", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -292,6 +331,28 @@ def build_parser(plugins: Mapping[str, EntryPoint] | None = None) -> argparse.Ar
     )  # fmt: skip
     p.add_argument("--header-timeout", type=float, default=10.0, help="seconds a client has to send its headers")
     p.set_defaults(fn=cmd_serve_retriever)
+
+    p = command("serve", help="serve envs over HTTP: sessions for RemoteEnv, or OpenEnv's protocol (--openenv)")
+    p.add_argument(
+        "env_ids", nargs="*", metavar="ENV_ID",
+        help="the envs clients may build (default: every registered agentgym env; with --openenv: exactly one)",
+    )  # fmt: skip
+    p.add_argument(
+        "--openenv", action="store_true",
+        help="serve ENV_ID over OpenEnv's protocol (openenv-core's EnvClient, TRL, SkyRL; needs agentgym[openenv])",
+    )  # fmt: skip
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="with --openenv: env argument")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default; others need a token)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument(
+        "--token", default=None,
+        help="bearer token clients must send (default: $AGENTGYM_TOKEN; prefer it, a token here shows in ps)",
+    )  # fmt: skip
+    p.add_argument("--max-sessions", type=int, default=None, help="open sessions at most (default 1024; 64 --openenv)")
+    p.add_argument("--idle-timeout", type=float, default=300.0, help="seconds before an unused session is closed")
+    p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body or WebSocket message")
+    p.add_argument("--header-timeout", type=float, default=10.0, help="seconds a client has to send its headers")
+    p.set_defaults(fn=cmd_serve)
 
     for name, ep in sorted((plugins or {}).items()):  # listed in --help; main() dispatches them before parsing
         where = ep.value.replace("%", "%%")  # argparse %-formats help strings

@@ -43,6 +43,10 @@ BUILTIN_ENVS: tuple[BuiltinEnv, ...] = (
     BuiltinEnv("agentgym/Preference-v0", "agentgym.envs.user_sim.preference:PreferenceEnv"),
     BuiltinEnv("agentgym/TwentyQuestions-v0", "agentgym.envs.user_sim.twenty_questions:TwentyQuestionsEnv"),
     BuiltinEnv("agentgym/CustomerService-v0", "agentgym.envs.user_sim.customer_service:CustomerServiceEnv"),
+    # Credit-assignment diagnostics: a horizon knob, verified progress, anchors shared by identical states.
+    BuiltinEnv("agentgym/Chain-v0", "agentgym.envs.diagnostics.chain:ChainEnv"),
+    BuiltinEnv("agentgym/Umbrella-v0", "agentgym.envs.diagnostics.umbrella:UmbrellaEnv"),
+    BuiltinEnv("agentgym/KeyDoor-v0", "agentgym.envs.diagnostics.key_door:KeyDoorEnv"),
     # Adapters to the real benchmarks. Without their package or data they still construct (no built-in agents,
     # `unavailable_reason` says what to install or download) and reset() raises EnvUnavailableError.
     BuiltinEnv("agentgym/TextWorld-v0", "agentgym.envs.household.textworld_adapter:TextWorldEnv"),

@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 from tqdm.auto import tqdm
@@ -40,6 +40,9 @@ from tqdm.auto import tqdm
 from agentgym.agents.base import Agent, Message
 from agentgym.core import AgentEnv
 from agentgym.trajectory import Trajectory, TrajectoryWriter, Turn, cut_torn_tail, read_records
+
+if TYPE_CHECKING:
+    from agentgym.pool import EnvPool
 
 #: Agents that work with any env (they talk to a model, not to env internals).
 GENERIC_AGENTS: dict[str, str] = {
@@ -227,6 +230,7 @@ def iter_episodes(
     start: int = 0,
     make_env: Callable[[], gym.Env] | None = None,
     max_errors: int | None = 5,
+    pool: EnvPool | None = None,
 ) -> Iterator[Trajectory]:
     """Yield episodes ``start .. episodes - 1`` in order, each as soon as it and those before it have finished.
 
@@ -236,7 +240,16 @@ def iter_episodes(
     env raised, e.g. an unreachable server) is recorded and yielded; once ``max_errors`` of the last
     ``4 * max_errors`` episodes failed with the same kind of error, ``RunAborted`` is raised, so a broken setup
     stops in a few episodes instead of failing every one (``None`` never stops).
+
+    With ``pool`` (an ``agentgym.pool.EnvPool`` of ``env_id``, e.g. a ``RayPool``) the episodes run on its slots
+    (``EnvPool.play``: the same records); ``workers``, ``env_kwargs`` and ``make_env`` are then the pool's.
     """
+    if pool is not None:
+        if pool.env_info.env_id != env_id:
+            raise ValueError(f"the pool runs {pool.env_info.env_id}, not {env_id}")
+        yield from pool.play(agent, episodes, seed=seed, tasks=tasks, group_size=group_size,
+                             agent_kwargs=agent_kwargs, start=start, max_errors=max_errors)  # fmt: skip
+        return
     spec = RunSpec(env_id, episodes, seed, dict(env_kwargs or {}), tasks, group_size)
     if not 0 <= start <= episodes:
         raise ValueError(f"start must be in 0..{episodes}, got {start}")

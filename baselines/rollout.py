@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from agentgym.agents.base import normalize_messages
+from agentgym.pool import EnvPool, Outcome, as_pool
 from agentgym.tools.local_lm import model_input_names
 from agentgym.trajectory import Trajectory, Turn
 
@@ -118,6 +119,7 @@ class Rollout:
     observations: list[list[dict[str, Any]]] = field(default_factory=list)
     infos: list[dict[str, Any]] = field(default_factory=list)
     scored_rewards: list[float] = field(default_factory=list)  # a trainer's turn-scorer rewards (empty: none)
+    error: str | None = None  # a failed env step (an exception, a timeout, a dead actor) ended the episode
 
     @property
     def input_ids(self) -> list[int]:
@@ -142,13 +144,25 @@ class Rollout:
 
         Returns ``(observation, terminated, truncated)``; on the episode's end the flags and success are set.
         """
+        obs, reward, terminated, truncated, info = env.step(action)
+        return self.record_outcome(
+            tokens, logprobs, action, Outcome(0, "step", obs, reward, terminated, truncated, info)
+        )
+
+    def record_outcome(
+        self, tokens: list[int], logprobs: list[float], action: str, out: Outcome
+    ) -> tuple[list[dict[str, Any]], bool, bool]:
+        """:meth:`record_turn` with the step already taken (an ``agentgym.pool.Outcome``). A failed step ends the
+        episode as truncated with ``error`` set (reward 0, no observation)."""
         start = len(self.response_ids)
         self.response_ids += tokens
         self.loss_mask += [1] * len(tokens)
         self.rollout_logprobs += logprobs
         self.turn_spans.append((start, len(self.response_ids)))
         self.actions.append(action)
-        obs, reward, terminated, truncated, info = env.step(action)
+        obs, reward, terminated, truncated, info = out.observation, out.reward, out.terminated, out.truncated, out.info
+        if out.error is not None:
+            self.error, truncated = out.error, True
         self.turn_rewards.append(float(reward))
         self.anchors.append(info.get("anchor"))
         self.reward_components.append(dict(info.get("reward_components", {})))
@@ -214,6 +228,7 @@ class Rollout:
             "terminated": self.terminated,
             "truncated": self.truncated,
             "success": self.success,
+            "error": self.error,
         }
 
 
@@ -409,7 +424,7 @@ def rollout_episode(
 
 def run_episodes(
     policy: HFPolicy,
-    envs: Sequence[Any],
+    envs: Sequence[Any] | EnvPool,
     *,
     seeds: Sequence[int],
     group_ids: Sequence[Hashable],
@@ -420,16 +435,22 @@ def run_episodes(
 ) -> list[Rollout]:
     """Episode ``i`` on ``envs[i]`` (reset with ``seeds[i]`` and ``options[i]``), all in lockstep: each turn,
     every episode still running samples in one batched generation (chunks of ``generation_batch`` rows; None =
-    all), then each steps its own env. Episode ``i`` samples with a generator seeded with ``sample_seeds[i]``."""
-    n = len(envs)
-    if not (n == len(seeds) == len(group_ids) == len(sample_seeds)):
+    all), then the chunk's envs step at once. Episode ``i`` samples with a generator seeded with ``sample_seeds[i]``.
+
+    ``envs`` is a list of envs or an ``agentgym.pool.EnvPool`` (episode ``i`` on slot ``i``; a ``ThreadPool`` or
+    ``RayPool`` steps the envs in parallel). A failed reset raises; a failed step ends its episode with ``error``."""
+    n = len(seeds)
+    if not n == len(group_ids) == len(sample_seeds) or not (
+        n <= len(envs) if isinstance(envs, EnvPool) else n == len(envs)
+    ):
         raise ValueError("envs, seeds, group_ids and sample_seeds differ in length")
+    pool = as_pool(envs)
     generators = [torch.Generator().manual_seed(int(s)) for s in sample_seeds]
     rollouts: list[Rollout] = []
-    if options is None:
-        options = [None] * n
-    for env, seed, group_id, opts in zip(envs, seeds, group_ids, options, strict=True):
-        obs, info = env.reset(seed=int(seed), options=opts)
+    for out, seed, group_id in zip(pool.reset([int(s) for s in seeds], options), seeds, group_ids, strict=True):
+        if out.error is not None:
+            raise RuntimeError(f"episode {out.slot}: {out.error}")
+        obs, info = out.observation, out.info
         r = Rollout(prompt_ids=policy.prompt_ids(obs), group_id=group_id, seed=int(seed), task_id=info.get("task_id"))
         r.initial_observation, r.reset_info = list(obs), dict(info)
         rollouts.append(r)
@@ -455,11 +476,13 @@ def run_episodes(
                 stop=config.stop,
                 generators=[generators[i] for i, _ in part],
             )
-            for (i, _), (tokens, logprobs, finish) in zip(part, samples, strict=True):
+            actions = [policy.decode(tokens) for tokens, _, _ in samples]
+            outcomes = pool.step({i: action for (i, _), action in zip(part, actions, strict=True)})
+            for (i, _), (tokens, logprobs, finish), action, out in zip(part, samples, actions, outcomes, strict=True):
                 r = rollouts[i]
                 contexts[i].append(r.input_ids)
                 r.context_lengths.append(len(r.input_ids))
-                obs, terminated, truncated = r.record_turn(envs[i], tokens, logprobs, policy.decode(tokens))
+                obs, terminated, truncated = r.record_outcome(tokens, logprobs, action, out)
                 if terminated or truncated:
                     continue
                 if turn + 1 == config.max_turns:
@@ -485,7 +508,7 @@ def collect_rollouts(
     config: RolloutConfig,
     sample_seed: int = 0,
     group_offset: int = 0,
-    envs: list[Any] | None = None,
+    envs: list[Any] | EnvPool | None = None,
     generation_batch: int | None = None,
     options: Sequence[dict[str, Any] | None] | None = None,
 ) -> list[Rollout]:
@@ -494,19 +517,24 @@ def collect_rollouts(
     goes to the resets of task ``b`` (e.g. ``{"task_index": b}`` to play a split's tasks in order).
 
     All rollouts run in lockstep (:func:`run_episodes`), one env each. Pass ``envs`` (a list, grown with
-    ``env_factory`` as needed and left open) to reuse envs across calls; otherwise they are made and closed here."""
+    ``env_factory`` as needed and left open) to reuse envs across calls, or an ``agentgym.pool.EnvPool`` of at least
+    ``len(task_seeds) * group_size`` slots (left open); otherwise they are made and closed here."""
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
     n = len(task_seeds) * group_size
     pool = envs if envs is not None else []
-    while len(pool) < n:
-        pool.append(env_factory())
+    if isinstance(pool, EnvPool):
+        if len(pool) < n:
+            raise ValueError(f"the pool has {len(pool)} slots, {n} rollouts need as many")
+    else:
+        while len(pool) < n:
+            pool.append(env_factory())
     was_training = policy.model.training
     policy.model.eval()
     try:
         return run_episodes(
             policy,
-            pool[:n],
+            pool if isinstance(pool, EnvPool) else pool[:n],
             seeds=[int(s) for s in task_seeds for _ in range(group_size)],
             group_ids=[group_offset + b for b in range(len(task_seeds)) for _ in range(group_size)],
             sample_seeds=[derive_seed(sample_seed, j) for j in range(n)],

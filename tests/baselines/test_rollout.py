@@ -161,3 +161,17 @@ def test_household_demonstrations_come_from_the_oracle_agent(policy):
     assert demo.turn_end_indices == [e - 1 for _, e in demo.turn_spans]
     for (s, e), action in zip(demo.turn_spans, demo.actions, strict=True):
         assert demo.response_ids[s:e] == [*policy.encode(action), policy.end_token_id]
+
+
+@pytest.mark.parametrize("kind", ["serial", "thread", "ray"])
+def test_rollouts_step_through_any_pool(policy, rollouts, kind):
+    if kind == "ray":
+        pytest.importorskip("ray", reason="Ray is not installed (pip install 'agentgym[ray]')")
+    from agentgym.pool import make_pool
+
+    options = {"num_cpus": 0.5, "init_kwargs": {"num_cpus": 2, "include_dashboard": False}} if kind == "ray" else {}
+    with make_pool(kind, "agentgym/SearchQA-v0", 4, env_kwargs={"dataset": "tiny"}, **options) as pool:
+        again = collect_rollouts(policy, search_env, [5, 9], group_size=2, config=CONFIG, sample_seed=1, envs=pool)
+        assert [r.to_dict() for r in again] == [r.to_dict() for r in rollouts]  # same tokens, same env replies
+        with pytest.raises(ValueError, match="4 slots, 6 rollouts"):
+            collect_rollouts(policy, search_env, [5, 9, 11], group_size=2, config=CONFIG, envs=pool)

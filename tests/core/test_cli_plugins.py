@@ -45,7 +45,7 @@ def test_train_is_declared_and_installed_as_a_plugin():
 def test_builtin_commands_are_the_parsers():
     usage = cli.build_parser().format_usage()
     assert set(re.search(r"\{(.*?)\}", usage)[1].split(",")) == cli.builtin_commands()
-    assert cli.builtin_commands() == {"list", "run", "bench", "check", "replay", "serve-retriever"}
+    assert cli.builtin_commands() == {"list", "run", "bench", "check", "replay", "serve", "serve-retriever"}
 
 
 def test_plugin_gets_the_remaining_argv_help_included(plugins, capsys):

@@ -1,0 +1,21 @@
+"""Thin adapters from agentgym envs to external RL trainers (README, "Trainer integrations").
+
+Each module imports its trainer lazily, so ``import agentgym`` and these modules work without the trainers installed:
+
+- ``agentgym.baselines.integrations.trl`` (TRL 1.16): ``AgentGymRollout``, a ``GRPOTrainer`` ``rollout_func``;
+  ``tool_environment``, an ``environment_factory`` class for the tool-calling envs.
+- :mod:`agentgym.integrations.skyrl` (skyrl-gym 0.4): a ``BaseTextEnv`` subclass per env, registered with
+  ``skyrl_gym.envs.register``.
+- :mod:`agentgym.integrations.verl` (verl 0.9): the ``agentgym`` agent loop and the ``agentgym_turn`` advantage
+  estimator.
+- :mod:`agentgym.integrations.openrlhf` (OpenRLHF 0.11): ``AgentInstance`` / ``AgentExecutor`` classes for
+  ``--train.agent_func_path``.
+
+The TRL adapter drives the reference token-in/token-out rollout (``agentgym.baselines.rollout``), so it lives in the
+baselines layer; the others use only the env contract. :mod:`agentgym.integrations.tasks` holds what they share: a
+JSON-serialisable reference to one task of one env (:class:`~agentgym.integrations.tasks.TaskRef`) and dataset rows.
+"""
+
+from agentgym.integrations.tasks import TaskRef, task_rows
+
+__all__ = ["TaskRef", "task_rows"]
