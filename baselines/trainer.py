@@ -116,6 +116,8 @@ class TrainConfig:
     stop: tuple[str, ...] = ("</search>", "</answer>")
     generation_batch: int | None = None  # rows per batched generation (None: all rollouts of an iteration at once)
     rollout_backend: str = "hf"  # "hf" (transformers KV-cache loop) or "vllm" (colocated engine, optional extra)
+    env_pool: str = "list"  # "list" (envs stepped in this thread), or an agentgym.pool kind: "serial", "thread", "ray"
+    env_pool_kwargs: dict[str, Any] = field(default_factory=dict)  # the pool's arguments (RayPool: address, num_cpus)
     vllm_kwargs: dict[str, Any] = field(default_factory=dict)  # VLLMPolicy arguments (gpu_memory_utilization, ...)
     # algorithm
     algo: str = "grpo"
@@ -177,6 +179,8 @@ class TrainConfig:
             get_estimator(self.estimator_name)  # fail early on a bad name
         elif self.estimator not in (None, "ppo", "turn_ppo"):
             raise ValueError(f"ppo takes estimator None (token-level GAE) or 'turn_ppo', got {self.estimator!r}")
+        if self.env_pool not in ("list", "serial", "thread", "ray"):
+            raise ValueError(f"env_pool must be 'list', 'serial', 'thread' or 'ray', got {self.env_pool!r}")
         if self.rollout_backend not in ("hf", "vllm"):
             raise ValueError(f"rollout_backend must be 'hf' or 'vllm', got {self.rollout_backend!r}")
         if self.scorer is not None and self.scorer not in SCORERS:
@@ -607,7 +611,7 @@ class TrainState:
     value_head: torch.nn.Linear | None
     optimizer: torch.optim.Optimizer
     iteration: int = 0  # iterations completed
-    envs: list[Any] = field(default_factory=list)  # rollout envs, reused across iterations
+    envs: Any = field(default_factory=list)  # rollout envs (a list, or an agentgym.pool.EnvPool), reused
     policy: Any = None  # the sampling back-end when it keeps state (vLLM engine); None: a fresh HFPolicy per use
     eval_envs: list[Any] = field(default_factory=list)
 
@@ -693,6 +697,11 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int) -> dict[str
     task_seeds = rng.integers(0, config.task_seed_range, size=config.batch_tasks).tolist()
     t0 = time.perf_counter()
     policy = sampling_policy(state, config)
+    if config.env_pool != "list" and isinstance(state.envs, list):
+        from agentgym.pool import make_pool
+
+        state.envs = make_pool(config.env_pool, config.env_id, config.batch_tasks * config.group_size,
+                               env_kwargs=config.env_kwargs, **config.env_pool_kwargs)  # fmt: skip
     rollouts = collect_rollouts(
         policy,
         _env_factory(config),
@@ -1020,10 +1029,9 @@ def train(config: TrainConfig) -> dict[str, Any]:
         bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items()}, refresh=False)
         bar.update(1)
     bar.close()
-    for env in state.envs + state.eval_envs:
+    for env in [*(state.envs if isinstance(state.envs, list) else [state.envs]), *state.eval_envs]:
         env.close()
-    state.envs.clear()
-    state.eval_envs.clear()
+    state.envs, state.eval_envs = [], []
     plot = plot_metrics(history, out_dir / "metrics.png") if config.plot and history else None
     return {
         "iterations": state.iteration,

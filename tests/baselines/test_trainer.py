@@ -230,6 +230,21 @@ def test_tiny_preset_smoke_on_search_qa(tmp_path, capsys):
     assert "metrics_path" in capsys.readouterr().out
 
 
+def test_the_trainer_steps_its_envs_through_a_pool(tmp_path):
+    """env_pool="thread": the same run as the default env list (rollouts are byte-identical in every pool)."""
+    runs = []
+    for pool in ("list", "thread"):
+        out = tmp_path / pool
+        args = ["--preset", "tiny", "--out-dir", str(out), "--set", "max_new_tokens=6", "--set", "iterations=1",
+                "--set", f"env_pool={pool}"]  # fmt: skip
+        assert main(args) == 0
+        line = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+        runs.append({k: line[k] for k in ("reward_mean", "success_rate", "approx_kl", "entropy")})
+    assert runs[0] == runs[1]
+    with pytest.raises(ValueError, match="env_pool"):
+        TrainConfig(env_pool="processes")
+
+
 def test_progress_dense_reward_is_a_difference_of_progress(tmp_path):
     r = hand_rollout([0.0, 1.0])
     r.turn_metrics = [{"progress": 0.5}, {"progress": 1.0}]
