@@ -164,7 +164,8 @@ class Rollout:
         if out.error is not None:
             self.error, truncated = out.error, True
         self.turn_rewards.append(float(reward))
-        self.anchors.append(info.get("anchor"))
+        # GiGPO groups a turn by the state its action was taken in: the anchor before this step
+        self.anchors.append((self.infos[-1] if self.infos else self.reset_info).get("anchor"))
         self.reward_components.append(dict(info.get("reward_components", {})))
         self.turn_metrics.append(_numeric(info))
         self.observations.append(list(obs))

@@ -841,7 +841,8 @@ class TurnBatch:
         """Build from ``agentgym.trajectory.Trajectory`` records. Turn rewards are ``turn.reward`` or one named
         entry of ``info["reward_components"]`` (absent = 0); ``outcomes`` the sum of ``outcome_component`` over
         the turns (None: the sum of the turn rewards). Group id: ``group_id``, else (env_id, task_id, seed).
-        Anchors come from ``info["anchor"]`` (None where absent); turn lengths from ``token_spans`` when every
+        Anchors are the states the actions were taken in (the reset's ``info["anchor"]`` for the first turn, the
+        previous step's after that; None where absent); turn lengths from ``token_spans`` when every
         turn has them."""
 
         def rew(turn, name):
@@ -852,7 +853,9 @@ class TurnBatch:
         outcomes = None
         if outcome_component is not None:
             outcomes = [math.fsum(rew(t, outcome_component) for t in tr.turns) for tr in trajectories]
-        anchors = [[t.info.get("anchor") for t in tr.turns] for tr in trajectories]
+        # a turn's anchor is the state its action was taken in: the reset's for the first turn, else the last step's
+        anchors = [[(tr.turns[k - 1].info if k else tr.reset_info).get("anchor") for k in range(len(tr.turns))]
+                   for tr in trajectories]  # fmt: skip
         lengths = None
         if all(t.token_spans is not None for tr in trajectories for t in tr.turns):
             lengths = [[sum(e - s for s, e in t.token_spans) for t in tr.turns] for tr in trajectories]

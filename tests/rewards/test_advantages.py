@@ -760,21 +760,21 @@ def test_inputs_nan_raise_and_torch_accepted():
 
 
 def test_turn_batch_from_trajectories():
-    def traj(seed, rewards, anchors, group=None):
-        t = Trajectory("agentgym/X-v0", seed, "task", "a", [], {}, group_id=group)
-        for k, (r, an) in enumerate(zip(rewards, anchors, strict=True)):
+    def traj(seed, rewards, anchors, group=None):  # anchors: the reset's, then one after each step
+        t = Trajectory("agentgym/X-v0", seed, "task", "a", [], {"anchor": anchors[0]}, group_id=group)
+        for k, (r, an) in enumerate(zip(rewards, anchors[1:], strict=True)):
             info = {"reward_components": {"outcome": r} if k == len(rewards) - 1 else {"ig": 0.1}, "anchor": an}
             t.turns.append(Turn("x", [], r, False, False, info, token_spans=[(0, 2 + k)]))
         return t
 
     b = TurnBatch.from_trajectories(
-        [traj(0, [0.0, 1.0], ["s", None]), traj(0, [0.0], ["s"]), traj(1, [1.0], ["s"], "g")]
+        [traj(0, [0.0, 1.0], ["s0", "s", None]), traj(0, [0.0], ["s0", "s"]), traj(1, [1.0], ["s0", "s"], "g")]
     )
     assert b.group_ids == [("agentgym/X-v0", "task", 0), ("agentgym/X-v0", "task", 0), "g"]
-    assert b.anchors == [["s", None], ["s"], ["s"]]
+    assert b.anchors == [["s0", "s"], ["s0"], ["s0"]]  # each turn keyed by the state its action was taken in
     assert [x.tolist() for x in b.turn_lengths] == [[2.0, 3.0], [2.0], [2.0]]
     assert b.outcome_array.tolist() == [1.0, 0.0, 1.0]
     ig = TurnBatch.from_trajectories(
-        [traj(0, [0.0, 1.0], ["s", None])], reward_component="ig", outcome_component="outcome"
+        [traj(0, [0.0, 1.0], ["s0", "s", None])], reward_component="ig", outcome_component="outcome"
     )
     assert ig.turn_rewards[0].tolist() == [0.1, 0.0] and ig.outcome_array.tolist() == [1.0]
