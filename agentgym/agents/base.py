@@ -49,6 +49,34 @@ class Agent:
         """Release resources (HTTP clients, models)."""
 
 
+class GoldAgent(Agent):
+    """Base class of privileged agents (``oracle``): keeps the ``gold`` of the reset ``info`` (later infos need not
+    repeat it) and plays ``play(turn, messages)``, ``turn`` being the agent turns taken so far.
+
+    >>> class Replay(GoldAgent):
+    ...     def play(self, turn, messages):
+    ...         return self.gold["answers"][turn]
+    >>> agent = Replay()
+    >>> agent.act([], {"gold": {"answers": ["a", "b"]}}), agent.act([{"role": "assistant", "content": "a"}], {})
+    ('a', 'b')
+    """
+
+    privileged = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gold: dict[str, Any] = {}
+
+    def act(self, messages: list[Message], info: dict[str, Any]) -> str:
+        if "gold" in info:
+            self.gold = info["gold"]
+        return self.play(sum(1 for m in messages if m.get("role") == "assistant"), messages)
+
+    def play(self, turn: int, messages: list[Message]) -> str:
+        """The action of agent turn ``turn`` (0-based), from ``self.gold``."""
+        raise NotImplementedError
+
+
 def normalize_messages(messages: Sequence[Message]) -> list[Message]:
     """Copy chat messages for a chat template: list-of-parts content joined to text, None content -> ''."""
     out: list[Message] = []

@@ -19,7 +19,7 @@ import json
 import re
 from typing import Any
 
-from agentgym.agents.base import Agent
+from agentgym.agents.base import Agent, GoldAgent
 from agentgym.envs.tool_use.agents import hermes
 
 Message = dict[str, Any]
@@ -40,21 +40,14 @@ SNIPPETS = (
 )
 
 
-class OracleAgent(Agent):
+class OracleAgent(GoldAgent):
     """Runs the gold ``solution`` (``info["gold"]["turns"][0]``) with the python tool, then submits its output."""
 
     name = "oracle"
-    privileged = True
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._turns: list[dict[str, Any]] = []
-
-    def act(self, messages: list[Message], info: dict[str, Any]) -> str:
-        if "gold" in info:
-            self._turns = info["gold"]["turns"]
-        if not any(m.get("role") == "assistant" for m in messages):
-            return hermes(self._turns[0]["calls"])
+    def play(self, turn: int, messages: list[Message]) -> str:
+        if turn == 0:
+            return hermes(self.gold["turns"][0]["calls"])
         printed = next((m["content"] for m in reversed(messages) if m.get("role") == "tool"), "")
         return hermes([{"name": "submit_answer", "arguments": {"answer": printed.strip()}}])
 

@@ -10,29 +10,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentgym.agents.base import Agent
+from agentgym.agents.base import Agent, GoldAgent
 
 Message = dict[str, Any]
 #: What precedes the option words at the end of every stage's text.
 OPTIONS_MARK = "Options: "
 
 
-class OracleAgent(Agent):
+class OracleAgent(GoldAgent):
     """Answers ``info["gold"]["choices"][turn]``: every decisive choice right, every distractor choice the
     best-paying one (an upper bound: it reads privileged data, misleading signals included)."""
 
     name = "oracle"
-    privileged = True
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._choices: list[str] = []
-
-    def act(self, messages: list[Message], info: dict[str, Any]) -> str:
-        if "gold" in info:
-            self._choices = info["gold"]["choices"]
-        turn = info.get("turn", sum(m.get("role") == "assistant" for m in messages))
-        return f"<answer> {self._choices[turn]} </answer>"
+    def play(self, turn: int, messages: list[Message]) -> str:
+        return f"<answer> {self.gold['choices'][turn]} </answer>"
 
 
 class RandomAgent(Agent):

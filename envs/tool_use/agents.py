@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any
 
-from agentgym.agents.base import Agent
+from agentgym.agents.base import Agent, GoldAgent
 from agentgym.agents.tool_calls import listed_tools
 
 Message = dict[str, Any]
@@ -28,26 +28,18 @@ def hermes(calls: list[dict[str, Any]]) -> str:
     return "\n".join(f"<tool_call>\n{json.dumps(c)}\n</tool_call>" for c in calls)
 
 
-class OracleAgent(Agent):
+class OracleAgent(GoldAgent):
     """Plays the gold turns of ``info["gold"]["turns"]`` in order (one per agent turn so far): a turn's calls as
     Hermes blocks, else its reply; ``when_done`` once they are played (tool envs share it: BFCL, CustomerService)."""
 
     name = "oracle"
-    privileged = True
     when_done = "Done."
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._turns: list[dict[str, Any]] = []
-
-    def act(self, messages: list[Message], info: dict[str, Any]) -> str:
-        if "gold" in info:
-            self._turns = info["gold"]["turns"]
-        t = sum(1 for m in messages if m.get("role") == "assistant")
-        if t >= len(self._turns):
+    def play(self, turn: int, messages: list[Message]) -> str:
+        turns = self.gold["turns"]
+        if turn >= len(turns):
             return self.when_done
-        turn = self._turns[t]
-        return hermes(turn["calls"]) if turn["calls"] else turn["reply"]
+        return hermes(turns[turn]["calls"]) if turns[turn]["calls"] else turns[turn]["reply"]
 
 
 class RandomAgent(Agent):

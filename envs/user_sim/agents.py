@@ -12,31 +12,23 @@ import json
 import re
 from typing import Any
 
-from agentgym.agents.base import Agent
+from agentgym.agents.base import Agent, GoldAgent
 from agentgym.envs.user_sim.users import find_word
 
 Message = dict[str, Any]
 _SIGNATURE = re.compile(r"^(\w+)\((.*)\)$")
 
 
-class ClarifyOracleAgent(Agent):
+class ClarifyOracleAgent(GoldAgent):
     """Asks one question per hidden detail (naming it), then gives ``info["gold"]["answer"]``."""
 
     name = "oracle"
-    privileged = True
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._gold: dict[str, Any] = {}
-
-    def act(self, messages: list[Message], info: dict[str, Any]) -> str:
-        if "gold" in info:
-            self._gold = info["gold"]
-        asked = sum(1 for m in messages if m.get("role") == "assistant")
-        hidden = self._gold["hidden"]
-        if asked < len(hidden):
-            return f"[action] What {hidden[asked]} would you like?"
-        return f"[answer] {self._gold['answer']}"
+    def play(self, turn: int, messages: list[Message]) -> str:
+        hidden = self.gold["hidden"]
+        if turn < len(hidden):
+            return f"[action] What {hidden[turn]} would you like?"
+        return f"[answer] {self.gold['answer']}"
 
 
 def signatures(system: str) -> dict[str, dict[str, list[str]]]:

@@ -48,7 +48,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from agentgym.agents.base import Agent
+from agentgym.agents.base import Agent, GoldAgent
 from agentgym.envs.user_sim.agents import RandomInteractAgent
 from agentgym.envs.user_sim.base import UserSimEnv
 from agentgym.envs.user_sim.users import ScriptedUser, Slot, User, find_word
@@ -463,26 +463,18 @@ def question(key: str) -> str:
     return PRIORITY_QUESTION if key == PRIORITY else f"Do you have a requirement about {key}?"
 
 
-class PreferenceOracleAgent(Agent):
+class PreferenceOracleAgent(GoldAgent):
     """Privileged: asks about each preference the opening left out, searches with the gold query, answers the best."""
 
     name = "oracle"
-    privileged = True
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._gold: dict[str, Any] = {}
-
-    def act(self, messages: list[Message], info: dict[str, Any]) -> str:
-        if "gold" in info:
-            self._gold = info["gold"]
-        turns = sum(1 for m in messages if m.get("role") == "assistant")
-        hidden = self._gold["hidden"]
-        if turns < len(hidden):
-            return f"[action] {question(hidden[turns])}"
-        if turns == len(hidden):
-            return f"[search] {self._gold['query']}"
-        return f"[answer] {self._gold['best']}"
+    def play(self, turn: int, messages: list[Message]) -> str:
+        hidden = self.gold["hidden"]
+        if turn < len(hidden):
+            return f"[action] {question(hidden[turn])}"
+        if turn == len(hidden):
+            return f"[search] {self.gold['query']}"
+        return f"[answer] {self.gold['best']}"
 
 
 class PreferenceHeuristicAgent(Agent):

@@ -72,7 +72,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from agentgym.agents.base import Agent
+from agentgym.agents.base import Agent, GoldAgent
 from agentgym.core import StepResult
 from agentgym.envs.search_qa.data import DatasetConfig
 from agentgym.envs.search_qa.kb import GENRES, INDUSTRIES, KINDS, build_kb, indefinite
@@ -482,27 +482,20 @@ def _answered(messages: Sequence[Message], vocab: Vocabulary) -> tuple[int, list
     return asked, out
 
 
-class TwentyQuestionsOracleAgent(Agent):
+class TwentyQuestionsOracleAgent(GoldAgent):
     """Privileged: halves the candidate list with "Is it one of ...?" (exactly one bit per question when the
     count is even), then answers ``info["gold"]["entity"]``."""
 
     name = "oracle"
-    privileged = True
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._gold: dict[str, Any] = {}
-
-    def act(self, messages: list[Message], info: dict[str, Any]) -> str:
-        if "gold" in info:
-            self._gold = info["gold"]
-        left = list(self._gold["candidates"])
+    def play(self, turn: int, messages: list[Message]) -> str:
+        left = list(self.gold["candidates"])
         vocab = Vocabulary.of({"name": n, "type": ""} for n in left)
         asked, answers = _answered(messages, vocab)
         for question, yes in answers:
             left = [n for n in left if (n in question.values) == yes]
         if len(left) <= 1 or asked >= _budget(messages) - 1:
-            return f"[answer] {self._gold['entity']}"
+            return f"[answer] {self.gold['entity']}"
         return f"[action] {Question('name', tuple(left[: len(left) // 2])).text()}"
 
 
