@@ -164,6 +164,7 @@ class TrainConfig:
     out_dir: str = "runs/agentgym"
     checkpoint_every: int = 1
     resume: bool = False
+    init_from: str | None = None  # a checkpoint.pt whose policy weights start a fresh run (fresh optimizer, no SFT)
     plot: bool = True
     progress: bool = True  # a progress bar over iterations (stderr) with the latest reward/success
 
@@ -978,6 +979,11 @@ def train(config: TrainConfig) -> dict[str, Any]:
     resumed = config.resume and ckpt.is_file()
     if resumed:
         load_checkpoint(state, ckpt)
+    elif config.init_from is not None:  # a warm start shared by several runs: the weights only
+        weights = torch.load(config.init_from, map_location=next(state.model.parameters()).device, weights_only=False)
+        for model in (state.model, state.ref_model):
+            if model is not None:
+                model.load_state_dict(weights["model"])
         if metrics_path.is_file():
             for line in metrics_path.read_text(encoding="utf-8").splitlines():
                 try:
