@@ -189,6 +189,9 @@ class AgentEnv(gym.Env[list, str]):
     #: Built-in agents for this env: name -> factory, called as ``factory(**agent_kwargs) -> Agent``
     #: (an ``Agent`` subclass is such a factory).
     agents: ClassVar[Mapping[str, Callable[..., Agent]]] = {}
+    #: The agent whose episodes trainers imitate in supervised warm starts: a built-in agent's name or an ``Agent``
+    #: class (``agentgym.baselines.rollout.demonstration_episode``).
+    demo_agent: ClassVar[str | type[Agent]] = "oracle"
     #: ``reset`` options this env accepts besides ``task_index`` and ``task_id``.
     reset_options: ClassVar[tuple[str, ...]] = ()
     #: How many tasks ``reset`` can play; subclasses set it (a class or instance attribute, or a property).

@@ -48,10 +48,9 @@ __all__ = [
     "autocast",
     "check_contexts",
     "collect_rollouts",
-    "demonstration_actions",
+    "demonstration_agent",
     "demonstration_episode",
     "derive_seed",
-    "oracle_agent",
     "rollout_episode",
     "run_episodes",
 ]
@@ -297,6 +296,10 @@ class HFPolicy:
     def sleep(self) -> None:
         """Release generation memory between rollout phases: nothing to release for the HF loop (the vLLM back-end
         overrides it)."""
+
+    def mark_stale(self) -> None:
+        """The training weights changed: nothing to do, the HF loop samples from the live model (back-ends that hold
+        their own copy of the weights override it)."""
 
     def _forward(
         self, ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor, cache: Any
@@ -554,22 +557,13 @@ def _numeric(info: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in info.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
-def demonstration_actions(info: dict[str, Any]) -> list[str] | None:
-    """Oracle actions from an env's reset ``info`` (None when the env has no oracle). SearchQA: one
-    ``<search>`` per gold hop query, then ``<answer>`` with the first gold answer."""
-    gold = info.get("gold") or {}
-    if isinstance(gold, dict) and gold.get("answers"):
-        queries = [f"<search> {q} </search>" for q in gold.get("oracle_queries", [])]
-        return [*queries, f"<answer> {gold['answers'][0]} </answer>"]
-    return None
-
-
-def oracle_agent(env: Any) -> Any | None:
-    """The env's built-in ``oracle`` agent (``AgentEnv.agents``), or None when it has none."""
+def demonstration_agent(env: Any) -> Any | None:
+    """The env's demonstration agent (``AgentEnv.demo_agent``: its ``oracle`` unless it names another), or None when
+    it has none."""
     from agentgym.runner import make_agent
 
     try:
-        return make_agent("oracle", env)
+        return make_agent(getattr(env.unwrapped, "demo_agent", "oracle"), env)
     except ValueError:
         return None
 
@@ -577,26 +571,20 @@ def oracle_agent(env: Any) -> Any | None:
 def demonstration_episode(
     policy: HFPolicy, env: Any, *, seed: int, config: RolloutConfig, group_id: Hashable = 0
 ) -> Rollout | None:
-    """Teacher-forced episode for SFT: the oracle's actions are tokenised (plus the end-of-message token) in place of
-    samples, in the same token layout as :func:`rollout_episode` (mask 1 on action tokens, log-probs 0).
-
-    The actions come from :func:`demonstration_actions` when the reset info has gold answers (SearchQA: compact
-    ``<search>``/``<answer>`` turns), else from the env's built-in ``oracle`` agent, played turn by turn (Household:
-    the optimal plan, in the prompt's action format). None when the env has neither."""
+    """Teacher-forced episode for SFT: the env's demonstration agent (:func:`demonstration_agent`: SearchQA's
+    compact ``<search>``/``<answer>`` plan, Household's optimal plan, the diagnostics' right choices) plays turn by
+    turn, and its actions are tokenised (plus the end-of-message token) in place of samples, in the same token layout
+    as :func:`rollout_episode` (mask 1 on action tokens, log-probs 0). None when the env has no such agent."""
     obs, info = env.reset(seed=seed)
-    actions = demonstration_actions(info)
-    agent = None
-    if actions is None:
-        agent = oracle_agent(env)
-        if agent is None:
-            return None
-        agent.reset(seed=seed)
+    agent = demonstration_agent(env)
+    if agent is None:
+        return None
+    agent.reset(seed=seed)
     r = Rollout(prompt_ids=policy.prompt_ids(obs), group_id=group_id, seed=seed, task_id=info.get("task_id"))
     r.initial_observation, r.reset_info = list(obs), dict(info)
     messages = list(obs)
-    limit = config.max_turns if actions is None else min(len(actions), config.max_turns)
-    for turn in range(limit):
-        action = actions[turn] if actions is not None else agent.act(messages, info)
+    for turn in range(config.max_turns):
+        action = agent.act(messages, info)
         tokens = [*policy.encode(action), policy.end_token_id]
         r.context_lengths.append(len(r.input_ids))
         obs, terminated, truncated = r.record_turn(env, tokens, [0.0] * len(tokens), action)
@@ -604,8 +592,7 @@ def demonstration_episode(
         messages += [{"role": "assistant", "content": action}, *obs]
         if terminated or truncated:
             break
-        if turn + 1 < limit:
+        if turn + 1 < config.max_turns:
             r.append_observation(policy.observation_ids(obs, last_token=policy.end_token_id))
-    if agent is not None:
-        agent.close()
+    agent.close()
     return r

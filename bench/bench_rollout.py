@@ -16,8 +16,9 @@ import time
 
 import torch
 
+from agentgym.baselines.config import TrainConfig
 from agentgym.baselines.rollout import HFPolicy, RolloutConfig, collect_rollouts
-from agentgym.baselines.trainer import TrainConfig, build_policy
+from agentgym.baselines.update import build_policy
 
 
 def main() -> None:

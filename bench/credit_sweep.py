@@ -86,9 +86,10 @@ class Job:
         return Job(self.env, sft_horizon, self.seed)
 
 
-def config_overrides(job: Job, args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    """The trainer config of ``job``."""
-    env_kwargs = {"horizon": job.horizon, "num_options": args.num_options}
+def config_overrides(job: Job, args: argparse.Namespace, out: Path, horizon: int | None = None) -> dict[str, Any]:
+    """The trainer config of ``job`` (at ``horizon`` instead of the job's own when given)."""
+    h = job.horizon if horizon is None else horizon
+    env_kwargs = {"horizon": h, "num_options": args.num_options}
     common: dict[str, Any] = {
         "seed": job.seed,
         "env_id": f"agentgym/{job.env}-v0",
@@ -96,7 +97,7 @@ def config_overrides(job: Job, args: argparse.Namespace, out: Path) -> dict[str,
         "eval_env_kwargs": env_kwargs,
         "eval_tasks": args.eval_episodes,
         "eval_temperature": 1.0,
-        "max_turns": job.horizon,
+        "max_turns": h,
         "max_new_tokens": 8,
         "max_total_tokens": 4096,
         "stop": ["</answer>"],
@@ -110,26 +111,33 @@ def config_overrides(job: Job, args: argparse.Namespace, out: Path) -> dict[str,
         "out_dir": str(job.directory(out)),
     }
     if job.method is None:
-        return {**common, "iterations": 0, "sft_steps": args.sft_steps, "sft_lr": args.sft_lr, "eval_every": 1}
+        return {**common, "iterations": 0, "sft_steps": args.sft_steps, "sft_lr": args.sft_lr}
     sft = job.warm_start(args.sft_horizon).directory(out) / "checkpoint.pt"
-    return {**common, **METHODS[job.method], "iterations": args.iterations, "eval_every": args.iterations,
-            "init_from": str(sft), "resume": True, "checkpoint_every": 5}  # fmt: skip
+    return {**common, **METHODS[job.method], "iterations": args.iterations, "init_from": str(sft), "resume": True,
+            "checkpoint_every": 5}  # fmt: skip
 
 
 def run_job(job: Job, args: argparse.Namespace, out: Path) -> tuple[Job, dict[str, Any]]:
-    """Run ``job`` in this process and write its ``result.json``."""
+    """Run ``job`` in this process and write its ``result.json``. A warm start is evaluated at every horizon of its
+    env (``before``: the start of every method's run, computed once); an RL run after its last iteration."""
     import torch
 
-    from agentgym.baselines.trainer import load_config, train
+    from agentgym.baselines.config import load_config
+    from agentgym.baselines.trainer import evaluate, train
 
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    summary = train(load_config("tiny", overrides=config_overrides(job, args, out)))
-    result = {
-        "job": asdict(job),
-        "seconds": time.perf_counter() - t0,
-        "history": [{k: h[k] for k in KEPT if k in h} for h in summary["history"]],
-    }
+    config = load_config("tiny", overrides=config_overrides(job, args, out))
+    summary = train(config)
+    result: dict[str, Any] = {"job": asdict(job), "history": [{k: h[k] for k in KEPT if k in h}
+                                                              for h in summary["history"]]}  # fmt: skip
+    if job.method is None:
+        result["before"] = {h: evaluate(summary["state"], load_config("tiny", overrides=config_overrides(job, args,
+                            out, h)))["eval_success_rate"] for h in args.cells[job.env]}  # fmt: skip
+    else:
+        result["after"] = evaluate(summary["state"], config)["eval_success_rate"]
+    summary["state"].close()
+    result["seconds"] = time.perf_counter() - t0
     path = job.directory(out) / "result.json"
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(result), encoding="utf-8")
@@ -179,21 +187,30 @@ def run_grid(args: argparse.Namespace, out: Path) -> None:
 
 
 def load_results(out: Path) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted((out / "rl").glob("*/result.json"))]
-
-
-def _evals(result: dict[str, Any]) -> list[float]:
-    return [h["eval_success_rate"] for h in result["history"] if "eval_success_rate" in h]
+    """Every finished RL run, with ``before`` (its warm start's success at its horizon) and ``after``."""
+    starts = {}
+    for p in (out / "sft").glob("*/result.json"):
+        r = json.loads(p.read_text(encoding="utf-8"))
+        starts[(r["job"]["env"], r["job"]["seed"])] = r.get("before", {})
+    results = []
+    for p in sorted((out / "rl").glob("*/result.json")):
+        r = json.loads(p.read_text(encoding="utf-8"))
+        j = r["job"]
+        evals = [h["eval_success_rate"] for h in r["history"] if "eval_success_rate" in h]
+        before = starts.get((j["env"], j["seed"]), {})
+        r.setdefault("before", before[str(j["horizon"])] if str(j["horizon"]) in before else evals[0])
+        r.setdefault("after", evals[-1] if evals else None)
+        results.append(r)
+    return results
 
 
 def summarise(result: dict[str, Any]) -> dict[str, float]:
     """Per run: eval success before and after, the area under the training success curve (its mean over the
     iterations), and the mean share of groups whose outcomes all tie."""
     rl = [h for h in result["history"] if h.get("iteration", 0) > 0]
-    evals = _evals(result)
     return {
-        "before": evals[0],
-        "after": evals[-1],
+        "before": result["before"],
+        "after": result["after"],
         "auc": float(np.mean([h["success_rate"] for h in rl])),
         "zero_var": float(np.mean([h["zero_std_group_frac"] for h in rl])),
     }
@@ -258,12 +275,12 @@ def plot(results: list[dict[str, Any]], methods: list[str], path: Path) -> None:
         for m in methods:
             xs, ys, es = [], [], []
             for h in horizons:
-                after = [_evals(r)[-1] for r in mine if r["job"]["method"] == m and r["job"]["horizon"] == h]
+                after = [r["after"] for r in mine if r["job"]["method"] == m and r["job"]["horizon"] == h]
                 if after:
                     xs.append(h), ys.append(np.mean(after)), es.append(np.std(after))
             if xs:
                 row[0].errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=m, color=colours[m])
-        before = {h: np.mean([_evals(r)[0] for r in mine if r["job"]["horizon"] == h]) for h in horizons
+        before = {h: np.mean([r["before"] for r in mine if r["job"]["horizon"] == h]) for h in horizons
                   if any(r["job"]["horizon"] == h for r in mine)}  # fmt: skip
         row[0].plot(list(before), list(before.values()), "k--", label="SFT start")
         row[0].set_xscale("log", base=2)

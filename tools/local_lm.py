@@ -181,13 +181,16 @@ class LocalLM:
         generator: torch.Generator | None = None,
         logprobs: int | None = None,
         prompt_logprobs: int | None = None,
+        logprobs_mode: str = "raw",
     ) -> Generation:
         """Sample up to ``max_new_tokens`` after ``prompt_ids``.
 
         Greedy when ``temperature == 0``; otherwise softmax(logits / temperature) restricted to the top-p nucleus,
         drawn on CPU from ``generator`` (a seeded ``torch.Generator`` makes it deterministic). Stops at an eos token,
         at the first occurrence of any ``stop`` string in the decoded text (kept in ``text``), at ``max_new_tokens``
-        or at the model's context length. ``logprobs=k`` records each sampled token's log-prob (+ top-k);
+        or at the model's context length. ``logprobs=k`` records each sampled token's log-prob (+ top-k): of
+        ``log_softmax(logits)`` with ``logprobs_mode="raw"``, of ``log_softmax(logits / temperature)`` (before top-p;
+        T=1 when greedy) with ``"processed"`` (vLLM's ``--logprobs-mode processed_logprobs``);
         ``prompt_logprobs=k`` records teacher-forced log-probs of the prompt tokens.
         """
         import torch
@@ -197,6 +200,9 @@ class LocalLM:
             raise ValueError("the prompt is empty")
         if any(i < 0 or i >= self.vocab_size for i in ids):
             raise ValueError(f"prompt token ids must be in [0, {self.vocab_size})")
+        if logprobs_mode not in ("raw", "processed"):
+            raise ValueError(f"logprobs_mode must be 'raw' or 'processed', got {logprobs_mode!r}")
+        lp_scale = temperature if logprobs_mode == "processed" and temperature > 0 else 1.0
         if temperature < 0 or not 0 < top_p <= 1:
             raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
         max_new_tokens = max(0, min(max_new_tokens, self.max_length - len(ids)))
@@ -218,7 +224,7 @@ class LocalLM:
                 token = self._pick(last, temperature, top_p, generator)
                 out_tokens.append(token)
                 if logprobs is not None:
-                    out_logprobs.append(self._token_logprob(torch.log_softmax(last, -1), token, logprobs))
+                    out_logprobs.append(self._token_logprob(torch.log_softmax(last / lp_scale, -1), token, logprobs))
                 if token in self.eos_token_ids:
                     finish, reason = "stop", token
                     break

@@ -162,7 +162,11 @@ class _Engine:
         max_sequences: int = MAX_SEQUENCES,
         max_chars_per_token: float = MAX_CHARS_PER_TOKEN,
         tool_call_parser: str | None = None,
+        logprobs_mode: str = "raw",
     ) -> None:
+        if logprobs_mode not in ("raw", "processed"):
+            raise ValueError(f"logprobs_mode must be 'raw' or 'processed', got {logprobs_mode!r}")
+        self.logprobs_mode = logprobs_mode
         if tool_call_parser not in TOOL_CALL_PARSERS:
             raise ValueError(f"tool_call_parser must be one of {TOOL_CALL_PARSERS}, got {tool_call_parser!r}")
         self.tool_call_parser = tool_call_parser
@@ -319,6 +323,7 @@ class _Engine:
                 stop=req.stop,
                 generator=gen_seed,
                 logprobs=top if req.logprobs else None,
+                logprobs_mode=self.logprobs_mode,
             )
             completion_tokens += len(gen.token_ids)
             logprobs = None
@@ -406,6 +411,7 @@ class _Engine:
                     generator=gen_seed,
                     logprobs=req.logprobs,
                     prompt_logprobs=prompt_k if want_prompt_lp else None,
+                    logprobs_mode=self.logprobs_mode,
                 )
                 completion_total += len(gen.token_ids)
                 choices.append(self._completion_choice(req, p_index * req.n + k, text, ids, gen))
@@ -495,6 +501,7 @@ def create_app(
     max_chars_per_token: float = MAX_CHARS_PER_TOKEN,
     token: str | None = None,
     tool_call_parser: str | None = None,
+    logprobs_mode: str = "raw",
 ) -> Any:
     """A FastAPI app serving ``model`` (a transformers causal LM, already on its device) with the OpenAI API.
 
@@ -505,7 +512,9 @@ def create_app(
     ``tool_call_parser="hermes"`` (vLLM's ``--tool-call-parser hermes``): when a chat request has ``tools``, the
     ``<tool_call>`` blocks of a completion come back as ``tool_calls`` (ids derived from the text, so runs replay
     identically) with ``finish_reason`` ``"tool_calls"``; text without a parseable call stays ``content``.
-    ``token`` requires ``Authorization: Bearer <token>`` on every endpoint (401 otherwise). The app's ``state.lm``
+    ``logprobs_mode="processed"`` (vLLM's ``--logprobs-mode processed_logprobs``) reports the sampled tokens'
+    log-probs under ``softmax(logits / temperature)`` instead of the raw ``softmax(logits)`` (prompt log-probs stay
+    raw). ``token`` requires ``Authorization: Bearer <token>`` on every endpoint (401 otherwise). The app's ``state.lm``
     is the ``LocalLM`` it serves. A request whose client disconnects stops at its next forward pass (the app adds a
     pre-forward hook to ``model`` for that).
 
@@ -537,6 +546,7 @@ def create_app(
         max_sequences=max_sequences,
         max_chars_per_token=max_chars_per_token,
         tool_call_parser=tool_call_parser,
+        logprobs_mode=logprobs_mode,
     )
     authorized = bearer_checker(token)
     app = FastAPI(title="agentgym OpenAI-compatible server", docs_url=None, redoc_url=None)
@@ -697,6 +707,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         help=f"bearer token clients must send (default: ${TOKEN_ENV}, which keeps it out of ps)",
     )
     parser.add_argument("--header-timeout", type=float, default=10.0, help="seconds a client has to send its headers")
+    parser.add_argument(
+        "--logprobs-mode",
+        choices=["raw", "processed"],
+        default="raw",
+        help="log-probs of sampled tokens: raw softmax(logits) or after temperature (vLLM's processed_logprobs)",
+    )
     parser.add_argument("--tiny", action="store_true", help="first write a tiny random model to MODEL (seed 0)")
     parser.add_argument(
         "--tool-call-parser",
@@ -727,6 +743,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         max_n=args.max_n,
         max_sequences=args.max_sequences,
         tool_call_parser=args.tool_call_parser,
+        logprobs_mode=args.logprobs_mode,
     )
 
 

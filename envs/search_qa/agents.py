@@ -15,7 +15,7 @@ import re
 from collections import Counter
 from typing import Any
 
-from agentgym.agents.base import Agent
+from agentgym.agents.base import Agent, GoldAgent
 
 Message = dict[str, Any]
 
@@ -68,6 +68,29 @@ class OracleAgent(Agent):
         if turn < len(queries):
             return f"<think>I need hop {turn + 1} of {len(queries)}.</think>\n<search> {queries[turn]} </search>"
         return f"<think>I have what I need.</think>\n<answer> {gold['answers'][0]} </answer>"
+
+
+class DemoAgent(GoldAgent):
+    """The oracle's plan in its shortest form, for supervised warm starts of small models (SearchQA's
+    ``demo_agent``): one ``<search> query </search>`` per gold hop, then ``<answer> gold answer </answer>``.
+
+    >>> DemoAgent.actions({"oracle_queries": ["Ada Lovelace father"], "answers": ["Lord Byron"]})
+    ['<search> Ada Lovelace father </search>', '<answer> Lord Byron </answer>']
+    """
+
+    name = "demo"
+
+    @staticmethod
+    def actions(gold: dict[str, Any]) -> list[str]:
+        """The whole plan from a reset's ``info["gold"]``."""
+        return [
+            *(f"<search> {q} </search>" for q in gold.get("oracle_queries") or []),
+            f"<answer> {gold['answers'][0]} </answer>",
+        ]
+
+    def play(self, turn: int, messages: list[Message]) -> str:
+        plan = self.actions(self.gold)
+        return plan[min(turn, len(plan) - 1)]
 
 
 class HeuristicAgent(Agent):

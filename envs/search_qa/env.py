@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 from agentgym.answers import exact_match, f1_score, sub_exact_match
 from agentgym.core import AgentEnv, StepResult
-from agentgym.envs.search_qa.agents import HeuristicAgent, OracleAgent, RandomAgent
+from agentgym.envs.search_qa.agents import DemoAgent, HeuristicAgent, OracleAgent, RandomAgent
 from agentgym.envs.search_qa.data import HOP_TYPES, QADataset, QAExample, build_dataset
 from agentgym.parsing import ParseError, parse_tag_action
 from agentgym.tools.retrieval import Retriever, make_retriever
@@ -75,6 +75,7 @@ class SearchQAEnv(AgentEnv):
     """
 
     agents: ClassVar[Mapping[str, Any]] = {"oracle": OracleAgent, "heuristic": HeuristicAgent, "random": RandomAgent}
+    demo_agent = DemoAgent
 
     def __init__(
         self,

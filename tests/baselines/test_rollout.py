@@ -10,7 +10,7 @@ import torch
 
 import agentgym  # noqa: F401  (registers the envs)
 from agentgym.baselines.rollout import HFPolicy, RolloutConfig, check_contexts, collect_rollouts
-from agentgym.baselines.trainer import make_batch, score_batch
+from agentgym.baselines.update import make_batch, score_batch
 
 
 @pytest.fixture(scope="module", autouse=True)

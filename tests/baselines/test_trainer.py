@@ -10,17 +10,11 @@ import numpy as np
 import pytest
 import torch
 
+from agentgym.baselines.config import PRESETS, TrainConfig, load_config
+from agentgym.baselines.credit import compute_advantages
 from agentgym.baselines.rollout import Rollout
-from agentgym.baselines.trainer import (
-    PRESETS,
-    TrainConfig,
-    aggregate_loss,
-    compute_advantages,
-    load_config,
-    main,
-    make_batch,
-    train,
-)
+from agentgym.baselines.trainer import main, train
+from agentgym.baselines.update import aggregate_loss, make_batch
 
 TOY_ID = "agentgym_test/TrainerToy-v0"
 
@@ -138,8 +132,6 @@ def test_group_estimators_broadcast_to_sampled_tokens_only(tmp_path):
     config = toy_config(tmp_path, algo="grpo", estimator="gtpo", estimator_kwargs={"gamma": 0.5})
     gtpo, _ = compute_advantages(rs, config)
     assert gtpo[0][2:4].tolist() == [0, 0] and gtpo[0][0] != gtpo[0][4]  # turn-level credit differs per turn
-    with pytest.raises(KeyError):
-        toy_config(tmp_path, estimator="nope")
 
 
 def test_config_loading(tmp_path):
@@ -245,14 +237,56 @@ def test_the_trainer_steps_its_envs_through_a_pool(tmp_path):
         TrainConfig(env_pool="processes")
 
 
-def test_progress_dense_reward_is_a_difference_of_progress(tmp_path):
-    r = hand_rollout([0.0, 1.0])
-    r.turn_metrics = [{"progress": 0.5}, {"progress": 1.0}]
-    config = toy_config(tmp_path, progress_key="progress", progress_coef=0.2)
-    from agentgym.baselines.trainer import turn_rewards
+def test_progress_dense_reward_is_the_progress_reward_wrapper(tmp_path):
+    from agentgym.baselines.credit import EnvMaker
 
-    assert turn_rewards(r, config) == pytest.approx([0.1, 1.1])
-    assert turn_rewards(r, toy_config(tmp_path)) == [0.0, 1.0]
+    config = toy_config(tmp_path, env_id="agentgym/Chain-v0", env_kwargs={"horizon": 2}, progress_key="progress",
+                        progress_coef=0.2)  # fmt: skip
+    env = EnvMaker.of(config)()
+    _, info = env.reset(options={"task_index": 0})
+    rewards = [env.step(f"<answer> {word} </answer>")[1] for word in info["gold"]["choices"]]
+    assert rewards == pytest.approx([0.1, 1.1])  # 0.2 * (0.5 - 0) and 1 + 0.2 * (1 - 0.5)
+    assert EnvMaker.of(config, shaped=False)().step  # evaluation and SFT envs carry no dense reward
+    plain = EnvMaker.of(config, shaped=False)()
+    plain.reset(options={"task_index": 0})
+    assert [plain.step(f"<answer> {w} </answer>")[1] for w in info["gold"]["choices"]] == [0.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"algo": "grpo", "estimator": "turn_ppo"}, "needs a critic"),
+        ({"algo": "ppo", "estimator": "gigpo"}, "ppo takes estimator"),
+        ({"algo": "ppo", "estimator_kwargs": {"gamma": 0.5}}, "gamma and lam from the config"),
+        ({"estimator": "gigpo", "estimator_kwargs": {"omgea": 0.5}}, "takes no \\['omgea'\\]"),
+        ({"estimator": "nope"}, "unknown estimator 'nope'"),
+        ({"rollout_backend": "sglang"}, "rollout_backend must be one of"),
+        ({"env_pool": "process"}, "env_pool must be one of"),
+        ({"dynamic_sampling": True, "group_size": 1}, "group_size >= 2"),
+        ({"minibatch_size": 0}, "minibatch_size must be >= 1"),
+        ({"init_from": "/nonexistent/checkpoint.pt"}, "no checkpoint"),
+    ],
+)
+def test_invalid_configs_fail_when_built(tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        toy_config(tmp_path, **overrides)
+
+
+def test_cli_config_errors_are_one_line_exit_2(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--preset", "tiny", "--set", "algo=grpo", "--set", "estimator=turn_ppo", "--out-dir", str(tmp_path)])
+    assert exc.value.code == 2
+    assert "needs a critic" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_seed_streams_are_named_and_independent():
+    from agentgym.baselines.config import Seeds
+
+    a, b = Seeds(0), Seeds(1)
+    draws = {a.sampling(1), a.sampling(2), b.sampling(1), a.evaluation(), b.evaluation()}
+    assert len(draws) == 5
+    assert a.tasks(3).integers(1 << 30) == Seeds(0).tasks(3).integers(1 << 30)
+    assert a.demonstrations(0, 1).integers(1 << 30) != a.demonstrations(1, 0).integers(1 << 30)
 
 
 def test_sft_warm_start_on_oracle_demonstrations(tmp_path):
@@ -367,8 +401,6 @@ def test_mixed_precision_keeps_float32_master_weights(tmp_path):
 
 def test_turn_level_critic_ppo(tmp_path):
     """ppo + turn_ppo: the value target of every token of a turn is that turn's GAE return (one value per turn)."""
-    from agentgym.baselines.trainer import compute_advantages
-
     r = hand_rollout([0.0, 1.0])
     values = np.zeros(len(r.response_ids))
     (s0, e0), (s1, e1) = r.turn_spans

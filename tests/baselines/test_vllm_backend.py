@@ -7,8 +7,9 @@ import pytest
 import torch
 
 import agentgym  # noqa: F401  (registers the envs)
+from agentgym.baselines.config import TrainConfig
 from agentgym.baselines.rollout import RolloutConfig, collect_rollouts
-from agentgym.baselines.trainer import TrainConfig, make_batch, score_batch
+from agentgym.baselines.update import make_batch, score_batch
 from agentgym.baselines.vllm_backend import vllm_unavailable_reason
 
 REASON = vllm_unavailable_reason()

@@ -11,7 +11,7 @@ import pytest
 skyrl_gym = pytest.importorskip("skyrl_gym")
 
 import agentgym  # noqa: E402,F401
-from agentgym.baselines.rollout import demonstration_actions  # noqa: E402
+from agentgym.envs.search_qa.agents import DemoAgent  # noqa: E402
 from agentgym.integrations.skyrl import class_name, dataset_rows, env_class, register_envs  # noqa: E402
 
 ENV_ID = "agentgym/SearchQA-v0"
@@ -39,7 +39,7 @@ def test_oracle_episode_rewards_per_turn(registered):
     env = skyrl_gym.make(ENV_ID, env_config={}, extras=row)
     prompt, meta = env.init(row["prompt"])
     assert prompt == row["prompt"] and meta["task_id"] == row["extra_info"]["task_id"]
-    actions = demonstration_actions(env.last_info)  # gold search queries, then the gold answer
+    actions = DemoAgent.actions(env.last_info["gold"])  # gold search queries, then the gold answer
     outs = [env.step(a) for a in actions]
     assert [o["done"] for o in outs] == [False] * (len(actions) - 1) + [True]
     assert all(o["observations"] and o["observations"][0]["role"] == "user" for o in outs[:-1])

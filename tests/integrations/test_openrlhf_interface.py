@@ -19,7 +19,8 @@ import pytest
 import torch
 
 import agentgym  # noqa: F401
-from agentgym.baselines.rollout import HFPolicy, demonstration_actions
+from agentgym.baselines.rollout import HFPolicy
+from agentgym.envs.search_qa.agents import DemoAgent
 from agentgym.integrations.openrlhf import AgentGymInstance, ChatText, dataset_rows
 from agentgym.integrations.tasks import TaskRef
 
@@ -107,7 +108,7 @@ def test_sampled_episode_builds_the_chat_template_text(policy, instance_cls):
 def test_oracle_episode_rewards(policy, instance_cls):
     row = dataset_rows("agentgym/SearchQA-v0", [4], env_kwargs={"dataset": "tiny", "max_turns": 8})[0]
     ref = TaskRef.from_json(row["label"])
-    actions = demonstration_actions(ref.reset(ref.make_env())[1])
+    actions = DemoAgent.actions(ref.reset(ref.make_env())[1]["gold"])
     end = policy.tokenizer.eos_token
     scripted = iter(actions)
 

@@ -15,7 +15,8 @@ import torch
 agent = pytest.importorskip("openrlhf.utils.agent")
 
 import agentgym  # noqa: E402,F401
-from agentgym.baselines.rollout import HFPolicy, demonstration_actions  # noqa: E402
+from agentgym.baselines.rollout import HFPolicy  # noqa: E402
+from agentgym.envs.search_qa.agents import DemoAgent  # noqa: E402
 from agentgym.integrations.openrlhf import agent_classes, dataset_rows  # noqa: E402
 from agentgym.integrations.tasks import TaskRef  # noqa: E402
 
@@ -75,7 +76,7 @@ def test_sampled_and_oracle_episodes(policy):
         assert "<|user|>" in between and between[-1] == "<|assistant|>"
 
     ref = TaskRef.from_json(rows[1]["label"])
-    actions = demonstration_actions(ref.reset(ref.make_env())[1])
+    actions = DemoAgent.actions(ref.reset(ref.make_env())[1]["gold"])
     oracle = execute(policy, rows[1], Engine(policy, list(actions)))
     assert len(oracle["action_ranges"]) == len(actions)
     assert oracle["reward"] == 1.0 and float(oracle["scores"]) == 1.0

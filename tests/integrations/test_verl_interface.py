@@ -22,7 +22,8 @@ import pytest
 import torch
 
 import agentgym  # noqa: F401
-from agentgym.baselines.rollout import HFPolicy, demonstration_actions
+from agentgym.baselines.rollout import HFPolicy
+from agentgym.envs.search_qa.agents import DemoAgent
 from agentgym.integrations.tasks import TaskRef
 from agentgym.integrations.verl import (
     AGENT_NAME,
@@ -170,7 +171,7 @@ def test_sampled_episodes_follow_the_output_contract(policy):
 def test_oracle_episode_puts_its_reward_on_the_last_turn(policy):
     row = dataset_rows("agentgym/SearchQA-v0", [4], env_kwargs={"dataset": "tiny", "max_turns": 8})[0]
     ref = TaskRef.from_dict(row["extra_info"]["agentgym"])
-    actions = demonstration_actions(ref.reset(ref.make_env())[1])
+    actions = DemoAgent.actions(ref.reset(ref.make_env())[1]["gold"])
     out = run(Loop(policy.tokenizer, ScriptedServer(policy, actions), response_length=4096), row)
     check_contract(out, limit=4096)
     extra = out["extra_fields"]

@@ -32,7 +32,8 @@ from verl.trainer.ppo.ray_trainer import compute_advantage  # noqa: E402
 from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 
 import agentgym  # noqa: E402,F401
-from agentgym.baselines.rollout import HFPolicy, demonstration_actions  # noqa: E402
+from agentgym.baselines.rollout import HFPolicy  # noqa: E402
+from agentgym.envs.search_qa.agents import DemoAgent  # noqa: E402
 from agentgym.integrations import verl as agentgym_verl  # noqa: E402
 from agentgym.integrations.tasks import TaskRef  # noqa: E402
 
@@ -102,7 +103,7 @@ def test_agent_loop_outputs_and_estimator(policy):
         "agentgym/SearchQA-v0", [0, 4], env_kwargs={"dataset": "tiny", "max_turns": 8}, stop=["</search>", "</answer>"]
     )
     ref = TaskRef.from_dict(rows[1]["extra_info"]["agentgym"])
-    actions = demonstration_actions(ref.reset(ref.make_env())[1])
+    actions = DemoAgent.actions(ref.reset(ref.make_env())[1]["gold"])
     outs = [
         play(Server(policy), policy.tokenizer, rows[0]),
         play(Server(policy), policy.tokenizer, rows[0], response_length=64),

@@ -1,0 +1,299 @@
+"""The reference trainer's configuration: ``TrainConfig`` (every knob, checked when it is built), the presets, and
+the named seed streams of a run.
+
+>>> config = load_config("tiny", overrides={"algo": "ppo", "estimator": "turn_ppo"})
+>>> config.estimator_name, config.loss_mode
+('turn_ppo', 'token-mean')
+>>> TrainConfig(algo="grpo", estimator="turn_ppo")
+Traceback (most recent call last):
+...
+ValueError: estimator 'turn_ppo' needs a critic: use algo='ppo' (algo 'grpo' is critic-free)
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import inspect
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agentgym.baselines.backends import BACKENDS
+from agentgym.baselines.rollout import RolloutConfig, derive_seed
+from agentgym.pool import POOLS
+from agentgym.rewards.advantages import ESTIMATORS
+
+__all__ = ["ALGOS", "CRITIC_ESTIMATORS", "LOSS_AGG_MODES", "PRESETS", "SCORERS", "Seeds", "TrainConfig", "load_config"]
+
+ALGOS = ("grpo", "dr_grpo", "rloo", "ppo")
+#: Estimators that need a critic (``algo="ppo"``); ``None`` there is token-level GAE.
+CRITIC_ESTIMATORS = ("turn_ppo",)
+#: Post-episode turn scorers of ``agentgym.rewards.information`` the trainer runs with the policy as scorer model.
+SCORERS = ("info_gain", "info_potential", "siop")
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "constant")
+#: Where the rollout envs live: ``"list"`` (stepped in the trainer's thread) or an ``agentgym.pool`` kind.
+ENV_POOLS = ("list", *POOLS)
+
+
+@dataclass
+class TrainConfig:
+    """Every knob of a run. ``model="tiny"`` builds ``build_tiny_model(model_seed)``; otherwise a local path.
+    Invalid values and combinations raise ``ValueError`` here, not at the first iteration."""
+
+    # environment and tasks
+    env_id: str = "agentgym/SearchQA-v0"
+    env_kwargs: dict[str, Any] = field(default_factory=lambda: {"dataset": "tiny"})
+    batch_tasks: int = 2  # tasks (groups) per iteration
+    group_size: int = 4  # rollouts per task, sharing its seed
+    task_seed_range: int = 1_000_000  # task seeds are drawn from [0, task_seed_range)
+    # policy and sampling
+    model: str = "tiny"
+    model_seed: int = 0
+    device: str = "cpu"
+    dtype: str = "float32"  # model weights and optimizer state; log-probs are always computed in float32
+    amp_dtype: str | None = None  # e.g. "bfloat16": forward passes under torch.autocast, float32 master weights
+    gradient_checkpointing: bool = False
+    max_turns: int = 3
+    max_new_tokens: int = 32
+    max_total_tokens: int = 2048
+    temperature: float = 1.0
+    stop: tuple[str, ...] = ("</search>", "</answer>")
+    generation_batch: int | None = None  # rows per batched generation (None: all rollouts of an iteration at once)
+    rollout_backend: str = "hf"  # a name of agentgym.baselines.backends.BACKENDS: "hf", "vllm", "remote"
+    backend_kwargs: dict[str, Any] = field(default_factory=dict)  # the back-end's arguments (vLLM, remote server)
+    env_pool: str = "list"  # "list" (envs stepped in this thread), or an agentgym.pool kind: "serial", "thread", "ray"
+    env_pool_kwargs: dict[str, Any] = field(default_factory=dict)  # the pool's arguments (RayPool: address, num_cpus)
+    # algorithm
+    algo: str = "grpo"
+    estimator: str | None = None  # turn-level estimator name (None: the algo's own; with ppo: token-level GAE)
+    estimator_kwargs: dict[str, Any] = field(default_factory=dict)
+    progress_key: str | None = None  # dense reward: ProgressReward(key, progress_coef) wraps the env
+    progress_coef: float = 1.0
+    scorer: str | None = None  # post-episode turn scorer run on the policy each iteration (SCORERS), added to turns
+    scorer_kwargs: dict[str, Any] = field(default_factory=dict)
+    scorer_coef: float = 1.0
+    gamma: float = 1.0  # PPO's GAE (token-level, or over turns with estimator="turn_ppo")
+    lam: float = 0.95
+    whiten_advantages: bool = True  # PPO only
+    eps_low: float = 0.2
+    eps_high: float = 0.28
+    kl_coef: float = 0.0
+    ent_coef: float = 0.0
+    vf_coef: float = 0.5
+    value_clip: float = 0.2
+    loss_agg: str | None = None  # None: token-mean (ppo, grpo, rloo) / constant (dr_grpo)
+    loss_norm_const: float | None = None  # for "constant" (None: max_turns * max_new_tokens)
+    old_logprobs: str = "recompute"  # or "rollout": use the sampler's log-probs as the behaviour policy
+    dynamic_sampling: bool = False
+    mask_truncated: bool = False
+    # optimisation
+    iterations: int = 10
+    epochs: int = 1
+    minibatch_size: int = 4  # sequences per optimizer step
+    lr: float = 1e-5
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    seed: int = 0
+    # SFT on the env's demonstrations (its `demo_agent`, by default its oracle)
+    sft_steps: int = 0  # warm start before the first RL iteration
+    sft_steps_per_iteration: int = 0  # SFT:RL ratio afterwards (SFT steps after each RL iteration)
+    sft_batch: int = 4  # demonstrations per SFT step
+    sft_lr: float | None = None  # learning rate of the SFT steps (None: lr)
+    # held-out evaluation: the first eval_tasks tasks (task_index 0..n-1) of the env made with eval_env_kwargs
+    eval_every: int = 0  # evaluate before the first iteration and every eval_every iterations (0: never)
+    eval_tasks: int = 32
+    eval_env_kwargs: dict[str, Any] | None = None  # None: env_kwargs
+    eval_temperature: float = 0.0  # 0: greedy
+    # output
+    out_dir: str = "runs/agentgym"
+    checkpoint_every: int = 1
+    resume: bool = False
+    init_from: str | None = None  # a checkpoint.pt whose policy weights start a fresh run (fresh optimizer, no SFT)
+    plot: bool = True
+    progress: bool = True  # a progress bar over iterations (stderr) with the latest reward/success
+
+    def __post_init__(self) -> None:
+        self.stop = tuple(self.stop)
+        for name, value, known in [("algo", self.algo, ALGOS), ("loss_agg", self.loss_agg, (None, *LOSS_AGG_MODES)),
+                                   ("old_logprobs", self.old_logprobs, ("recompute", "rollout")),
+                                   ("env_pool", self.env_pool, ENV_POOLS), ("rollout_backend", self.rollout_backend,
+                                   tuple(BACKENDS)), ("scorer", self.scorer, (None, *SCORERS))]:  # fmt: skip
+            if value not in known:
+                raise ValueError(f"{name} must be one of {tuple(k for k in known if k is not None)}, got {value!r}")
+        if self.algo == "ppo":
+            if self.estimator not in (None, "ppo", *CRITIC_ESTIMATORS):
+                raise ValueError(f"ppo takes estimator None (token-level GAE) or one of {CRITIC_ESTIMATORS}, "
+                                 f"got {self.estimator!r}")  # fmt: skip
+            if self.estimator_kwargs:
+                raise ValueError("ppo's GAE takes gamma and lam from the config, not estimator_kwargs")
+        else:
+            if self.estimator_name not in ESTIMATORS:
+                raise ValueError(f"unknown estimator {self.estimator_name!r}; known: {', '.join(sorted(ESTIMATORS))}")
+            if self.estimator_name in CRITIC_ESTIMATORS:
+                raise ValueError(f"estimator {self.estimator_name!r} needs a critic: use algo='ppo' (algo "
+                                 f"{self.algo!r} is critic-free)")  # fmt: skip
+            params = inspect.signature(ESTIMATORS[self.estimator_name]).parameters
+            unknown = sorted(set(self.estimator_kwargs) - set(list(params)[1:]))
+            if unknown:
+                raise ValueError(f"estimator {self.estimator_name!r} takes no {unknown}")
+        positive = {"group_size": self.group_size, "batch_tasks": self.batch_tasks, "epochs": self.epochs,
+                    "minibatch_size": self.minibatch_size, "max_turns": self.max_turns,
+                    "max_new_tokens": self.max_new_tokens, "sft_batch": self.sft_batch}  # fmt: skip
+        small = [k for k, v in positive.items() if v < 1]
+        if small:
+            raise ValueError(f"{', '.join(small)} must be >= 1")
+        if self.dynamic_sampling and self.group_size < 2:
+            raise ValueError("dynamic_sampling drops groups whose rewards all tie: it needs group_size >= 2")
+        if self.temperature < 0 or self.eval_temperature < 0 or self.lr <= 0 or self.kl_coef < 0:
+            raise ValueError("temperatures and kl_coef must be >= 0 and lr > 0")
+        if self.resume is False and self.init_from is not None and not Path(self.init_from).is_file():
+            raise ValueError(f"init_from: no checkpoint at {self.init_from}")
+
+    @property
+    def estimator_name(self) -> str:
+        return self.estimator or self.algo
+
+    @property
+    def critic(self) -> bool:
+        """Whether the run trains a value head."""
+        return self.algo == "ppo"
+
+    @property
+    def loss_mode(self) -> str:
+        return self.loss_agg or ("constant" if self.algo == "dr_grpo" else "token-mean")
+
+    @property
+    def norm_const(self) -> float:
+        return float(self.loss_norm_const or self.max_turns * self.max_new_tokens)
+
+    @property
+    def rollout_config(self) -> RolloutConfig:
+        return RolloutConfig(
+            max_turns=self.max_turns,
+            max_new_tokens=self.max_new_tokens,
+            temperature=self.temperature,
+            stop=self.stop,
+            max_total_tokens=self.max_total_tokens,
+        )
+
+    @property
+    def seeds(self) -> Seeds:
+        return Seeds(self.seed)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown config keys: {unknown}")
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class Seeds:
+    """The run's independent random streams, each a function of ``(seed, iteration, stream, ...)`` only, so a run
+    resumed from a checkpoint draws exactly what the uninterrupted run would have."""
+
+    seed: int
+
+    def tasks(self, iteration: int) -> np.random.Generator:
+        """The iteration's task seeds."""
+        return np.random.default_rng(derive_seed(self.seed, iteration, 1))
+
+    def sampling(self, iteration: int) -> int:
+        """The rollouts' sampling seed (each row derives its own generator from it)."""
+        return derive_seed(self.seed, iteration, 2)
+
+    def minibatches(self, iteration: int, epoch: int) -> torch.Generator:
+        """The order of the rollouts in the epoch's minibatches."""
+        return torch.Generator().manual_seed(derive_seed(self.seed, iteration, 3, epoch))
+
+    def demonstrations(self, iteration: int, step: int) -> np.random.Generator:
+        """An SFT step's demonstration tasks (iteration 0: the warm start)."""
+        return np.random.default_rng(derive_seed(self.seed, iteration, 4, step))
+
+    def evaluation(self) -> int:
+        """The held-out evaluation's sampling seed: the same at every evaluation."""
+        return derive_seed(self.seed, 5)
+
+
+def _gpu_preset(batch_tasks: int, minibatch_size: int, out_dir: str) -> dict[str, Any]:
+    """Search-R1-style GRPO on SearchQA ``small`` for a local Qwen2.5 Instruct model (``--model PATH``)."""
+    return {
+        "model": "",  # a local directory, given with --model PATH
+        "device": "cuda",
+        "dtype": "float32",
+        "amp_dtype": "bfloat16",
+        "gradient_checkpointing": True,
+        "env_id": "agentgym/SearchQA-v0",
+        "env_kwargs": {"dataset": "small", "split": "train"},
+        "eval_env_kwargs": {"dataset": "small", "split": "test"},
+        "eval_every": 5,
+        "eval_tasks": 200,
+        "batch_tasks": batch_tasks,
+        "group_size": 8,
+        "max_turns": 4,
+        "max_new_tokens": 256,
+        "max_total_tokens": 4096,
+        "estimator": "grpo",
+        "eps_low": 0.2,
+        "eps_high": 0.28,
+        "kl_coef": 0.001,
+        "lr": 1e-6,
+        "minibatch_size": minibatch_size,
+        "iterations": 100,
+        "dynamic_sampling": True,
+        "out_dir": out_dir,
+    }
+
+
+#: Named starting points (``load_config(preset=...)``).
+PRESETS: dict[str, dict[str, Any]] = {
+    # CPU smoke run: the tiny random Qwen2 on SearchQA's tiny dataset.
+    "tiny": {
+        "model": "tiny",
+        "env_id": "agentgym/SearchQA-v0",
+        "env_kwargs": {"dataset": "tiny"},
+        "batch_tasks": 2,
+        "group_size": 2,
+        "max_turns": 2,
+        "max_new_tokens": 12,
+        "minibatch_size": 4,
+        "iterations": 2,
+        "lr": 1e-4,
+        "kl_coef": 0.01,
+        "out_dir": "runs/tiny",
+    },
+    # GPU: a local Qwen2.5 Instruct checkpoint (--model PATH), Search-R1-style GRPO on SearchQA small.
+    "qwen2.5-0.5b": _gpu_preset(batch_tasks=32, minibatch_size=16, out_dir="runs/qwen2.5-0.5b"),
+    "qwen2.5-1.5b": _gpu_preset(batch_tasks=16, minibatch_size=8, out_dir="runs/qwen2.5-1.5b"),
+}
+
+
+def load_config(
+    preset: str | None = None,
+    config_file: str | os.PathLike[str] | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> TrainConfig:
+    """Preset, then a JSON/TOML file, then ``overrides`` (later wins)."""
+    data: dict[str, Any] = {}
+    if preset is not None:
+        if preset not in PRESETS:
+            raise KeyError(f"unknown preset {preset!r}; known: {', '.join(sorted(PRESETS))}")
+        data.update(copy.deepcopy(PRESETS[preset]))  # a config never shares (or mutates) the preset's dicts
+    if config_file is not None:
+        path = Path(config_file)
+        if path.suffix == ".toml":
+            import tomllib
+
+            data.update(tomllib.loads(path.read_text(encoding="utf-8")))
+        else:
+            data.update(json.loads(path.read_text(encoding="utf-8")))
+    data.update(overrides or {})
+    return TrainConfig.from_dict(data)

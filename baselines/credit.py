@@ -1,0 +1,168 @@
+"""Credit assignment in the reference trainer: which reward each turn gets, and the advantages computed from it.
+
+All of it comes from ``agentgym.rewards``; the trainer keeps no copies:
+
+- the dense reward ``progress_key`` is the :class:`~agentgym.rewards.wrappers.ProgressReward` wrapper on the
+  training env (:class:`EnvMaker`): ``progress_coef * (info[key]_t - info[key]_{t-1})`` added to each step's
+  reward (potential-based: it telescopes to ``coef * final progress``);
+- ``scorer`` runs a post-episode turn scorer of ``agentgym.rewards.information`` (``info_gain`` = IGPO,
+  ``info_potential`` = TIPS, ``siop`` = SIOP) with the current policy as the scoring model, and adds its per-turn
+  rewards times ``scorer_coef``;
+- critic-free algorithms take the per-turn advantages of the registered estimator ``config.estimator_name``
+  (``agentgym.rewards.advantages.ESTIMATORS``: ``grpo``, ``rloo``, ``gtpo``, ``gigpo``, ...); PPO takes token-level
+  GAE (``token_gae``) or, with ``estimator="turn_ppo"``, the ``turn_ppo`` estimator over the critic's values at
+  the turns' first tokens. Either way ``gamma``/``lam`` come from the config, and turn advantages reach tokens
+  through ``broadcast_to_tokens`` with the explicit turn spans.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from agentgym.baselines.backends import amp_dtype
+from agentgym.baselines.config import TrainConfig
+from agentgym.baselines.rollout import Rollout, autocast
+from agentgym.rewards.advantages import (
+    TurnBatch,
+    broadcast_to_tokens,
+    get_estimator,
+    masked_whiten,
+    place_turn_rewards,
+    token_gae,
+)
+
+__all__ = ["EnvMaker", "compute_advantages", "group_stats", "score_turns", "turn_rewards"]
+
+
+@dataclass(frozen=True)
+class EnvMaker:
+    """Builds the trainer's env: ``gymnasium.make(env_id, **env_kwargs)``, in ``ProgressReward`` when
+    ``progress_key`` is set. Picklable, so env pools build it in their workers."""
+
+    env_id: str
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    progress_key: str | None = None
+    progress_coef: float = 1.0
+    spec: Any = None  # the driver's registration of env_id, for workers that lack it (envs registered by tests)
+
+    @classmethod
+    def of(cls, config: TrainConfig, env_kwargs: dict[str, Any] | None = None, *, shaped: bool = True) -> EnvMaker:
+        """The training env of ``config`` (``shaped=False``: without the dense reward, as evaluations play it)."""
+        import gymnasium
+
+        import agentgym  # noqa: F401  (registers the envs)
+
+        kwargs = config.env_kwargs if env_kwargs is None else env_kwargs
+        key = config.progress_key if shaped else None
+        return cls(config.env_id, dict(kwargs), key, config.progress_coef, gymnasium.spec(config.env_id))
+
+    def __call__(self) -> Any:
+        import gymnasium
+
+        import agentgym  # noqa: F401
+
+        if self.env_id not in gymnasium.registry and self.spec is not None:
+            gymnasium.registry[self.env_id] = self.spec
+        env = gymnasium.make(self.env_id, **self.env_kwargs)
+        if self.progress_key is None:
+            return env
+        from agentgym.rewards.wrappers import ProgressReward
+
+        return ProgressReward(env, key=self.progress_key, scale=self.progress_coef)
+
+
+def turn_rewards(r: Rollout, config: TrainConfig) -> list[float]:
+    """The rewards the advantages are computed from: the (wrapped) env's per-turn rewards, plus the turn scorer's
+    rewards times ``scorer_coef`` when a scorer ran."""
+    if not r.scored_rewards:
+        return list(r.turn_rewards)
+    return [x + config.scorer_coef * s for x, s in zip(r.turn_rewards, r.scored_rewards, strict=True)]
+
+
+def group_stats(rollouts: Sequence[Rollout], config: TrainConfig) -> dict[Any, float]:
+    """Population std per group id of the trajectory return (sum of the training turn rewards)."""
+    groups: dict[Any, list[float]] = {}
+    for r in rollouts:
+        groups.setdefault(r.group_id, []).append(math.fsum(turn_rewards(r, config)))
+    return {g: float(np.std(v)) for g, v in groups.items()}
+
+
+def build_scorer(config: TrainConfig, model: Any, tokenizer: Any) -> Any:
+    """The ``config.scorer`` turn scorer over the current policy weights (IGPO scores with the policy itself)."""
+    from agentgym.rewards.answer_scoring import LocalAnswerScorer
+    from agentgym.rewards.information import InformationGain, InformationPotential, SelfInducedOutcomePotential
+
+    cls = {"info_gain": InformationGain, "info_potential": InformationPotential, "siop": SelfInducedOutcomePotential}
+    return cls[config.scorer](LocalAnswerScorer(model, tokenizer), **config.scorer_kwargs)  # type: ignore[index]
+
+
+@torch.no_grad()
+def score_turns(rollouts: Sequence[Rollout], config: TrainConfig, model: Any, tokenizer: Any) -> dict[str, float]:
+    """Run the turn scorer on each group's text trajectories and store its per-turn rewards in
+    ``Rollout.scored_rewards`` (a turn it could not score gets 0 and counts in ``scorer_invalid_frac``)."""
+    scorer = build_scorer(config, model, tokenizer)
+    groups: dict[Any, list[int]] = {}
+    for i, r in enumerate(rollouts):
+        groups.setdefault(r.group_id, []).append(i)
+    trajs = {i: r.to_trajectory(config.env_id) for i, r in enumerate(rollouts)}
+    with autocast(model, amp_dtype(config)):
+        if hasattr(scorer, "score_groups"):  # TIPS fits one scale over all groups
+            scored = scorer.score_groups([[trajs[i] for i in idx] for idx in groups.values()])
+        else:
+            scored = [scorer([trajs[i] for i in idx]) for idx in groups.values()]
+    invalid = total = 0
+    for idx, scores in zip(groups.values(), scored, strict=True):
+        for i, sc in zip(idx, scores, strict=True):
+            rewards = [float(x) if ok and math.isfinite(x) else 0.0 for x, ok in zip(sc.rewards, sc.valid, strict=True)]
+            rollouts[i].scored_rewards = rewards
+            invalid += sum(not ok for ok in sc.valid)
+            total += len(sc.valid)
+    flat = [x for r in rollouts for x in r.scored_rewards]
+    return {
+        "scorer_reward_mean": float(np.mean(flat)) if flat else 0.0,
+        "scorer_invalid_frac": invalid / max(total, 1),
+    }
+
+
+def compute_advantages(
+    rollouts: Sequence[Rollout], config: TrainConfig, values: Sequence[np.ndarray] | None = None
+) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
+    """Per-rollout token advantages in response coordinates (0 on env tokens), and PPO returns (else None).
+
+    ``values``: the critic's values per response token (PPO only). Token-level PPO whitens the advantages over all
+    sampled tokens of the batch (``whiten_advantages``), as does turn-level PPO after broadcasting."""
+    masks = [np.asarray(r.loss_mask, dtype=np.float64) for r in rollouts]
+    rewards = [turn_rewards(r, config) for r in rollouts]
+    if not config.critic:
+        batch = TurnBatch(rewards, [r.group_id for r in rollouts], anchors=[r.anchors for r in rollouts],
+                          turn_lengths=[[e - s for s, e in r.turn_spans] for r in rollouts])  # fmt: skip
+        per_turn = get_estimator(config.estimator_name)(batch, **config.estimator_kwargs)
+        return [broadcast_to_tokens(a, r.turn_spans, len(r.response_ids), r.loss_mask)
+                for a, r in zip(per_turn, rollouts, strict=True)], None  # fmt: skip
+    if values is None:
+        raise ValueError("ppo needs critic values")
+    advs, rets = [], []
+    if config.estimator_name == "turn_ppo":  # a turn-level critic: V at each turn's first token, GAE over turns
+        turn_values = [np.array([v[s] for s, _ in r.turn_spans], dtype=np.float64)
+                       for r, v in zip(rollouts, values, strict=True)]  # fmt: skip
+        batch = TurnBatch(rewards, [r.group_id for r in rollouts], values=turn_values)
+        per_turn = get_estimator("turn_ppo")(batch, gamma=config.gamma, lam=config.lam)
+        for r, a, v in zip(rollouts, per_turn, turn_values, strict=True):  # returns = advantages + values
+            advs.append(broadcast_to_tokens(a, r.turn_spans, len(r.response_ids), r.loss_mask))
+            rets.append(broadcast_to_tokens(a + v, r.turn_spans, len(r.response_ids), r.loss_mask))
+    else:
+        for r, v, m, rew in zip(rollouts, values, masks, rewards, strict=True):
+            a, ret = token_gae(place_turn_rewards(rew, r.turn_spans, len(r.response_ids)), v, m, config.gamma,
+                               config.lam)  # fmt: skip
+            advs.append(a)
+            rets.append(ret)
+    if config.whiten_advantages and advs:
+        flat = masked_whiten(np.concatenate(advs), np.concatenate(masks))
+        advs = list(np.split(flat, np.cumsum([len(a) for a in advs])[:-1]))
+    return advs, rets

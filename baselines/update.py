@@ -1,0 +1,273 @@
+"""The policy-gradient update's pieces: the model (policy, value head), per-token log-probs, padded batches and the
+clipped loss. ``agentgym.baselines.trainer`` composes them; each is usable on its own.
+
+- :func:`forward_tokens`: per-token log-probs, entropy and values of sampled tokens only (observations skip the LM
+  head), under ``log_softmax(logits / temperature)`` as the rollout records them.
+- :func:`make_batch` / :func:`select` / :func:`score_batch`: rollouts -> right-padded tensors in sequence
+  coordinates; minibatch rows trimmed to their longest row; log-probs of a whole batch in minibatches.
+- :func:`minibatch_loss`: clipped surrogate with clip-higher (``eps_low``/``eps_high``) + k3 KL to a frozen
+  reference, ``exp(ref - lp) - (ref - lp) - 1`` (``kl_coef``) - entropy bonus (``ent_coef``) + clipped value loss,
+  reduced by :func:`aggregate_loss` (``token-mean``, ``seq-mean-token-mean``, ``constant``: Dr. GRPO's normaliser).
+
+>>> aggregate_loss(torch.tensor([[1.0, 3.0], [5.0, 0.0]]), torch.tensor([[1.0, 1.0], [1.0, 0.0]]), "token-mean")
+tensor(3.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from agentgym.baselines.backends import amp_dtype
+from agentgym.baselines.config import LOSS_AGG_MODES, TrainConfig
+from agentgym.baselines.rollout import Rollout, autocast
+
+__all__ = [
+    "aggregate_loss",
+    "build_policy",
+    "build_value_head",
+    "explained_variance",
+    "forward_tokens",
+    "make_batch",
+    "minibatch_loss",
+    "score_batch",
+    "select",
+]
+
+
+def build_policy(config: TrainConfig) -> tuple[Any, Any]:
+    """(model, tokenizer) on ``config.device`` in ``config.dtype``. Never downloads: ``model`` is ``"tiny"`` or a
+    local directory."""
+    if not config.model:
+        raise ValueError("no model: give a local model directory with --model PATH (nothing is downloaded)")
+    if config.model == "tiny":
+        from agentgym.tools.tiny_model import build_tiny_model
+
+        model, tok = build_tiny_model(config.model_seed)
+    else:
+        from transformers import AutoModelForCausalLM
+
+        from agentgym.tools.tiny_model import load_tokenizer
+
+        tok = load_tokenizer(config.model)
+        model = AutoModelForCausalLM.from_pretrained(config.model, local_files_only=True)
+    model = model.to(device=config.device, dtype=getattr(torch, config.dtype))
+    if config.gradient_checkpointing:
+        # active in train mode only, so sampling keeps its KV cache (transformers 5 renamed the method)
+        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+        enable()
+    return model, tok
+
+
+def build_value_head(model: Any) -> torch.nn.Linear:
+    """A linear critic on the last hidden state, zero-initialised (V = 0 at the start, deterministic)."""
+    head = torch.nn.Linear(model.config.hidden_size, 1)
+    torch.nn.init.zeros_(head.weight)
+    torch.nn.init.zeros_(head.bias)
+    return head.to(next(model.parameters()).device)
+
+
+def forward_tokens(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    temperature: float,
+    value_head: torch.nn.Module | None = None,
+    token_mask: torch.Tensor | None = None,
+    amp: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Per-token ``(logprobs, entropy, values)`` in sequence coordinates ``(B, L)``: entry ``t`` is about token ``t``
+    given tokens ``< t`` (entry 0 is 0). Log-probs/entropy of ``softmax(logits / temperature)`` (T=1 if greedy).
+
+    Only the positions where ``token_mask`` is set (default: every real token) go through the LM head; the others
+    are 0. In multi-turn rollouts most tokens are observations, so scoring only the sampled ones saves most of the
+    ``(tokens, vocab)`` logits. Assumes ``logits = lm_head(decoder(...).last_hidden_state)`` (Llama/Qwen/Mistral
+    style); a model with logit soft-capping falls back to the full forward. ``amp``: autocast dtype of the forward
+    (the log-softmax is float32 either way)."""
+    scale = temperature if temperature > 0 else 1.0
+    sel = (attention_mask if token_mask is None else token_mask).bool().clone()
+    sel[:, 0] = False
+    rows, cols = sel.nonzero(as_tuple=True)
+    decoder, head = model.get_decoder(), model.get_output_embeddings()
+    with autocast(model, amp):
+        if decoder is None or head is None or getattr(model.config, "final_logit_softcapping", None):
+            out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, use_cache=False)
+            hidden = out.hidden_states[-1]
+            logits = out.logits[rows, cols - 1]
+        else:
+            hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+            logits = head(hidden[rows, cols - 1])
+    logp = torch.log_softmax(logits.float() / scale, dim=-1)
+    lp_sel = logp.gather(-1, input_ids[rows, cols][:, None]).squeeze(-1)
+    ent_sel = -(logp.exp() * logp).sum(-1)
+    zeros = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
+    lp = zeros.index_put((rows, cols), lp_sel)
+    entropy = zeros.index_put((rows, cols), ent_sel)
+    values = None
+    if value_head is not None:
+        v_sel = value_head(hidden[rows, cols - 1].float()).squeeze(-1)
+        values = zeros.index_put((rows, cols), v_sel)
+    return lp, entropy, values
+
+
+def aggregate_loss(values: torch.Tensor, mask: torch.Tensor, mode: str, norm_const: float = 1.0) -> torch.Tensor:
+    """Reduce per-token losses ``(B, L)`` over mask-1 tokens:
+
+    - ``token-mean``: ``sum(x * m) / sum(m)`` (every token of the minibatch weighs the same);
+    - ``seq-mean-token-mean``: mean over rows (with any mask-1 token) of each row's token mean;
+    - ``constant``: ``sum(x * m) / (B * norm_const)`` (Dr. GRPO: no length bias).
+    """
+    m = mask.to(values.dtype)
+    total = (values * m).sum()
+    if mode == "token-mean":
+        return total / m.sum().clamp(min=1.0)
+    if mode == "seq-mean-token-mean":
+        per_row = m.sum(-1)
+        keep = per_row > 0
+        if not bool(keep.any()):
+            return total * 0.0
+        return ((values * m).sum(-1)[keep] / per_row[keep]).mean()
+    if mode == "constant":
+        return total / (values.shape[0] * norm_const)
+    raise ValueError(f"unknown loss aggregation mode {mode!r}; known: {LOSS_AGG_MODES}")
+
+
+def pad_rows(rows: Sequence[Sequence[float]], length: int, value: float, dtype: torch.dtype) -> torch.Tensor:
+    out = torch.full((len(rows), length), value, dtype=dtype)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.as_tensor(list(row), dtype=dtype)
+    return out
+
+
+def make_batch(
+    rollouts: Sequence[Rollout],
+    pad_id: int,
+    *,
+    advantages: Sequence[np.ndarray] | None = None,
+    returns: Sequence[np.ndarray] | None = None,
+    mask_truncated: bool = False,
+) -> dict[str, torch.Tensor]:
+    """Right-padded tensors ``(B, L)`` in sequence coordinates (prompt + response); response-coordinate arrays are
+    shifted by each row's prompt length. ``loss_mask`` is 0 on prompts, env tokens, padding (and on truncated
+    episodes when ``mask_truncated``)."""
+    length = max(len(r.input_ids) for r in rollouts)
+
+    def seq(r: Rollout, resp: Sequence[float]) -> list[float]:
+        return [0.0] * len(r.prompt_ids) + list(resp)
+
+    def mask_of(r: Rollout) -> list[float]:
+        if mask_truncated and r.truncated and not r.terminated:
+            return [0.0] * len(r.input_ids)
+        return seq(r, r.loss_mask)
+
+    batch = {
+        "input_ids": pad_rows([r.input_ids for r in rollouts], length, pad_id, torch.long),
+        "attention_mask": pad_rows([[1] * len(r.input_ids) for r in rollouts], length, 0, torch.long),
+        "loss_mask": pad_rows([mask_of(r) for r in rollouts], length, 0.0, torch.float32),
+        "rollout_logprobs": pad_rows([seq(r, r.rollout_logprobs) for r in rollouts], length, 0.0, torch.float32),
+    }
+    if advantages is not None:
+        batch["advantages"] = pad_rows(
+            [seq(r, a) for r, a in zip(rollouts, advantages, strict=True)], length, 0.0, torch.float32
+        )
+    if returns is not None:
+        batch["returns"] = pad_rows(
+            [seq(r, a) for r, a in zip(rollouts, returns, strict=True)], length, 0.0, torch.float32
+        )
+    return batch
+
+
+def select(batch: dict[str, torch.Tensor], idx: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Rows ``idx`` of every tensor, trimmed to the longest selected row."""
+    sub = {k: v[idx] for k, v in batch.items()}
+    length = int(sub["attention_mask"].sum(-1).max().item())
+    return {k: v[:, :length] for k, v in sub.items()}
+
+
+@torch.no_grad()
+def score_batch(
+    model: Any,
+    batch: dict[str, torch.Tensor],
+    temperature: float,
+    minibatch_size: int,
+    value_head: torch.nn.Module | None = None,
+    amp: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs (and values) of every row, computed in minibatches, padded to the batch length."""
+    n, length = batch["input_ids"].shape
+    device = next(model.parameters()).device
+    lps = torch.zeros(n, length)
+    vals = torch.zeros(n, length) if value_head is not None else None
+    for start in range(0, n, minibatch_size):
+        idx = torch.arange(start, min(n, start + minibatch_size))
+        mb = select(batch, idx)
+        lp, _, v = forward_tokens(
+            model,
+            mb["input_ids"].to(device),
+            mb["attention_mask"].to(device),
+            temperature,
+            value_head,
+            token_mask=mb["loss_mask"].to(device) > 0,
+            amp=amp,
+        )
+        lps[idx, : lp.shape[1]] = lp.cpu()
+        if vals is not None and v is not None:
+            vals[idx, : v.shape[1]] = v.cpu()
+    return lps, vals
+
+
+def minibatch_loss(
+    model: Any, value_head: torch.nn.Module | None, mb: dict[str, torch.Tensor], config: TrainConfig
+) -> dict[str, torch.Tensor]:
+    """Clipped surrogate (clip-higher) + k3 KL to the reference - entropy bonus (+ clipped value loss)."""
+    lp, entropy, values = forward_tokens(
+        model,
+        mb["input_ids"],
+        mb["attention_mask"],
+        config.temperature,
+        value_head,
+        token_mask=mb["loss_mask"] > 0,
+        amp=amp_dtype(config),
+    )
+    mask, adv, mode = mb["loss_mask"], mb["advantages"], config.loss_mode
+    on = mask > 0
+    log_ratio = (lp - mb["old_logprobs"]) * mask
+    ratio = torch.exp(log_ratio)
+    pg1 = -adv * ratio
+    pg2 = -adv * torch.clamp(ratio, 1.0 - config.eps_low, 1.0 + config.eps_high)
+    pg = torch.maximum(pg1, pg2)
+    per_token = pg - config.ent_coef * entropy
+    kl_ref = torch.zeros((), device=lp.device)
+    if "ref_logprobs" in mb:
+        d = (mb["ref_logprobs"] - lp) * mask
+        kl = torch.exp(d) - d - 1.0
+        per_token = per_token + config.kl_coef * kl
+        kl_ref = aggregate_loss(kl.detach(), mask, "token-mean")
+    loss = aggregate_loss(per_token, mask, mode, config.norm_const)
+    out = {"pg_loss": aggregate_loss(pg.detach(), mask, mode, config.norm_const), "kl_ref": kl_ref}
+    if values is not None:
+        old_v, ret = mb["old_values"], mb["returns"]
+        v_clipped = old_v + torch.clamp(values - old_v, -config.value_clip, config.value_clip)
+        vloss = 0.5 * torch.maximum((values - ret) ** 2, (v_clipped - ret) ** 2)
+        value_loss = aggregate_loss(vloss, mask, "token-mean")
+        loss = loss + config.vf_coef * value_loss
+        out["value_loss"] = value_loss.detach()
+    with torch.no_grad():
+        lr_ = log_ratio.detach()
+        clipped = ((ratio < 1.0 - config.eps_low) & (adv < 0)) | ((ratio > 1.0 + config.eps_high) & (adv > 0))
+        out.update(
+            approx_kl=aggregate_loss(torch.exp(lr_) - 1.0 - lr_, mask, "token-mean"),
+            clip_frac=aggregate_loss(clipped.float(), mask, "token-mean"),
+            entropy=aggregate_loss(entropy.detach(), mask, "token-mean"),
+            ratio_maxdev=(ratio.detach() - 1.0).abs()[on].max() if bool(on.any()) else torch.zeros(()),
+        )
+    out["loss"] = loss
+    return out
+
+
+def explained_variance(pred: np.ndarray, target: np.ndarray) -> float:
+    var = float(np.var(target))
+    return float("nan") if var == 0 else 1.0 - float(np.var(target - pred)) / var
