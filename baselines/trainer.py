@@ -109,6 +109,7 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int) -> dict[str
         t_s = time.perf_counter()
         metrics.update(score_turns(rollouts, config, model, tok), time_scorer=time.perf_counter() - t_s)
     sampled = sum(r.num_sampled for r in rollouts)
+    valid = [bool(i.get("action_valid", True)) for r in rollouts for i in r.infos] or [True]
     stds = group_stats(rollouts, config)
     metrics.update(
         reward_mean=float(np.mean([r.outcome for r in rollouts])),
@@ -116,6 +117,7 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int) -> dict[str
         turns_mean=float(np.mean([len(r.turn_spans) for r in rollouts])),
         truncated_frac=float(np.mean([r.truncated and not r.terminated for r in rollouts])),
         progress_final=float(np.mean([r.final_progress for r in rollouts])),
+        valid_action_frac=float(np.mean(valid)),
         sampled_tokens=sampled,
         zero_std_group_frac=float(np.mean([s == 0.0 for s in stds.values()])),
         time_rollout=t_rollout,

@@ -132,8 +132,7 @@ def run_job(job: Job, args: argparse.Namespace, out: Path) -> tuple[Job, dict[st
     result: dict[str, Any] = {"job": asdict(job), "history": [{k: h[k] for k in KEPT if k in h}
                                                               for h in summary["history"]]}  # fmt: skip
     if job.method is None:
-        result["before"] = {h: evaluate(summary["state"], load_config("tiny", overrides=config_overrides(job, args,
-                            out, h)))["eval_success_rate"] for h in args.cells[job.env]}  # fmt: skip
+        result["before"] = evaluate_start(summary["state"], job, args, out)
     else:
         result["after"] = evaluate(summary["state"], config)["eval_success_rate"]
     summary["state"].close()
@@ -145,6 +144,40 @@ def run_job(job: Job, args: argparse.Namespace, out: Path) -> tuple[Job, dict[st
     if job.method is not None:  # a finished run needs no checkpoint (tens of MB each)
         (job.directory(out) / "checkpoint.pt").unlink(missing_ok=True)
     return job, result
+
+
+def evaluate_start(state: Any, job: Job, args: argparse.Namespace, out: Path) -> dict[int, float]:
+    """The warm start's held-out success at every horizon of its env (each with its own eval env)."""
+    from agentgym.baselines.config import load_config
+    from agentgym.baselines.trainer import evaluate
+
+    before = {}
+    for h in args.cells[job.env]:
+        state.close()  # the eval env of the previous horizon
+        before[h] = evaluate(state, load_config("tiny", overrides=config_overrides(job, args, out, h)))
+    return {h: r["eval_success_rate"] for h, r in before.items()}
+
+
+def reevaluate_starts(args: argparse.Namespace, out: Path) -> None:
+    """Recompute ``before`` of every finished warm start from its checkpoint (``--reevaluate-starts``)."""
+    import torch
+
+    from agentgym.baselines.checkpoint import load_weights
+    from agentgym.baselines.config import load_config
+    from agentgym.baselines.trainer import setup
+
+    torch.set_num_threads(1)
+    for path in sorted((out / "sft").glob("*/result.json")):
+        result = json.loads(path.read_text(encoding="utf-8"))
+        job = Job(**result["job"])
+        state = setup(load_config("tiny", overrides=config_overrides(job, args, out)))
+        load_weights(state, job.directory(out) / "checkpoint.pt")
+        result["before"] = evaluate_start(state, job, args, out)
+        state.close()
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(result), encoding="utf-8")
+        os.replace(tmp, path)
+        print(job.name, result["before"], flush=True)
 
 
 def grid(args: argparse.Namespace) -> list[Job]:
@@ -348,10 +381,13 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", default="runs/credit_sweep")
     parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--reevaluate-starts", action="store_true", help="recompute the warm starts' evaluations")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    if not args.report_only:
+    if args.reevaluate_starts:
+        reevaluate_starts(args, out)
+    elif not args.report_only:
         run_grid(args, out)
     print(report(args, out))
 

@@ -214,10 +214,12 @@ def test_tiny_preset_smoke_on_search_qa(tmp_path, capsys):
         "clip_frac",
         "entropy",
         "zero_std_group_frac",
+        "valid_action_frac",
         "rollout_tokens_per_s",
         "update_tokens_per_s",
     ):
         assert key in lines[-1]
+    assert 0.0 <= lines[-1]["valid_action_frac"] <= 1.0
     assert (out / "checkpoint.pt").is_file() and (out / "metrics.png").stat().st_size > 0
     assert "metrics_path" in capsys.readouterr().out
 
