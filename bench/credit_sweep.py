@@ -27,8 +27,8 @@ diagnostics have choices, not an answer to score.
 
 Jobs run in ``--jobs`` spawned processes (one torch thread each). Each finished job leaves ``result.json`` in its
 directory (written atomically), so an interrupted sweep started again with the same ``--out`` skips what finished
-and resumes an interrupted run from its last checkpoint. Writes ``results.md`` (the table), ``results.json`` and
-``credit_sweep.png`` under ``--out``.
+and resumes an interrupted run from its last checkpoint. Writes ``results.md`` (the table), ``results.json`` (its rows),
+``runs.jsonl`` (every run's start, end and curves) and ``credit_sweep.png`` under ``--out``.
 """
 
 from __future__ import annotations
@@ -348,6 +348,12 @@ def report(args: argparse.Namespace, out: Path) -> str:
             f"core-hours for {len(results)} runs.")  # fmt: skip
     (out / "results.md").write_text(head + "\n\n" + text + "\n", encoding="utf-8")
     (out / "results.json").write_text(json.dumps(records, indent=1), encoding="utf-8")
+    with open(out / "runs.jsonl", "w", encoding="utf-8") as fh:  # every run, compact: enough to redraw the report
+        for r in results:
+            curves = {k: [h.get(k) for h in r["history"] if h.get("iteration", 0) > 0]
+                      for k in ("success_rate", "zero_std_group_frac")}  # fmt: skip
+            fh.write(json.dumps({**r["job"], "before": r["before"], "after": r["after"], "seconds": r["seconds"],
+                                 **curves}) + "\n")  # fmt: skip
     plot(results, list(args.methods), out / "credit_sweep.png")
     return head + "\n\n" + text
 
