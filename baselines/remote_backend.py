@@ -58,7 +58,7 @@ from typing import Any
 
 import torch
 
-from agentgym.baselines.rollout import HFPolicy
+from agentgym.baselines.rollout import HFPolicy, request_seed
 from agentgym.tools.llm import CompletionResult, LLMClient, LLMResponseError
 
 __all__ = ["LOGPROBS_MODES", "RemotePolicy"]
@@ -189,7 +189,7 @@ class RemotePolicy(HFPolicy):
         stops = list(stop)
         requests = []
         for context, budget, generator in zip(contexts, budgets, generators, strict=True):
-            seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator).item())
+            seed = request_seed(generator)
             requests.append((list(context), max(int(budget), 1), seed))
 
         def one(request: tuple[list[int], int, int]) -> CompletionResult:

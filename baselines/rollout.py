@@ -51,6 +51,7 @@ __all__ = [
     "demonstration_agent",
     "demonstration_episode",
     "derive_seed",
+    "request_seed",
     "rollout_episode",
     "run_episodes",
 ]
@@ -67,6 +68,12 @@ def autocast(model: Any, dtype: torch.dtype | None) -> Any:
     if dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device_type=next(model.parameters()).device.type, dtype=dtype)
+
+
+def request_seed(generator: torch.Generator) -> int:
+    """A per-request seed for an engine that seeds each request itself (vLLM, a completions server), drawn from the
+    row's generator: the row's draws stay a function of its own generator."""
+    return int(torch.randint(0, 2**31 - 1, (1,), generator=generator).item())
 
 
 def derive_seed(*parts: int) -> int:

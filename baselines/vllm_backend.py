@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from agentgym.baselines.rollout import HFPolicy
+from agentgym.baselines.rollout import HFPolicy, request_seed
 
 __all__ = ["VLLMPolicy", "vllm_unavailable_reason"]
 
@@ -135,7 +135,7 @@ class VLLMPolicy(HFPolicy):
             self.sync_weights()
         params = []
         for budget, generator in zip(budgets, generators, strict=True):
-            seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator).item())
+            seed = request_seed(generator)
             params.append(
                 SamplingParams(
                     n=1,
