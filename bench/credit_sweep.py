@@ -290,6 +290,30 @@ def table(results: list[dict[str, Any]], methods: list[str]) -> tuple[str, list[
     return "\n".join(lines), records
 
 
+def pivot(records: list[dict[str, Any]], methods: list[str]) -> str:
+    """One row per (env, H): the start, then each method's success after the budget (mean ± std over seeds); the
+    best mean of the row in bold."""
+    cells: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
+    for rec in records:
+        cells.setdefault((rec["env"], rec["horizon"]), {})[rec["method"]] = rec
+    shown = [m for m in methods if any(m in row for row in cells.values())]
+    lines = ["| env | H | seeds | start | " + " | ".join(f"`{m}`" for m in shown) + " |",
+             "|---|---:|---:|---:|" + "---:|" * len(shown)]  # fmt: skip
+    for (env, h), row in sorted(cells.items()):
+        best = max(r["after_mean"] for r in row.values())
+        first = next(iter(row.values()))
+        out = []
+        for m in shown:
+            if m not in row:
+                out.append("")
+                continue
+            text = f"{row[m]['after_mean']:.3f} ± {row[m]['after_std']:.3f}"
+            out.append(f"**{text}**" if row[m]["after_mean"] == best and best > 0 else text)
+        seeds = "/".join(sorted({str(r["seeds"]) for r in row.values()}))
+        lines.append(f"| {env} | {h} | {seeds} | {first['before_mean']:.3f} | " + " | ".join(out) + " |")
+    return "\n".join(lines)
+
+
 def plot(results: list[dict[str, Any]], methods: list[str], path: Path) -> None:
     """Row per env: success after the budget against H (one line per method), then the training success curves
     (mean over seeds, smoothed over 5 iterations) at each H."""
@@ -346,6 +370,7 @@ def report(args: argparse.Namespace, out: Path) -> str:
             f"{args.group_size}), SFT warm start {args.sft_steps} steps, eval {args.eval_episodes} held-out episodes "
             f"at T=1, k={args.num_options} options. Compute: {sum(r['seconds'] for r in results) / 3600:.2f} "
             f"core-hours for {len(results)} runs.")  # fmt: skip
+    text = pivot(records, list(args.methods)) + "\n\n" + text
     (out / "results.md").write_text(head + "\n\n" + text + "\n", encoding="utf-8")
     (out / "results.json").write_text(json.dumps(records, indent=1), encoding="utf-8")
     with open(out / "runs.jsonl", "w", encoding="utf-8") as fh:  # every run, compact: enough to redraw the report
