@@ -42,4 +42,7 @@ def test_micro_sweep_runs_resumes_and_reports(tmp_path):
     report = sweep(out)  # everything finished: nothing runs again
     assert {p: p.stat().st_mtime_ns for p in out.glob("*/*/result.json")} == stamps
     rows = [line for line in report.splitlines() if line.startswith("| Chain")]
-    assert len(rows) == 4 and (out / "credit_sweep.png").stat().st_size > 0
+    pivot = [r for r in rows if "`" not in r]  # one row per (env, H), one column per method
+    assert len(pivot) == 2 and all(r.count("±") == 2 for r in pivot)
+    assert len(rows) - len(pivot) == 4  # one row per (env, H, method)
+    assert (out / "credit_sweep.png").stat().st_size > 0
