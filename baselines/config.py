@@ -152,7 +152,7 @@ class TrainConfig:
             raise ValueError("dynamic_sampling drops groups whose rewards all tie: it needs group_size >= 2")
         if self.temperature < 0 or self.eval_temperature < 0 or self.lr <= 0 or self.kl_coef < 0:
             raise ValueError("temperatures and kl_coef must be >= 0 and lr > 0")
-        if self.resume is False and self.init_from is not None and not Path(self.init_from).is_file():
+        if self.init_from is not None and not Path(self.init_from).is_file():
             raise ValueError(f"init_from: no checkpoint at {self.init_from}")
 
     @property
