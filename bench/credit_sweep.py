@@ -345,6 +345,9 @@ def plot(results: list[dict[str, Any]], methods: list[str], path: Path) -> None:
         row[0].set_xlabel("H")
         row[0].legend(fontsize=7)
         for ax, h in zip(row[1:], horizons, strict=True):
+            if not any(r["job"]["horizon"] == h for r in mine):
+                ax.axis("off")  # this env was not run at this horizon
+                continue
             for m in methods:
                 curves = [[x["success_rate"] for x in r["history"] if x.get("iteration", 0) > 0] for r in mine
                           if r["job"]["method"] == m and r["job"]["horizon"] == h]  # fmt: skip
