@@ -58,7 +58,7 @@ from typing import Any
 
 import torch
 
-from agentgym.baselines.rollout import HFPolicy, request_seed
+from agentgym.baselines.rollout import HFPolicy, check_rows, request_seed
 from agentgym.tools.llm import CompletionResult, LLMClient, LLMResponseError
 
 __all__ = ["LOGPROBS_MODES", "RemotePolicy"]
@@ -174,8 +174,7 @@ class RemotePolicy(HFPolicy):
         stop: Sequence[str],
         generators: Sequence[torch.Generator],
     ) -> list[tuple[list[int], list[float], str]]:
-        if not (len(contexts) == len(budgets) == len(generators)):
-            raise ValueError("contexts, budgets and generators differ in length")
+        check_rows(contexts, budgets, generators)
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
         if self.logprobs_mode == "raw" and temperature not in (0.0, 1.0):

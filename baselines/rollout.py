@@ -47,6 +47,7 @@ __all__ = [
     "RolloutConfig",
     "autocast",
     "check_contexts",
+    "check_rows",
     "collect_rollouts",
     "demonstration_agent",
     "demonstration_episode",
@@ -74,6 +75,12 @@ def request_seed(generator: torch.Generator) -> int:
     """A per-request seed for an engine that seeds each request itself (vLLM, a completions server), drawn from the
     row's generator: the row's draws stay a function of its own generator."""
     return int(torch.randint(0, 2**31 - 1, (1,), generator=generator).item())
+
+
+def check_rows(contexts: Sequence[Any], budgets: Sequence[int], generators: Sequence[Any]) -> None:
+    """``sample_batch``'s arguments name the same rows (every back-end checks this first)."""
+    if not (len(contexts) == len(budgets) == len(generators)):
+        raise ValueError("contexts, budgets and generators differ in length")
 
 
 def derive_seed(*parts: int) -> int:
@@ -351,9 +358,8 @@ class HFPolicy:
 
         Row ``i`` samples at most ``budgets[i]`` tokens with its own ``generators[i]``, so its draws do not depend
         on the other rows; a finished row rides along masked out until the last row ends."""
+        check_rows(contexts, budgets, generators)
         n = len(contexts)
-        if not (n == len(budgets) == len(generators)):
-            raise ValueError("contexts, budgets and generators differ in length")
         device = next(self.model.parameters()).device
         scale = temperature if temperature > 0 else 1.0
         width = max(len(c) for c in contexts)

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from agentgym.baselines.rollout import HFPolicy, request_seed
+from agentgym.baselines.rollout import HFPolicy, check_rows, request_seed
 
 __all__ = ["VLLMPolicy", "vllm_unavailable_reason"]
 
@@ -125,8 +125,7 @@ class VLLMPolicy(HFPolicy):
         stop: Sequence[str],
         generators: Sequence[torch.Generator],
     ) -> list[tuple[list[int], list[float], str]]:
-        if not (len(contexts) == len(budgets) == len(generators)):
-            raise ValueError("contexts, budgets and generators differ in length")
+        check_rows(contexts, budgets, generators)
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
