@@ -17,6 +17,8 @@ import dataclasses
 import inspect
 import json
 import os
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,7 +121,8 @@ class TrainConfig:
     progress: bool = True  # a progress bar over iterations (stderr) with the latest reward/success
 
     def __post_init__(self) -> None:
-        self.stop = tuple(self.stop)
+        self.stop = tuple(self.stop) if isinstance(self.stop, (list, tuple)) else self.stop
+        _check_types(self)
         for name, value, known in [("algo", self.algo, ALGOS), ("loss_agg", self.loss_agg, (None, *LOSS_AGG_MODES)),
                                    ("old_logprobs", self.old_logprobs, ("recompute", "rollout")),
                                    ("env_pool", self.env_pool, ENV_POOLS), ("rollout_backend", self.rollout_backend,
@@ -154,6 +157,14 @@ class TrainConfig:
             raise ValueError("temperatures and kl_coef must be >= 0 and lr > 0")
         if self.init_from is not None and not Path(self.init_from).is_file():
             raise ValueError(f"init_from: no checkpoint at {self.init_from}")
+        import gymnasium
+
+        import agentgym  # noqa: F401  (registers the envs)
+
+        try:
+            gymnasium.spec(self.env_id)
+        except gymnasium.error.Error as exc:
+            raise ValueError(f"env_id: {exc}") from None
 
     @property
     def estimator_name(self) -> str:
@@ -193,6 +204,22 @@ class TrainConfig:
         if unknown:
             raise ValueError(f"unknown config keys: {unknown}")
         return cls(**data)
+
+
+def _check_types(config: TrainConfig) -> None:
+    """Every field holds a value of its annotated type (an int where a float is asked is fine; a bool is no int):
+    a value from a config file or ``--set`` of the wrong type fails here, not deep inside a run."""
+    hints = typing.get_type_hints(TrainConfig)
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        allowed = typing.get_args(hints[f.name]) if isinstance(hints[f.name], types.UnionType) else (hints[f.name],)
+        kinds = {typing.get_origin(t) or t for t in allowed}
+        if float in kinds:
+            kinds.add(int)
+        ok = any(isinstance(value, k) and not (isinstance(value, bool) and k is not bool) for k in kinds)
+        if not ok:
+            names = " or ".join(getattr(k, "__name__", str(k)) for k in kinds if k is not int or float not in kinds)
+            raise ValueError(f"{f.name} must be {names.replace('NoneType', 'None')}, got {value!r}")
 
 
 @dataclass(frozen=True)

@@ -329,7 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = load_config(args.preset, args.config_file, overrides)
     except (ValueError, KeyError, OSError) as exc:
-        parser.error(str(exc).strip("'\""))
+        parser.error(str(exc.args[0]) if isinstance(exc, KeyError) else str(exc))
     summary = train(config)
     print(json.dumps(jsonable(summary["last"] or {}), indent=2))
     print(json.dumps({k: summary[k] for k in ("iterations", "metrics_path", "checkpoint", "plot")}, indent=2))

@@ -140,6 +140,7 @@ def test_config_loading(tmp_path):
     config = load_config("tiny", path, {"lr": 0.5})
     assert (config.algo, config.iterations, config.lr, config.model) == ("rloo", 3, 0.5, "tiny")
     assert load_config(overrides={"algo": "dr_grpo"}).loss_mode == "constant"
+    assert load_config(overrides={"lr": 1, "stop": ["</answer>"]}).stop == ("</answer>",)  # an int is a float
     with pytest.raises(ValueError, match="unknown config keys"):
         load_config(overrides={"nope": 1})
     assert "tiny" in PRESETS
@@ -248,8 +249,7 @@ def test_progress_dense_reward_is_the_progress_reward_wrapper(tmp_path):
     _, info = env.reset(options={"task_index": 0})
     rewards = [env.step(f"<answer> {word} </answer>")[1] for word in info["gold"]["choices"]]
     assert rewards == pytest.approx([0.1, 1.1])  # 0.2 * (0.5 - 0) and 1 + 0.2 * (1 - 0.5)
-    assert EnvMaker.of(config, shaped=False)().step  # evaluation and SFT envs carry no dense reward
-    plain = EnvMaker.of(config, shaped=False)()
+    plain = EnvMaker.of(config, shaped=False)()  # evaluation and SFT envs carry no dense reward
     plain.reset(options={"task_index": 0})
     assert [plain.step(f"<answer> {w} </answer>")[1] for w in info["gold"]["choices"]] == [0.0, 1.0]
 
@@ -267,6 +267,10 @@ def test_progress_dense_reward_is_the_progress_reward_wrapper(tmp_path):
         ({"dynamic_sampling": True, "group_size": 1}, "group_size >= 2"),
         ({"minibatch_size": 0}, "minibatch_size must be >= 1"),
         ({"init_from": "/nonexistent/checkpoint.pt"}, "no checkpoint"),
+        ({"env_kwargs": "foo"}, "env_kwargs must be dict, got 'foo'"),
+        ({"iterations": "3"}, "iterations must be int, got '3'"),
+        ({"plot": 1}, "plot must be bool, got 1"),
+        ({"env_id": "agentgym/Nope-v0"}, "env_id: .*Nope"),
     ],
 )
 def test_invalid_configs_fail_when_built(tmp_path, overrides, message):
