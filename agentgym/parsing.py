@@ -11,6 +11,12 @@ Two modes:
   end of the text (as vLLM's Hermes parser treats an unclosed ``<tool_call>``).
 * ``"strict"``: exactly one well-formed action, nothing but whitespace after it, no stray action tags.
 
+All JSON in an action (a ``<tool_call>`` block, an OpenAI message, ``arguments`` given as a JSON string) is read by
+``loads_untrusted``, which is total: arrays and objects nested more than ``MAX_JSON_DEPTH`` levels, integer literals
+of more than ``MAX_INT_DIGITS`` digits, ``NaN``, ``Infinity`` and numbers out of the float range are a
+``JSONLimitError`` (checked before decoding, without recursion), and a lone surrogate written as an escape
+(``"\\ud800"``) becomes U+FFFD, as a raw one in the action text does (``agentgym.core.sanitize_action``).
+
 >>> parse_tag_action("<think>hmm</think><search> capital of Ovra </search>", ("search", "answer"))
 TagAction(tag='search', content='capital of Ovra')
 >>> parse_hermes_tool_calls('<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>')
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 import re
 import unicodedata
 from collections.abc import Sequence
@@ -73,6 +80,12 @@ class InvalidJSONError(ParseError):
 
 class InvalidToolCallError(ParseError):
     code = "invalid_tool_call"
+
+
+class JSONLimitError(InvalidJSONError):
+    """JSON that parses but breaks a limit of ``loads_untrusted``: nesting, integer digits, non-finite numbers."""
+
+    code = "json_limit"
 
 
 @dataclass(frozen=True)
@@ -238,6 +251,115 @@ def _strict_single(
 
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 
+#: Deepest nesting of arrays and objects that ``loads_untrusted`` accepts (a tool call and its arguments need a few).
+MAX_JSON_DEPTH = 64
+#: Most digits an integer literal may have in ``loads_untrusted`` (a bigger number can be passed as a string).
+MAX_INT_DIGITS = 100
+
+_JSON_SPECIAL = re.compile(r'[\\"\[\]{}]')
+_LONG_INT = re.compile(rf"[0-9]{{{MAX_INT_DIGITS + 1}}}")
+#: A surrogate escape (``\ud800``-``\udfff``) or a raw surrogate: either can leave a lone surrogate in decoded text.
+_MAY_HOLD_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]|[\ud800-\udfff]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class _LimitHit(Exception):
+    """Raised by the decoding hooks of ``loads_untrusted`` (json passes it through untouched)."""
+
+
+def json_too_deep(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether the JSON text ``text`` nests arrays and objects more than ``limit`` levels deep (brackets inside
+    strings do not count). One linear pass, no recursion; text with at most ``limit`` opening brackets is not read.
+
+    >>> json_too_deep("[[1]]", 1), json_too_deep('["[[[[["]', 1)
+    (True, False)
+    """
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    depth, in_string, skip = 0, False, -1
+    for m in _JSON_SPECIAL.finditer(text):
+        at = m.start()
+        if at == skip:  # the character after a backslash inside a string
+            continue
+        c = m.group()
+        if in_string:
+            if c == "\\":
+                skip = at + 1
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif c in "]}":
+            depth -= 1
+    return False
+
+
+def _int(literal: str) -> int:
+    if len(literal.lstrip("-")) > MAX_INT_DIGITS:
+        raise _LimitHit(
+            f"it holds an integer of {len(literal.lstrip('-')):,} digits; integers may have at most {MAX_INT_DIGITS} "
+            "digits (write a bigger number as a string)"
+        )
+    return int(literal)
+
+
+def _float(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):
+        raise _LimitHit(f"the number {literal[:20]}{'...' if len(literal) > 20 else ''} is out of range")
+    return value
+
+
+def _constant(name: str) -> Any:
+    raise _LimitHit(f"it holds {name}, which is not a JSON number (use a finite number or null)")
+
+
+def _scrub(value: Any) -> Any:
+    """``value`` with every lone surrogate in its strings (keys too) replaced by U+FFFD (depth is bounded)."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_scrub(v) for v in value]
+    if isinstance(value, dict):
+        return {_scrub(k): _scrub(v) for k, v in value.items()}
+    return value
+
+
+def loads_untrusted(text: str, what: str = "The JSON") -> Any:
+    """Decode untrusted JSON text; never raises anything but ``InvalidJSONError`` (a message for the model that
+    starts with ``what``).
+
+    Limits (``JSONLimitError``): at most ``MAX_JSON_DEPTH`` levels of nesting, integer literals of at most
+    ``MAX_INT_DIGITS`` digits, no ``NaN``/``Infinity`` and no number beyond the float range (``1e400``). A lone
+    surrogate, raw or written as an escape (``"\\ud800"``), is replaced by U+FFFD, so decoded strings always encode.
+
+    >>> loads_untrusted('{"a": [1, 2.5, "x\\\\ud800"]}')
+    {'a': [1, 2.5, 'x\ufffd']}
+    >>> loads_untrusted("[" * 100 + "]" * 100, "The list")
+    Traceback (most recent call last):
+    ...
+    agentgym.parsing.JSONLimitError: The list is nested more than 64 levels deep; use at most 64 levels of arrays ...
+    """
+    if json_too_deep(text):
+        raise JSONLimitError(
+            f"{what} is nested more than {MAX_JSON_DEPTH} levels deep; use at most {MAX_JSON_DEPTH} levels of arrays "
+            "and objects."
+        )
+    parse_int = _int if _LONG_INT.search(text) else None
+    try:
+        value = json.loads(text, parse_int=parse_int, parse_float=_float, parse_constant=_constant)
+    except json.JSONDecodeError as e:
+        raise InvalidJSONError(f"{what} is not valid JSON: {e.msg} (at character {e.pos}).") from None
+    except _LimitHit as e:
+        raise JSONLimitError(f"{what} cannot be read: {e}.") from None
+    except (RecursionError, ValueError) as e:  # not expected past the checks above; still a clear invalid action
+        raise InvalidJSONError(f"{what} cannot be read ({type(e).__name__}).") from None
+    return _scrub(value) if _MAY_HOLD_SURROGATE.search(text) else value
+
 
 def _tool_call_from_obj(obj: Any, call_id: str | None = None) -> ToolCall:
     if not isinstance(obj, dict):
@@ -247,12 +369,9 @@ def _tool_call_from_obj(obj: Any, call_id: str | None = None) -> ToolCall:
         raise InvalidToolCallError('A tool call needs a "name" (a non-empty string).')
     args = obj.get("arguments", obj.get("parameters", {}))
     if isinstance(args, str):
-        try:
-            args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError as e:
-            raise InvalidJSONError(f'The "arguments" of {name!r} are not valid JSON: {e.msg}.') from None
+        args = loads_untrusted(args, f'The "arguments" JSON string of {name[:100]!r}') if args.strip() else {}
     if not isinstance(args, dict):
-        raise InvalidToolCallError(f'The "arguments" of {name!r} must be a JSON object.')
+        raise InvalidToolCallError(f'The "arguments" of {name[:100]!r} must be a JSON object.')
     extra_id = obj.get("id")
     return ToolCall(name=name.strip(), arguments=args, id=call_id or (extra_id if isinstance(extra_id, str) else None))
 
@@ -261,12 +380,7 @@ def _loads(block: str) -> Any:
     fenced = _FENCE.match(block)
     if fenced:
         block = fenced.group(1)
-    try:
-        return json.loads(block)
-    except json.JSONDecodeError as e:
-        raise InvalidJSONError(f"A <tool_call> does not hold valid JSON: {e.msg} (at character {e.pos}).") from None
-    except RecursionError:
-        raise InvalidJSONError("A <tool_call> holds JSON nested too deeply.") from None
+    return loads_untrusted(block, "A <tool_call>")
 
 
 def parse_hermes_tool_calls(text: str, *, mode: Mode = "lenient") -> list[ToolCall]:
@@ -308,10 +422,7 @@ def parse_openai_tool_calls(message: dict[str, Any] | str) -> list[ToolCall]:
     Each call is ``{"id", "type": "function", "function": {"name", "arguments": "<JSON string>"}}``.
     """
     if isinstance(message, str):
-        try:
-            message = json.loads(message)
-        except (json.JSONDecodeError, RecursionError):
-            raise InvalidJSONError("The assistant message is not valid JSON.") from None
+        message = loads_untrusted(message, "The assistant message")
     if not isinstance(message, dict):
         raise InvalidToolCallError("The assistant message must be a JSON object.")
     raw = message.get("tool_calls") or []
@@ -354,11 +465,12 @@ def parse_tool_turn(action: str) -> ToolTurn:
     stripped = action.strip()
     if stripped.startswith("{"):
         try:
-            message = json.loads(stripped)
-        except (json.JSONDecodeError, RecursionError):
+            message = loads_untrusted(stripped, "Your turn, which starts with '{',")
+        except JSONLimitError:
+            raise
+        except InvalidJSONError as e:
             raise InvalidJSONError(
-                "Your turn starts with '{' but is not valid JSON: give an OpenAI assistant message with "
-                '"tool_calls", <tool_call> blocks, or a plain-text reply.'
+                f'{e} Give an OpenAI assistant message with "tool_calls", <tool_call> blocks, or a plain-text reply.'
             ) from None
         if isinstance(message, dict) and message.get("tool_calls"):
             return ToolTurn(calls=tuple(parse_openai_tool_calls(message)))

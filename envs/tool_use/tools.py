@@ -149,43 +149,93 @@ def schema_of(fn: Callable[..., Any]) -> dict[str, Any]:
     return {"type": "function", "function": {"name": fn.__name__, "description": description, "parameters": parameters}}
 
 
+#: Deepest nesting of arrays and objects an argument may have (as ``agentgym.parsing.MAX_JSON_DEPTH``).
+MAX_ARGUMENT_DEPTH = 64
+#: The range of an ``integer`` argument: a signed 64-bit integer.
+MAX_INTEGER = 2**63 - 1
+
+
+def _preview(value: Any, limit: int = 40) -> str:
+    """A short, total description of a value's content for error messages (huge ints and deep lists included)."""
+    if isinstance(value, int) and value.bit_length() > 128:
+        return f"about {math.floor(value.bit_length() * math.log10(2)) + 1:,} digits"
+    if isinstance(value, list):
+        return f"{len(value)} item{'s' * (len(value) != 1)}"
+    if isinstance(value, dict):
+        keys = ", ".join(repr(str(k)[:limit]) for k in list(value)[:5])
+        return f"keys {keys}{', ...' if len(value) > 5 else ''}" if value else "no keys"
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _kind(value: Any) -> str:
     if isinstance(value, bool):
         return f"a boolean ({value!r})"
     if value is None:
         return "null"
     names = {int: "an integer", float: "a number", str: "a string", list: "an array", dict: "an object"}
-    return f"{names.get(type(value), type(value).__name__)} ({str(value)[:40]!r})"
+    return f"{names.get(type(value), type(value).__name__)} ({_preview(value)})"
 
 
+def _names(keys: list[Any]) -> str:
+    shown = [str(k)[:40] for k in keys[:5]]
+    return f"{shown}{f' and {len(keys) - 5} more' if len(keys) > 5 else ''}"
+
+
+def _too_deep(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests lists and dicts more than ``limit`` levels deep (iterative: any depth is safe)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, list | dict):
+            if depth >= limit:
+                return True
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
+def _in_range(value: int | float, kind: str) -> bool:
+    if kind == "integer":
+        return -MAX_INTEGER - 1 <= value <= MAX_INTEGER
+    return math.isfinite(value) if isinstance(value, float) else abs(value) <= _FLOAT_MAX
+
+
+_FLOAT_MAX = 1.7976931348623157e308
 _WANT = {"string": "a string", "integer": "an integer", "number": "a number", "boolean": "a boolean",
          "array": "an array", "object": "an object"}  # fmt: skip
 
 
-def _check(value: Any, prop: dict[str, Any], where: str) -> None:
+def _check(value: Any, prop: dict[str, Any], where: str, depth: int = 1) -> None:
     kind = prop.get("type")
     if kind is None:  # any value
+        if _too_deep(value, MAX_ARGUMENT_DEPTH - depth + 1):
+            raise ArgumentError(f"{where} is nested more than {MAX_ARGUMENT_DEPTH} levels deep.")
         return
+    if depth > MAX_ARGUMENT_DEPTH:
+        raise ArgumentError(f"{where} is nested more than {MAX_ARGUMENT_DEPTH} levels deep.")
     ok = {
         "string": isinstance(value, str),
         "integer": isinstance(value, int) and not isinstance(value, bool),
-        "number": isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value),
+        "number": isinstance(value, int | float) and not isinstance(value, bool),
         "boolean": isinstance(value, bool),
         "array": isinstance(value, list),
         "object": isinstance(value, dict),
     }[kind]
     if not ok:
         raise ArgumentError(f"{where} must be {_WANT[kind]}, got {_kind(value)}.")
+    if kind in ("integer", "number") and not _in_range(value, kind):
+        bounds = f"between {-MAX_INTEGER - 1} and {MAX_INTEGER}" if kind == "integer" else "a finite 64-bit float"
+        raise ArgumentError(f"{where} is out of range: it must be {bounds}, got {_kind(value)}.")
     if "enum" in prop and value not in prop["enum"]:
-        raise ArgumentError(f"{where} must be one of {prop['enum']}, got {value!r}.")
+        raise ArgumentError(f"{where} must be one of {prop['enum']}, got {_preview(value, 60)}.")
     if kind == "array" and "items" in prop:
         for i, item in enumerate(value):
-            _check(item, prop["items"], f"{where}[{i}]")
+            _check(item, prop["items"], f"{where}[{i}]", depth + 1)
     if kind == "object" and "properties" in prop:
         props = prop["properties"]
         extra = [k for k in value if k not in props]
         if extra:
-            raise ArgumentError(f"{where} has no key(s) {extra}; its keys are {list(props)}.")
+            raise ArgumentError(f"{where} has no key(s) {_names(extra)}; its keys are {list(props)}.")
         required = prop.get("required", [])
         missing = [k for k in required if k not in value]
         if missing:
@@ -193,7 +243,9 @@ def _check(value: Any, prop: dict[str, Any], where: str) -> None:
         for key, item in value.items():
             if item is None and key not in required:
                 continue
-            _check(item, props[key], f"{where}[{key!r}]")
+            _check(item, props[key], f"{where}[{key!r}]", depth + 1)
+    elif kind in ("array", "object") and _too_deep(value, MAX_ARGUMENT_DEPTH - depth):
+        raise ArgumentError(f"{where} is nested more than {MAX_ARGUMENT_DEPTH} levels deep.")
 
 
 def validate_arguments(function: dict[str, Any], arguments: Any, *, fill_defaults: bool = True) -> dict[str, Any]:
@@ -203,7 +255,9 @@ def validate_arguments(function: dict[str, Any], arguments: Any, *, fill_default
 
     Raises ``ArgumentError`` for a non-object, a missing or unknown argument or a value of the wrong type, in
     arrays and objects too (``null`` is accepted only for an optional parameter whose default is ``None``; a
-    property without a ``type`` takes any value).
+    property without a ``type`` takes any value), an ``integer`` outside the signed 64-bit range, a ``number``
+    that is not a finite float (a 400-digit integer), and a value nested more than ``MAX_ARGUMENT_DEPTH`` levels.
+    It never raises anything else, whatever the arguments hold.
     """
     name = function["name"]
     params = function["parameters"]
@@ -212,7 +266,7 @@ def validate_arguments(function: dict[str, Any], arguments: Any, *, fill_default
     props = params["properties"]
     extra = [k for k in arguments if k not in props]
     if extra:
-        raise ArgumentError(f"{name} has no parameter(s) {extra}; its parameters are {list(props)}.")
+        raise ArgumentError(f"{name} has no parameter(s) {_names(extra)}; its parameters are {list(props)}.")
     missing = [k for k in params["required"] if k not in arguments]
     if missing:
         raise ArgumentError(f"{name} is missing required argument(s) {missing}.")
