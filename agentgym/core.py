@@ -304,6 +304,9 @@ class AgentEnv(gym.Env[list, str]):
         return obs, info
 
     def step(self, action: str) -> tuple[list, float, bool, bool, dict]:
+        """Play one agent turn. A bad action never raises (``_step`` makes it an invalid action); if ``_step`` raises
+        anyway (an env bug or failure), the turn is undone (``turn`` and the transcript are as before) and the
+        exception propagates, so pools can replace the env and bugs stay visible."""
         if self._done:
             raise RuntimeError("The episode has ended (or never started): call reset() before step().")
         text, type_error, cut = sanitize_action(action, self.max_action_chars)
@@ -313,7 +316,12 @@ class AgentEnv(gym.Env[list, str]):
             result = StepResult(observation=[{"role": "user", "content": type_error}], action_valid=False,
                                 parse_error=type_error)  # fmt: skip
         else:
-            result = self._step(text)
+            try:
+                result = self._step(text)
+            except BaseException:  # an env bug, not a bad action (those are invalid actions): undo the turn
+                self._turn -= 1
+                self._action_cut = False
+                raise
         limit = not result.terminated and not result.truncated and self._turn >= self.max_turns
         truncated = not result.terminated and (result.truncated or limit)
         self._done = result.terminated or truncated
