@@ -54,6 +54,7 @@ import gymnasium as gym
 import numpy as np
 
 from agentgym.spaces import Chat, UnicodeText
+from agentgym.trust import Arg, declare, integer, number, one_of
 
 if TYPE_CHECKING:
     from agentgym.agents.base import Agent
@@ -198,6 +199,16 @@ class AgentEnv(gym.Env[list, str]):
     num_tasks: int
     #: Why this env cannot run here (a missing package or data), or None; ``reset`` raises it.
     unavailable_reason: str | None = None
+    #: Constructor arguments an outside caller (an env-server client, a trajectory file, a dataset row) may set, and
+    #: the values each may take (``agentgym.trust``); any other argument is the operator's. Each env class declares
+    #: its own (usually ``declare(AgentEnv.public_args, name=...)``): never a file, URL, credential, cache or code.
+    public_args: ClassVar[Mapping[str, Arg]] = declare(
+        max_turns=integer(1, 1000),
+        invalid_action_penalty=number(-1e6, 1e6),
+        max_action_chars=integer(1, MAX_ACTION_CHARS),
+        render_mode=one_of("ansi", optional=True),
+    )
+
 
     def __new__(cls, *args: Any, **kwargs: Any) -> AgentEnv:
         self = super().__new__(cls)

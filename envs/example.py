@@ -13,6 +13,7 @@ import re
 from typing import Any, ClassVar
 
 from agentgym import Agent, AgentEnv, StepResult
+from agentgym.trust import declare, integer
 
 GUESS = re.compile(r"\s*<guess>\s*(-?\d{1,9})\s*</guess>\s*")
 
@@ -34,6 +35,7 @@ class GuessNumberEnv(AgentEnv):
     """Task ``i`` hides the number ``i + 1`` in ``1..high``; the agent answers ``<guess>N</guess>`` each turn."""
 
     agents: ClassVar = {"bisect": BisectAgent}
+    public_args: ClassVar = declare(AgentEnv.public_args, high=integer(1, 1_000_000))  # what clients may set
 
     def __init__(self, *, high: int = 100, max_turns: int = 8, invalid_action_penalty: float = 0.0):
         super().__init__(max_turns=max_turns, invalid_action_penalty=invalid_action_penalty)

@@ -41,6 +41,7 @@ from agentgym.envs.bfcl.agents import OracleAgent, RandomAgent
 from agentgym.envs.bfcl.data import Task
 from agentgym.envs.tool_use.tools import ArgumentError
 from agentgym.parsing import ParseError, ToolCall, is_blank, parse_tool_turn
+from agentgym.trust import declare, integer, one_of
 
 #: BFCL's MAXIMUM_STEP_LIMIT (``bfcl_eval/constants/default_prompts.py``): more call steps in one user turn and
 #: BFCL force-quits the task, which then fails.
@@ -177,6 +178,9 @@ class BFCLEnv(AgentEnv):
     """
 
     agents: ClassVar[Mapping[str, Any]] = {"oracle": OracleAgent, "random": RandomAgent}
+
+    public_args = declare(AgentEnv.public_args, category=one_of("all", *data.CATEGORIES),
+                   max_steps_per_turn=integer(1, 100))  # fmt: skip
 
     def __init__(
         self,

@@ -53,6 +53,7 @@ from agentgym.envs.code_exec.tasks import FAMILIES, TASKS_PER_FAMILY, answer_tex
 from agentgym.envs.tool_use.tools import ArgumentError, schema_of, tool, tool_names, validate_arguments
 from agentgym.parsing import NoActionError, ParseError, ToolCall, is_blank, parse_tag_action, parse_tool_turn
 from agentgym.tools.sandbox import PooledSandbox, RunResult, Sandbox, SubprocessSandbox
+from agentgym.trust import declare, number, one_of
 
 BACKENDS = ("pool", "subprocess")
 #: Sandbox statuses, as counted in ``info["metrics"]`` (``runs_<status>``).
@@ -175,6 +176,9 @@ class CodeExecEnv(AgentEnv):
     """
 
     agents: ClassVar[Mapping[str, Any]] = {"oracle": OracleAgent, "random": RandomAgent}
+
+    public_args = declare(AgentEnv.public_args, family=one_of("all", *FAMILIES), backend=one_of(*BACKENDS),
+                   timeout=number(0.1, 10.0))  # fmt: skip
 
     def __init__(
         self,

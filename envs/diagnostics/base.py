@@ -56,6 +56,7 @@ from typing import Any, ClassVar, Literal
 from agentgym.core import AgentEnv, StepResult
 from agentgym.envs.diagnostics.agents import OPTIONS_MARK, OracleAgent, RandomAgent
 from agentgym.parsing import ParseError, parse_tag_action
+from agentgym.trust import declare, integer, number, one_of
 
 #: Option vocabularies: each word is one token of the tiny model's (MiniLM WordPiece) vocabulary.
 COLOURS: tuple[str, ...] = ("red", "blue", "green", "yellow", "black", "white", "brown", "pink", "orange", "purple",
@@ -167,6 +168,11 @@ class DiagnosticEnv(AgentEnv):
     agents: ClassVar[Mapping[str, Any]] = {"oracle": OracleAgent, "random": RandomAgent}
     #: Prefix of the task RNG's seed: tasks of different envs are independent.
     salt: ClassVar[str] = ""
+
+    public_args = declare(
+        AgentEnv.public_args, horizon=integer(1, 1000), num_options=integer(2, MAX_OPTIONS),
+        noise=number(0, 1), num_tasks=integer(1, 1_000_000_000), anchor_by=one_of(*ANCHOR_MODES),
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -294,6 +300,8 @@ class DiagnosticEnv(AgentEnv):
 class DistractorEnv(DiagnosticEnv):
     """A ``DiagnosticEnv`` whose distractor stages pay up to ``distractor_reward`` (Umbrella, KeyDoor); the other
     arguments are ``DiagnosticEnv``'s."""
+
+    public_args = declare(DiagnosticEnv.public_args, distractor_reward=number(0, 1e6))
 
     def __init__(
         self,

@@ -37,6 +37,7 @@ class ChainEnv(DiagnosticEnv):
     """H decisive stages in a row (see the module docstring; arguments: ``DiagnosticEnv``)."""
 
     salt = "agentgym/Chain-v0"
+    public_args = DiagnosticEnv.public_args
 
     def _make_task(self, rng: random.Random) -> Task:
         return Task(INTRO, tuple(self.signal_stage(rng, t, COLOURS) for t in range(1, self.horizon + 1)))

@@ -39,6 +39,7 @@ class KeyDoorEnv(DistractorEnv):
     docstring; arguments: ``DistractorEnv``)."""
 
     salt = "agentgym/KeyDoor-v0"
+    public_args = DistractorEnv.public_args
 
     def _make_task(self, rng: random.Random) -> Task:
         keys, key, shown, misleading = self.draw_signal(rng, COLOURS)

@@ -37,6 +37,7 @@ class UmbrellaEnv(DistractorEnv):
     arguments: ``DistractorEnv``)."""
 
     salt = "agentgym/Umbrella-v0"
+    public_args = DistractorEnv.public_args
 
     def _make_task(self, rng: random.Random) -> Task:
         r = self.distractor_reward

@@ -33,6 +33,7 @@ from agentgym.envs.household.agents import OracleAgent, RandomAgent
 from agentgym.envs.household.engine import NOTHING
 from agentgym.envs.household.prompts import PROMPTS, first_message, step_message
 from agentgym.parsing import ParseError, TruncatedActionError, parse_tag_action
+from agentgym.trust import declare, flag, number, one_of
 
 #: Longest command forwarded to a game.
 MAX_COMMAND_CHARS = 200
@@ -94,6 +95,10 @@ class TextGameEnv(AgentEnv):
     agents: ClassVar[Mapping[str, Any]] = {"oracle": OracleAgent, "random": RandomAgent}
     env_name = "text-based game"
     instructions = GAME_INSTRUCTIONS
+
+    #: ``games`` and ``unavailable`` are the operator's (file paths, a message).
+    public_args = declare(AgentEnv.public_args, prompt=one_of(*PROMPTS), success_reward=number(-1e6, 1e6),
+                   expert_plan=flag())  # fmt: skip
 
     def __init__(
         self,

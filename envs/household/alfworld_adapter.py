@@ -20,6 +20,7 @@ from typing import Any
 
 from agentgym.envs.household import catalog as C
 from agentgym.envs.household.adapters import TextGameEnv
+from agentgym.trust import declare, list_of, one_of
 
 ALFWORLD_SPLITS = {"train": "train", "valid_seen": "valid_seen", "valid_unseen": "valid_unseen"}
 DATA_ENV = "ALFWORLD_DATA"
@@ -68,6 +69,10 @@ class ALFWorldEnv(TextGameEnv):
 
     env_name = "ALFRED Embodied Environment"
     instructions = INSTRUCTIONS
+
+    #: ``data_dir`` (a path) is the operator's.
+    public_args = declare(TextGameEnv.public_args, split=one_of(*ALFWORLD_SPLITS),
+                   task_types=list_of(one_of(*C.TASK_TYPES), max_items=len(C.TASK_TYPES), optional=True))  # fmt: skip
 
     def __init__(
         self,

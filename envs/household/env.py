@@ -35,11 +35,13 @@ from typing import Any, ClassVar
 
 from agentgym.core import AgentEnv, StepResult
 from agentgym.envs.household.agents import HeuristicAgent, OracleAgent, RandomAgent
+from agentgym.envs.household.catalog import TASK_TYPES
 from agentgym.envs.household.engine import NOTHING, PUT_STYLES, Engine
 from agentgym.envs.household.planner import PlanKeyer, expert_plan
 from agentgym.envs.household.prompts import PROMPTS, VerlStep, first_message, render_admissible
 from agentgym.envs.household.world import DIFFICULTIES, SPLIT_SIZES, SPLITS, GenConfig, Task, generate_task
 from agentgym.parsing import ParseError, TruncatedActionError, is_blank, parse_tag_action
+from agentgym.trust import declare, flag, integer, list_of, number, one_of
 
 _PLAN_MEMO_LIMIT = 4096
 
@@ -86,6 +88,16 @@ class HouseholdEnv(AgentEnv):
     """
 
     agents: ClassVar[Mapping[str, Any]] = {"oracle": OracleAgent, "heuristic": HeuristicAgent, "random": RandomAgent}
+
+    public_args = declare(
+        AgentEnv.public_args, split=one_of(*SPLITS), difficulty=one_of(*DIFFICULTIES),
+        max_receptacles=integer(0, 100, optional=True), closed_prob=number(0, 1, optional=True),
+        distractors=list_of(integer(0, 100), max_items=2, optional=True),
+        target_instances=list_of(integer(1, 10), max_items=2, optional=True),
+        task_types=list_of(one_of(*TASK_TYPES), max_items=len(TASK_TYPES), optional=True),
+        num_tasks=integer(1, 1_000_000, optional=True), prompt=one_of(*PROMPTS),
+        put_style=one_of(*PUT_STYLES), success_reward=number(-1e6, 1e6), expert_plan=flag(),
+    )  # fmt: skip
 
     def __init__(
         self,

@@ -53,6 +53,8 @@ class TextWorldEnv(TextGameEnv):
 
     env_name = "TextWorld text-based game"
 
+    public_args = TextGameEnv.public_args  # ``game_file`` (paths) is the operator's
+
     def __init__(
         self,
         *,

@@ -25,9 +25,10 @@ from agentgym.answers import exact_match, f1_score, sub_exact_match
 from agentgym.core import AgentEnv, StepResult
 from agentgym.envs.search_qa.agents import DemoAgent, HeuristicAgent, OracleAgent, RandomAgent
 from agentgym.envs.search_qa.data import HOP_TYPES, QADataset, QAExample, build_dataset
-from agentgym.parsing import ParseError, parse_tag_action
+from agentgym.parsing import MODES, ParseError, parse_tag_action
 from agentgym.tools.retrieval import Retriever, make_retriever
 from agentgym.tools.retrieval.base import Hit
+from agentgym.trust import declare, integer, list_of, one_of
 
 ACTION_TAGS = ("search", "answer")
 REWARD_METRICS = ("em", "f1", "subem")
@@ -76,6 +77,13 @@ class SearchQAEnv(AgentEnv):
 
     agents: ClassVar[Mapping[str, Any]] = {"oracle": OracleAgent, "heuristic": HeuristicAgent, "random": RandomAgent}
     demo_agent = DemoAgent
+
+    #: From outside: the cheap dataset presets only (``100k``, ``data_seed``, other retrievers and the file
+    #: arguments are the operator's).
+    public_args = declare(AgentEnv.public_args, dataset=one_of("tiny", "small"), split=one_of("train", "test"),
+                   max_questions=integer(1, 1_000_000, optional=True), topk=integer(1, 20),
+                   hop_types=list_of(one_of(*HOP_TYPES), max_items=len(HOP_TYPES), optional=True),
+                   reward_metric=one_of(*REWARD_METRICS), parse_mode=one_of(*MODES))  # fmt: skip
 
     def __init__(
         self,

@@ -43,6 +43,7 @@ from agentgym.envs.tool_use.tasks import build_world, make_task, replay
 from agentgym.envs.tool_use.tools import ArgumentError, ToolError, validate_arguments
 from agentgym.envs.tool_use.worlds import WORLDS, World
 from agentgym.parsing import ParseError, ToolCall, is_blank, parse_tool_turn
+from agentgym.trust import declare, one_of
 
 VARIANTS = ("base", "miss_func", "miss_param")
 #: What the ``variant`` argument accepts: a variant, or ``"mixed"`` (each task plays the one drawn for it).
@@ -85,6 +86,8 @@ class ToolUseEnv(AgentEnv):
 
     agents: ClassVar[Mapping[str, Any]] = {"oracle": OracleAgent, "random": RandomAgent}
     reset_options: ClassVar[tuple[str, ...]] = ("variant",)
+
+    public_args = declare(AgentEnv.public_args, world=one_of("all", *WORLDS), variant=one_of(*VARIANT_CHOICES))
 
     def __init__(
         self,

@@ -34,6 +34,7 @@ from agentgym.core import AgentEnv, SnapshotError, StepResult
 from agentgym.envs.tool_use.tools import ArgumentError, validate_arguments
 from agentgym.envs.user_sim.users import SimulatorError, User, find_word, split_marker
 from agentgym.parsing import InvalidToolCallError, NoActionError, ParseError, is_blank, parse_tool_turn
+from agentgym.trust import declare, integer, number, one_of, record
 
 CHOICES: tuple[str, ...] = ("action", "search", "answer", "finish")
 #: Scripted-user settings an env's ``user_knobs`` may override for every task (``ScriptedUser``'s arguments).
@@ -132,6 +133,14 @@ class UserSimEnv(AgentEnv):
     #: ``i % n``), so any first N tasks cover every level.
     difficulties: ClassVar[tuple[str, ...]] = ("easy", "medium", "hard")
     tasks_per_level: ClassVar[int] = 10_000
+
+    #: ``user="llm"`` is public, its endpoint (``user_llm``: a URL, an environment variable) the operator's.
+    public_args = declare(
+        AgentEnv.public_args, difficulty=one_of("mixed", *difficulties), user=one_of("scripted", "llm"),
+        user_knobs=record(cooperativeness=number(0, 1), volunteer_after=integer(0, 1000, optional=True),
+                          patience=integer(1, 1000)),
+        elicit_reward=number(-1e6, 1e6),
+    )  # fmt: skip
 
     def __init__(
         self,

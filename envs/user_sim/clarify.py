@@ -242,6 +242,8 @@ class ClarifyEnv(UserSimEnv):
                                            "random": RandomInteractAgent}  # fmt: skip
     choices = ("action", "answer")
 
+    public_args = UserSimEnv.public_args  # ``user_llm`` (a URL, an environment variable) is the operator's
+
     def __init__(
         self,
         *,

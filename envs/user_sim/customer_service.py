@@ -93,6 +93,7 @@ from agentgym.envs.user_sim.service_world import (
 )
 from agentgym.envs.user_sim.users import STOP, Slot, User, mentions, split_marker
 from agentgym.parsing import ParseError, ToolCall, is_blank, parse_tool_turn
+from agentgym.trust import declare, integer
 
 Message = dict[str, Any]
 MAX_CALLS_PER_TURN = 16
@@ -745,6 +746,8 @@ class CustomerServiceEnv(UserSimEnv):
         "random": ServiceRandomAgent,
     }
     choices = ("action", "finish")
+
+    public_args = declare(UserSimEnv.public_args, patience=integer(1, 1000))  # ``user_llm`` is the operator's
 
     def __init__(
         self,

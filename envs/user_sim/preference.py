@@ -48,6 +48,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
+from agentgym import trust
 from agentgym.agents.base import Agent, GoldAgent
 from agentgym.envs.user_sim.agents import RandomInteractAgent
 from agentgym.envs.user_sim.base import UserSimEnv
@@ -570,6 +571,8 @@ class PreferenceEnv(UserSimEnv):
     agents: ClassVar[Mapping[str, Any]] = {"oracle": PreferenceOracleAgent, "heuristic": PreferenceHeuristicAgent,
                                            "random": PreferenceRandomAgent}  # fmt: skip
     choices = ("action", "search", "answer")
+
+    public_args = trust.declare(UserSimEnv.public_args, acceptable_reward=trust.number(-1e6, 1e6))
 
     def __init__(
         self,

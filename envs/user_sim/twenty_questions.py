@@ -79,6 +79,7 @@ from agentgym.envs.search_qa.kb import GENRES, INDUSTRIES, KINDS, build_kb, inde
 from agentgym.envs.user_sim.base import UserSimEnv, parse_interaction
 from agentgym.envs.user_sim.users import User
 from agentgym.parsing import ParseError
+from agentgym.trust import declare, list_of, number, one_of
 
 Message = dict[str, Any]
 Row = Mapping[str, Any]  # one entity: "name", "type" and its attributes (str, or int for number attributes)
@@ -622,6 +623,12 @@ class TwentyQuestionsEnv(UserSimEnv):
         "random": TwentyQuestionsRandomAgent,
     }
     choices = ("action", "answer")
+
+    #: ``dataset`` among the cheap presets; ``data_seed`` (a new knowledge base per value) is the operator's.
+    public_args = declare(
+        UserSimEnv.public_args, kinds=list_of(one_of(*KINDS), max_items=len(KINDS), optional=True),
+        dataset=one_of("tiny", "small"), ig_reward=number(-1e6, 1e6),
+    )  # fmt: skip
 
     def __init__(
         self,
