@@ -209,7 +209,6 @@ class AgentEnv(gym.Env[list, str]):
         render_mode=one_of("ansi", optional=True),
     )
 
-
     def __new__(cls, *args: Any, **kwargs: Any) -> AgentEnv:
         self = super().__new__(cls)
         # The outermost constructor call's arguments: ``spec_kwargs`` and pickling recreate the env from them.
