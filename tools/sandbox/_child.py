@@ -2,9 +2,16 @@
 
 Standard library only, started with ``python -I _child.py --run SPEC`` (one call, ``SubprocessSandbox``) or
 ``python -I _child.py --serve FD`` (a fork server, ``PooledSandbox``). Either way a supervisor process enters new
-mount, network and PID namespaces (``unshare(2)``) and forks the code's process, which is PID 1 of its namespace:
-when it exits or is killed, the kernel kills every process it left behind. The supervisor exits with the code's
-wait status (a signal is re-raised).
+mount, network, IPC and PID namespaces (``unshare(2)``; as non-root inside a new user namespace) and forks the code's
+process, which is PID 1 of its namespace: when it exits or is killed, the kernel kills every process it left behind.
+The supervisor exits with the code's wait status (a signal is re-raised).
+
+Before the code runs, its process: mounts a fresh /proc; masks /tmp, /var/tmp, /dev/shm, /dev/mqueue, /run/lock (and
+/var/lock where it is a directory) with empty tmpfs; makes every mount read-only (``mount_setattr(2)``, recursive);
+puts its working directory on a tmpfs of ``disk_bytes`` (the cap on all it may write); drops to the run's own uid
+(as root); empties its bounding, ambient, permitted and effective capability sets and sets ``no_new_privs``. A
+process without ``CAP_SYS_ADMIN`` cannot unmount or remount, and one that makes a user namespace of its own to regain
+it gets the mounts locked by the kernel (they came from a more privileged namespace).
 """
 
 from __future__ import annotations
@@ -23,10 +30,16 @@ import traceback
 import types
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
+CLONE_NEWIPC = 0x08000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, MNT_DETACH = 1, 2
-MASKED = ("/tmp", "/var/tmp", "/dev/shm")  # world-writable places: replaced by empty read-only tmpfs
+PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 38, 47, 4
+SYS_MOUNT_SETATTR = {"x86_64": 442, "aarch64": 442}  # the same number on both (the unified syscall table)
+AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
+#: World-writable places (or places where one run could leave something for the next): replaced by empty tmpfs.
+MASKED = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run/lock", "/var/lock")
 
 
 def _libc() -> ctypes.CDLL:
@@ -40,65 +53,150 @@ def _mount(libc: ctypes.CDLL, src: str | None, target: str, fstype: str | None, 
         raise OSError(err, os.strerror(err), target)
 
 
-def _enter_namespaces(libc: ctypes.CDLL) -> bool:
-    """New mount + network + PID namespaces (PID applies to children); as non-root through a user namespace."""
-    flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID
+def _enter_namespaces(libc: ctypes.CDLL, memory_bytes: int) -> bool:
+    """New mount + network + IPC + PID namespaces (PID applies to children); as non-root through a user namespace.
+    The new IPC namespace's System V limits are set so all its shared memory fits in ``memory_bytes``."""
+    flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC
     if os.geteuid() == 0:
-        return libc.unshare(flags) == 0
-    uid, gid = os.geteuid(), os.getegid()
-    if libc.unshare(flags | CLONE_NEWUSER) != 0:
-        return False
-    try:
-        with open("/proc/self/setgroups", "w") as f:
-            f.write("deny")
-        for name, ident in (("uid_map", uid), ("gid_map", gid)):
-            with open(f"/proc/self/{name}", "w") as f:
-                f.write(f"{ident} {ident} 1")
-    except OSError:
-        pass
+        if libc.unshare(flags) != 0:
+            return False
+    else:
+        uid, gid = os.geteuid(), os.getegid()
+        if libc.unshare(flags | CLONE_NEWUSER) != 0:
+            return False
+        try:
+            with open("/proc/self/setgroups", "w") as f:
+                f.write("deny")
+            for name, ident in (("uid_map", uid), ("gid_map", gid)):
+                with open(f"/proc/self/{name}", "w") as f:
+                    f.write(f"{ident} {ident} 1")
+        except OSError:
+            pass
+    ipc = {
+        "kernel/shmmax": memory_bytes,
+        "kernel/shmall": max(1, memory_bytes // os.sysconf("SC_PAGE_SIZE")),
+        "kernel/shmmni": 64,
+        "kernel/msgmni": 64,
+        "fs/mqueue/queues_max": 16,
+    }
+    for name, value in ipc.items():  # best effort: the queues and segments die with the namespace anyway
+        with contextlib.suppress(OSError), open(f"/proc/sys/{name}", "w") as f:
+            f.write(str(value))
     return True
 
 
-def _private_fs(libc: ctypes.CDLL, workdir: str, fixed: str | None) -> str:
-    """Fresh /proc; /tmp, /var/tmp, /dev/shm empty and read-only, except ``workdir`` bound back in read-write, at the
-    path ``fixed`` when that lies in a masked directory (every run then sees the same path). Returns where the
-    workdir is. Each step that the kernel refuses is skipped (``capabilities()`` detects what took effect)."""
+def _read_tree(workdir: str) -> dict[str, bytes | None]:
+    """Every file (bytes) and directory (None) under ``workdir``, by relative path, parents first."""
+    out: dict[str, bytes | None] = {}
+    for root, dirs, names in os.walk(workdir):
+        rel = os.path.relpath(root, workdir)
+        for d in sorted(dirs):
+            out[os.path.normpath(os.path.join(rel, d))] = None
+        for n in sorted(names):
+            with open(os.path.join(root, n), "rb") as f:
+                out[os.path.normpath(os.path.join(rel, n))] = f.read()
+    return out
+
+
+def _readonly_mounts(libc: ctypes.CDLL) -> None:
+    """Make every mount in this namespace read-only: one recursive ``mount_setattr(2)`` where the kernel has it
+    (5.12+), else a read-only bind remount of each mount point (keeping the flags it has)."""
+
+    class MountAttr(ctypes.Structure):
+        _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64), ("propagation", ctypes.c_uint64)]
+        _fields_ += [("userns_fd", ctypes.c_uint64)]
+
+    nr = SYS_MOUNT_SETATTR.get(os.uname().machine)
+    attr = MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
+    if nr is not None and libc.syscall(nr, AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(attr), 32) == 0:
+        return
+    with open("/proc/self/mountinfo") as f:
+        points = [line.split()[4].encode().decode("unicode_escape") for line in f]
+    keep = MS_NOSUID | MS_NODEV | MS_NOEXEC | 1024 | 2048 | 4096  # MS_NOATIME, MS_NODIRATIME, MS_RELATIME
+    for point in points:
+        with contextlib.suppress(OSError):
+            flags = os.statvfs(point).f_flag & keep
+            _mount(libc, None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags)
+
+
+def _private_fs(libc: ctypes.CDLL, spec: dict) -> str:
+    """Fresh /proc; ``MASKED`` directories empty (tmpfs); every mount read-only; the working directory a fresh tmpfs
+    of ``disk_bytes`` holding the run's files, at the path ``fixed_workdir`` when that lies in a masked directory
+    (every run then sees the same path). Returns where the working directory is. A step the kernel refuses is
+    skipped (``capabilities()`` measures what took effect), except filling the working directory: that failing
+    ends the run."""
+    workdir, fixed, uid = spec["workdir"], spec.get("fixed_workdir"), spec.get("uid")
     try:
         _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
     except OSError:
         return workdir
     with contextlib.suppress(OSError):
         _mount(libc, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    wfd = os.open(workdir, os.O_PATH | os.O_DIRECTORY)
+    tree = _read_tree(workdir)
     # The interpreter's prefixes may lie under a masked directory (a virtualenv under /tmp): bound back, read-only.
     kept = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in sorted({sys.prefix, sys.base_prefix}) if _masked(p)}
-    masked: list[str] = []
+    mounted: list[str] = []
     where = workdir
     try:
         for d in MASKED:
             if os.path.isdir(d) and not os.path.islink(d):
-                _mount(libc, "tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=755")
-                masked.append(d)
-        if fixed and any(fixed.startswith(d + "/") for d in masked):
+                _mount(libc, "tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,nr_inodes=64,mode=755")
+                mounted.append(d)
+        if fixed and any(fixed.startswith(d + "/") for d in mounted):
             where = fixed
-        os.makedirs(where, exist_ok=True)
-        _mount(libc, f"/proc/self/fd/{wfd}", where, None, MS_BIND)
+            os.makedirs(where, exist_ok=True)
         for path, fd in kept.items():
             os.makedirs(path, mode=0o755, exist_ok=True)
             _mount(libc, f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
-            _mount(libc, None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
-        for d in masked:
-            _mount(libc, None, d, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
     except OSError:
-        for d in reversed(masked):  # undo, so the workdir and the interpreter are reachable again
+        for d in reversed(mounted):  # undo, so the workdir and the interpreter are reachable again
             libc.umount2(d.encode(), MNT_DETACH)
-        where = workdir
+        return workdir
     finally:
-        os.close(wfd)
         for fd in kept.values():
             os.close(fd)
     _expose_python(libc)
+    with contextlib.suppress(OSError):
+        _readonly_mounts(libc)
+    disk = int(spec.get("disk_bytes") or 64 << 20)
+    owner = f",uid={uid},gid={uid}" if uid else ""
+    _mount(libc, "tmpfs", where, "tmpfs", MS_NOSUID | MS_NODEV, f"size={disk},nr_inodes=4096,mode=700{owner}")
+    for rel, data in tree.items():  # as the run's uid owns the tmpfs root, it owns what is written here too
+        path = os.path.join(where, rel)
+        if data is None:
+            os.mkdir(path, 0o755)
+        else:
+            with open(path, "wb") as f:
+                f.write(data)
+        if uid:
+            os.lchown(path, uid, uid)
     return where
+
+
+def _drop_privileges(libc: ctypes.CDLL, uid: int | None) -> None:
+    """Become ``uid`` (as root) and hold no capability: bounding and ambient sets emptied (so no ``execve`` can
+    regain one), permitted, effective and inheritable zeroed, ``no_new_privs`` set (setuid and file capabilities are
+    ignored). Raises ``OSError`` where a step that must hold fails."""
+    for cap in range(64):  # EINVAL past the last capability; EPERM without CAP_SETPCAP (then there is none to drop)
+        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    if os.geteuid() == 0 and uid:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+    if libc.capset(ctypes.byref(Header(LINUX_CAPABILITY_VERSION_3, 0)), ctypes.byref((Data * 2)())) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"capset: {os.strerror(err)}")
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"no_new_privs: {os.strerror(err)}")
 
 
 def _masked(path: str) -> bool:
@@ -159,14 +257,10 @@ def _run_code(spec: dict, libc: ctypes.CDLL, namespaces: bool, alive_fd: int) ->
         with open(os.path.join(workdir, "main.py"), encoding="utf-8") as f:
             source = f.read()
         if namespaces:
-            workdir = _private_fs(libc, workdir, spec.get("fixed_workdir"))
+            workdir = _private_fs(libc, spec)
         os.chdir(workdir)
-        uid = spec.get("uid")
-        if os.geteuid() == 0 and uid:
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-            _die_with_parent(libc, alive_fd)
+        _drop_privileges(libc, spec.get("uid"))
+        _die_with_parent(libc, alive_fd)
         os.environ.clear()
         os.environ["PATH"] = "/usr/bin:/bin"
         for sig in (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
@@ -237,7 +331,7 @@ def supervise(spec: dict) -> None:
         libc = _libc()
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        namespaces = spec["namespaces"] and _enter_namespaces(libc)
+        namespaces = spec["namespaces"] and _enter_namespaces(libc, spec["limits"]["RLIMIT_AS"])
         alive_r, alive_w = os.pipe()
         pid = os.fork()
     except BaseException:

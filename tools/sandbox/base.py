@@ -50,13 +50,26 @@ class RunResult:
 
 @dataclass(frozen=True)
 class Limits:
-    """Resource limits of one run (``timeout`` is wall-clock; CPU time is limited to ``ceil(timeout) + 1`` s)."""
+    """Resource limits of one run (``timeout`` is wall-clock; CPU time is limited to ``ceil(timeout) + 1`` s).
+
+    ``file_bytes``: the largest file the code may write (``RLIMIT_FSIZE``), and the most bytes ``files`` may hold.
+    ``disk_bytes``: all the code may have written at once (its working directory is a tmpfs of that size; the rest
+    of the file system is read-only), ``main.py`` and ``files`` included; enforced where the back-end has mount
+    namespaces or is a container (``Capabilities.disk_bytes``). Counts as memory of the machine, not of the run.
+    """
 
     memory_bytes: int = 1 << 30
     processes: int = 64
     file_bytes: int = 16 << 20
     open_files: int = 64
     output_bytes: int = OUTPUT_LIMIT
+    disk_bytes: int = 64 << 20
+
+    def __post_init__(self) -> None:
+        for name in ("memory_bytes", "processes", "file_bytes", "open_files", "output_bytes", "disk_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"Limits.{name} must be a positive int, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -66,9 +79,16 @@ class Capabilities:
     ``network_isolated``: no interface but a down loopback (connections fail at once, nothing is sent).
     ``process_containment``: ``pid-namespace`` (every process the code starts dies with it), ``run-uid`` (no PID
     namespace, but the code runs as a uid of its own and every process of that uid is killed after the run),
-    ``process-group`` (a child that calls ``setsid`` can escape), ``container``. ``private_tmp``: /tmp is not the
-    host's /tmp. ``unprivileged``: the code does not run as root. ``rlimits``: the limits the code sees
-    (``RLIMIT_*`` -> soft).
+    ``process-group`` (a child that calls ``setsid`` can escape), ``container``. ``private_tmp``: /tmp, /var/tmp,
+    /dev/shm and /run/lock are not the host's (nothing written there gets out) and the code cannot unmount them.
+    ``unprivileged``: the code does not run as root. ``rlimits``: the limits the code sees (``RLIMIT_*`` -> soft).
+    ``no_capabilities``: the code's effective, permitted, ambient and bounding capability sets are empty (it cannot
+    regain one by ``execve``). ``no_new_privs``: setuid bits and file capabilities are ignored. ``mounts_locked``:
+    unmounting /tmp or /proc and remounting / read-write fail, also from a user namespace the code makes itself.
+    ``ipc_isolated``: a System V shared-memory segment and message queue made by one run are gone for the next (and
+    never were the host's). ``read_only_root``: / is mounted read-only. ``disk_bytes``: the size of the file system
+    holding the working directory when that is the cap on what the code may write (None: no cap but
+    ``RLIMIT_FSIZE`` per file). ``caller``: the uid ``capabilities()`` ran as (what was measured holds for it).
     """
 
     backend: str
@@ -78,6 +98,13 @@ class Capabilities:
     unprivileged: bool
     rlimits: dict[str, int] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    no_capabilities: bool = False
+    no_new_privs: bool = False
+    mounts_locked: bool = False
+    ipc_isolated: bool = False
+    read_only_root: bool = False
+    disk_bytes: int | None = None
+    caller: int = -1
 
 
 class Sandbox:
@@ -105,7 +132,9 @@ class Sandbox:
         self.close()
 
 
-#: The probe ``capabilities()`` runs in the sandbox: prints a JSON object of what it sees.
+#: The probe ``capabilities()`` runs in the sandbox: prints a JSON object of what it sees and what it could undo.
+#: Standard library only (``ctypes`` where the image has it); the attempts to unmount come last (one that worked
+#: would change what the rest sees), the ones from a nested user namespace in a child process of their own.
 PROBE = r"""
 import json, os, resource
 names = ["RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_NOFILE"]
@@ -113,21 +142,71 @@ ifaces = []
 with open("/proc/net/dev") as f:
     for line in f.readlines()[2:]:
         ifaces.append(line.split(":")[0].strip())
-up = []
-for i in ifaces:
+status = {}
+with open("/proc/self/status") as f:
+    for line in f:
+        key, _, value = line.partition(":")
+        status[key] = value.strip()
+caps = {k: int(status.get(k, "ffffffffffffffff"), 16) for k in ("CapEff", "CapPrm", "CapInh", "CapBnd", "CapAmb")}
+writable = {}
+for d in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock"):
     try:
-        with open(f"/sys/class/net/{i}/operstate") as f:
-            up.append((i, f.read().strip()))
+        open(d + "/.agentgym-probe", "w").close()
+        writable[d] = True
     except OSError:
-        up.append((i, "?"))
+        writable[d] = False
+st = os.statvfs(".")
+seen = {"uid": os.getuid(), "pid": os.getpid(), "ifaces": ifaces, "tmp_writable": writable["/tmp"],
+        "writable": writable, "caps": caps, "no_new_privs": status.get("NoNewPrivs") == "1",
+        "root_readonly": bool(os.statvfs("/").f_flag & os.ST_RDONLY), "cwd_bytes": st.f_blocks * st.f_frsize,
+        "rlimits": {n: resource.getrlimit(getattr(resource, n))[0] for n in names}}
 try:
-    open("/tmp/.agentgym-probe", "w").close()
-    tmp_writable = True
-except OSError:
-    tmp_writable = False
-print(json.dumps({"uid": os.getuid(), "pid": os.getpid(), "ifaces": ifaces, "tmp_writable": tmp_writable,
-                  "rlimits": {n: resource.getrlimit(getattr(resource, n))[0] for n in names}}))
+    import ctypes
+except ImportError:
+    ctypes = None
+if ctypes is not None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    key = __KEY__
+    seen["ipc_left"] = [libc.shmget(key, 0, 0) != -1, libc.msgget(key, 0) != -1]
+    seen["ipc_made"] = [libc.shmget(key, 4096, 0o1600) != -1, libc.msgget(key, 0o1600) != -1]
+    def undo(libc):
+        done = [libc.umount2(p, 2) == 0 for p in (b"/tmp", b"/proc")]
+        return done + [libc.mount(None, b"/", None, 32 | 4096, None) == 0]
+    seen["undone"] = undo(libc)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        out = [False, False, False]
+        if libc.unshare(0x10000000 | 0x00020000) == 0:
+            out = undo(libc)
+        os.write(w, json.dumps(out).encode())
+        os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    seen["undone_nested"] = json.loads(os.read(r, 100) or b"[false, false, false]")
+print(json.dumps(seen))
 """
+#: What a probe run may write outside its working directory: the host checks none of it got through.
+PROBE_PATHS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+
+
+def unencodable(code: str, stdin: str, files: Files | None) -> str | None:
+    """Why ``code``, ``stdin`` or a file's name or text cannot be encoded as UTF-8 (a lone surrogate), or None.
+
+    >>> unencodable("print(1) # \\ud800", "", None)[:60]
+    "the code is not valid UTF-8 text: 'utf-8' codec can't encode"
+    """
+    items: list[tuple[str, object]] = [("the code", code), ("stdin", stdin)]
+    for name, content in (files or {}).items():
+        items += [(f"the file name {name!r}", name), (f"file {name!r}", content)]
+    for what, text in items:
+        if isinstance(text, str):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as e:
+                return f"{what} is not valid UTF-8 text: {e}"
+    return None
 
 
 def check_files(files: Files | None, limit: int) -> dict[str, bytes]:
@@ -146,11 +225,17 @@ def check_files(files: Files | None, limit: int) -> dict[str, bytes]:
         path = posixpath.normpath(name) if isinstance(name, str) else ""
         if not path or path.startswith(("/", "../")) or path in (".", "..") or "\0" in path:
             raise ValueError(f"file names must be relative paths inside the working directory, got {name!r}")
-        if path == "main.py":
+        if path == "main.py" or path.startswith("main.py/"):
             raise ValueError("main.py is the code's own file; give the code as `code`")
+        if path in out:
+            raise ValueError(f"file {name!r} is given twice")
         if not isinstance(content, str | bytes):
             raise ValueError(f"file {name!r} must be str or bytes, got {type(content).__name__}")
         out[path] = content.encode("utf-8") if isinstance(content, str) else bytes(content)
+    dirs = {posixpath.dirname(p) for p in out}
+    for path in out:  # a file that is also another's directory: one of them could not be written
+        if any(d == path or d.startswith(path + "/") for d in dirs):
+            raise ValueError(f"file {path!r} is also a directory of another file")
     total = sum(map(len, out.values()))
     if total > limit:
         raise ValueError(f"the files hold {total} bytes, over the limit of {limit}")

@@ -1,7 +1,11 @@
-"""``DockerSandbox``: each call in a fresh container (``docker`` SDK; no network, memory / pids / CPU limits,
-read-only root with a small tmpfs workdir, all capabilities dropped, ``nobody``), removed after the call.
+"""``DockerSandbox``: each call in a fresh container (``docker`` SDK; no network, no /dev/shm, a private IPC
+namespace, memory / pids / CPU limits, read-only root with a tmpfs workdir of ``Limits.disk_bytes``, all capabilities
+dropped, ``no-new-privileges``, ``nobody``), removed after the call.
 
-Needs ``pip install docker`` and a reachable engine; ``DockerSandbox.available()`` says whether both are there.
+Needs ``pip install docker``, a reachable engine and an image with Python 3 (``python3`` or ``python``: the sandbox
+finds which). ``tools/sandbox/build_image.sh`` builds one offline from Debian's packages (``make sandbox-image``);
+the image is ``image=``, else ``$AGENTGYM_DOCKER_IMAGE``, else ``agentgym-sandbox:bookworm``.
+``DockerSandbox.available()`` says whether the SDK and an engine are there.
 
 >>> DockerSandbox.available()[0] in (True, False)
 True
@@ -11,38 +15,53 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import json
+import os
 import threading
 import time
 from typing import Any
 
 from .base import (
     DEFAULT_TIMEOUT,
-    PROBE,
     WORKDIR,
     Capabilities,
     Files,
     Limits,
     RunResult,
     Sandbox,
-    check_files,
     classify,
     decode_output,
 )
+from .local import _capabilities, _refusal
 
-#: Bytes of files one Docker run may receive: they travel base64-encoded in the command line, split into arguments
+#: The image built by ``tools/sandbox/build_image.sh``.
+DEFAULT_IMAGE = "agentgym-sandbox:bookworm"
+#: Interpreters looked for, in this order, when ``python=`` is not given.
+PYTHONS = ("python3", "python")
+
+#: Bytes of files and stdin one Docker run may receive: they travel base64-encoded in the command line, split into
+#: arguments
 #: under Linux's 128 KiB per argument and well under its ~2 MiB for all of them.
 DOCKER_FILE_BYTES = 1 << 20
 _ARG_CHUNK = 100_000
 #: The program the container runs (``python -I -c BOOT CODE CHUNK...``): writes the files, then the code as
-#: ``main.py``, and runs it as ``__main__`` with a traceback that starts at the code.
+#: ``main.py``, makes stdin (an in-memory file) its fd 0, and runs the code as ``__main__`` with a traceback that
+#: starts at the code. The chunks joined are base64 of JSON ``{"files": {name: base64}, "stdin": base64}``.
 BOOT = """\
 import base64, json, os, sys, traceback, types
-files = json.loads(base64.b64decode("".join(sys.argv[2:]))) if len(sys.argv) > 2 else {}
-for name, data in files.items():
+boot = json.loads(base64.b64decode("".join(sys.argv[2:]))) if len(sys.argv) > 2 else {}
+for name, data in boot.get("files", {}).items():
     os.makedirs(os.path.dirname(name) or ".", exist_ok=True)
     with open(name, "wb") as f:
         f.write(base64.b64decode(data))
+if boot.get("stdin"):
+    fd = os.memfd_create("stdin")
+    with open(fd, "wb", closefd=False) as f:
+        f.write(base64.b64decode(boot["stdin"]))
+    os.lseek(fd, 0, 0)
+    os.dup2(fd, 0)
+    os.close(fd)
 code = sys.argv[1]
 with open("main.py", "w", encoding="utf-8") as f:
     f.write(code)
@@ -50,7 +69,6 @@ sys.argv = ["main.py"]
 main = types.ModuleType("__main__")
 main.__file__ = os.path.abspath("main.py")
 sys.modules["__main__"] = main
-del files, name, data, f
 try:
     exec(compile(code, "main.py", "exec"), main.__dict__)
 except SystemExit:
@@ -62,18 +80,44 @@ except BaseException as e:
 
 
 class DockerSandbox(Sandbox):
-    """Runs ``python -c CODE`` in ``image`` (which must have ``python``) with ``network_mode="none"``."""
+    """Runs ``PYTHON -I -c BOOT CODE`` in a fresh container of ``image`` with ``network_mode="none"``; ``python`` is
+    the interpreter's name in the image (None: the first of ``PYTHONS`` it has, found at the first run)."""
 
     name = "docker"
 
-    def __init__(self, image: str = "python:3.11-slim", limits: Limits | None = None, client: Any = None) -> None:
-        self.image = image
+    def __init__(
+        self, image: str | None = None, limits: Limits | None = None, client: Any = None, python: str | None = None
+    ) -> None:
+        self.image = image or os.environ.get("AGENTGYM_DOCKER_IMAGE") or DEFAULT_IMAGE
         self.limits = limits or Limits()
+        self.python = python
         if client is None:
             import docker
 
             client = docker.from_env()
         self.client = client
+        self._lock = threading.Lock()
+
+    def interpreter(self) -> str:
+        """The interpreter's name in the image: ``python`` if given, else the first of ``PYTHONS`` that runs there
+        (found once, by starting it). ``RuntimeError`` when the image has none (or cannot be run)."""
+        with self._lock:
+            if self.python is None:
+                tried = []
+                for name in PYTHONS:
+                    try:
+                        out = self.client.containers.run(
+                            self.image, [name, "-c", "print(1)"], network_mode="none", remove=True, stderr=True
+                        )
+                    except Exception as e:
+                        tried.append(f"{name}: {str(e).splitlines()[0][:200]}")
+                        continue
+                    if out.strip() == b"1":
+                        self.python = name
+                        break
+                else:
+                    raise RuntimeError(f"image {self.image} has no Python to run ({'; '.join(tried)})")
+            return self.python
 
     @staticmethod
     def available() -> tuple[bool, str]:
@@ -91,16 +135,29 @@ class DockerSandbox(Sandbox):
     def run(
         self, code: str, *, stdin: str = "", timeout: float = DEFAULT_TIMEOUT, files: Files | None = None
     ) -> RunResult:
-        checked = check_files(files, min(self.limits.file_bytes, DOCKER_FILE_BYTES))
         start = time.monotonic()
-        blob = base64.b64encode(json.dumps({n: base64.b64encode(c).decode() for n, c in checked.items()}).encode())
-        chunks = [blob[i : i + _ARG_CHUNK].decode() for i in range(0, len(blob), _ARG_CHUNK)] if checked else []
+        checked, refused = _refusal(code, stdin, files, self.limits)
+        if refused is None and sum(map(len, checked.values())) + len(stdin.encode()) > DOCKER_FILE_BYTES:
+            refused = f"the files and stdin hold over {DOCKER_FILE_BYTES} bytes, the most a Docker run takes"
+        if refused is not None:
+            return RunResult("error", "", f"sandbox: {refused}", None, time.monotonic() - start)
+        try:
+            python = self.interpreter()
+        except RuntimeError as e:
+            return RunResult("error", "", f"sandbox: {e}", None, time.monotonic() - start)
+        boot = {"files": {n: base64.b64encode(c).decode() for n, c in checked.items()}}
+        if stdin:
+            boot["stdin"] = base64.b64encode(stdin.encode()).decode()
+        blob = base64.b64encode(json.dumps(boot).encode())
+        chunks = (
+            [blob[i : i + _ARG_CHUNK].decode() for i in range(0, len(blob), _ARG_CHUNK)] if checked or stdin else []
+        )
         try:
             container = self.client.containers.create(
                 self.image,
-                ["python", "-I", "-c", BOOT, code, *chunks],
-                stdin_open=bool(stdin),
+                [python, "-I", "-c", BOOT, code, *chunks],
                 network_mode="none",
+                ipc_mode="none",
                 mem_limit=self.limits.memory_bytes,
                 memswap_limit=self.limits.memory_bytes,
                 pids_limit=self.limits.processes,
@@ -108,7 +165,7 @@ class DockerSandbox(Sandbox):
                 cap_drop=["ALL"],
                 security_opt=["no-new-privileges"],
                 read_only=True,
-                tmpfs={WORKDIR: "size=16m", "/var/tmp": "size=1m"},
+                tmpfs={WORKDIR: f"size={self.limits.disk_bytes},uid=65534,gid=65534,mode=700"},
                 working_dir=WORKDIR,
                 user="65534:65534",
                 environment={"PATH": "/usr/local/bin:/usr/bin:/bin"},
@@ -121,14 +178,7 @@ class DockerSandbox(Sandbox):
             return RunResult("error", "", f"sandbox: cannot create the container: {e}", None, time.monotonic() - start)
         timed_out = False
         try:
-            if stdin:
-                sock = container.attach_socket(params={"stdin": 1, "stream": 1})
-                container.start()
-                raw = getattr(sock, "_sock", sock)
-                raw.sendall(stdin.encode())
-                raw.close()
-            else:
-                container.start()
+            container.start()
             timer = threading.Timer(timeout, lambda: _kill_quietly(container))
             timer.start()
             try:
@@ -153,22 +203,9 @@ class DockerSandbox(Sandbox):
                 container.remove(force=True)
 
     def capabilities(self) -> Capabilities:
-        r = self.run(PROBE, timeout=60.0)
-        try:
-            seen = json.loads(r.stdout)
-        except ValueError:
-            return Capabilities(
-                self.name, False, "container", False, False, notes=(f"probe failed: {r.stderr[-300:]}",)
-            )
-        return Capabilities(
-            backend=self.name,
-            network_isolated=set(seen["ifaces"]) <= {"lo"},
-            process_containment="container",
-            private_tmp=True,
-            unprivileged=seen["uid"] != 0,
-            rlimits=seen["rlimits"],
-            notes=(f"memory {self.limits.memory_bytes} B and pids {self.limits.processes} by cgroup",),
-        )
+        caps = _capabilities(self, self.name, containment="container")
+        note = f"memory {self.limits.memory_bytes} B and pids {self.limits.processes} by cgroup"
+        return dataclasses.replace(caps, notes=(*caps.notes, note))
 
     def close(self) -> None:
         close = getattr(self.client, "close", None)

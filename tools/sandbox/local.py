@@ -1,15 +1,17 @@
 """Local back-ends: ``SubprocessSandbox`` (a fresh interpreter per call) and ``PooledSandbox`` (fork servers: a
 pre-imported interpreter forks a fresh isolated process per call, no start-up cost).
 
-Both run the code through ``_child.py``: a supervisor enters new mount, network and PID namespaces (``unshare(2)``,
-what util-linux's ``unshare`` does; where the kernel refuses, the run goes on without them and ``capabilities()``
-says so) and forks the code's process, PID 1 of its namespace, which mounts a fresh /proc, masks /tmp, /var/tmp and
-/dev/shm with empty read-only tmpfs (its own temporary directory bound back in), drops to a uid of the run's own
+Both run the code through ``_child.py``: a supervisor enters new mount, network, IPC and PID namespaces
+(``unshare(2)``, what util-linux's ``unshare`` does; as non-root inside a user namespace; where the kernel refuses,
+the run goes on without them and ``capabilities()`` says so) and forks the code's process, PID 1 of its namespace,
+which mounts a fresh /proc, masks /tmp, /var/tmp, /dev/shm, /dev/mqueue and /run/lock with empty tmpfs, makes every
+mount read-only, puts its working directory on a tmpfs of ``Limits.disk_bytes``, drops to a uid of the run's own
 when run as root (RLIMIT_NPROC does not apply to root; a uid per run also keeps one run's process count from
-another's), sets rlimits, empties the environment and runs the code. When PID 1 ends, the kernel kills everything it
-started, ``setsid`` or not; a run killed for its wall time or output takes its whole namespace down the same way.
-Without namespaces (``namespaces=False``, or a kernel that refuses them), there is no network or /tmp isolation, and
-leftover processes are killed by the run's uid (as root) or by process group only (a ``setsid`` child escapes).
+another's), drops every capability and sets ``no_new_privs`` (so the mounts cannot be undone, as root or not), sets
+rlimits, empties the environment and runs the code. When PID 1 ends, the kernel kills everything it started,
+``setsid`` or not; a run killed for its wall time or output takes its whole namespace down the same way. Without
+namespaces (``namespaces=False``, or a kernel that refuses them), there is no network, IPC, disk or /tmp isolation,
+and leftover processes are killed by the run's uid (as root) or by process group only (a ``setsid`` child escapes).
 
 >>> with SubprocessSandbox() as box:  # doctest: +SKIP
 ...     box.run("print(input() * 2)", stdin="ab").stdout
@@ -18,6 +20,7 @@ leftover processes are killed by the run's uid (as root) or by process group onl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -39,6 +42,7 @@ from pathlib import Path
 from .base import (
     DEFAULT_TIMEOUT,
     PROBE,
+    PROBE_PATHS,
     WORKDIR,
     Capabilities,
     Files,
@@ -48,6 +52,7 @@ from .base import (
     check_files,
     classify,
     decode_output,
+    unencodable,
 )
 
 CHILD = str(Path(__file__).with_name("_child.py"))
@@ -57,6 +62,8 @@ MIN_ENV = {"PATH": "/usr/bin:/bin"}
 REAP_GRACE = 5.0
 #: Run uids (as root, each run gets a random one of its own from this range, and the same gid).
 RUN_UIDS = (1 << 20, 1 << 30)
+#: Seconds ``PooledSandbox.run`` waits for a free worker by default before it gives up (not part of the run's time).
+WORKER_WAIT = 300.0
 
 
 def _run_uid() -> int | None:
@@ -74,16 +81,43 @@ def _spec(workdir: str, uid: int | None, limits: Limits, timeout: float, namespa
         "RLIMIT_NOFILE": limits.open_files,
         "RLIMIT_CORE": 0,
     }
-    return {"workdir": workdir, "fixed_workdir": WORKDIR, "uid": uid, "limits": rlimits, "namespaces": namespaces}
+    return {
+        "workdir": workdir,
+        "fixed_workdir": WORKDIR,
+        "uid": uid,
+        "limits": rlimits,
+        "namespaces": namespaces,
+        "disk_bytes": limits.disk_bytes,
+    }
+
+
+def _refusal(code: str, stdin: str, files: Files | None, limits: Limits) -> tuple[dict[str, bytes], str | None]:
+    """``files`` checked (``ValueError`` for a bad name or type, as ``check_files``), and why the run cannot start
+    (text that is not UTF-8, more than ``disk_bytes`` in all), or None."""
+    problem = unencodable(code, stdin, files)
+    if problem is not None:
+        return {}, problem
+    checked = check_files(files, limits.file_bytes)
+    total = len(code.encode("utf-8")) + sum(map(len, checked.values()))
+    if total > limits.disk_bytes:
+        return checked, f"the code and files hold {total} bytes, over the disk limit of {limits.disk_bytes}"
+    return checked, None
 
 
 def _workdir(code: str, stdin: str, uid: int | None, files: dict[str, bytes]) -> tuple[str, int]:
     """A fresh temporary directory holding ``main.py`` and ``files`` (owned by ``uid`` if given; its parent is a
-    directory of our own, so ``..`` is not a shared /tmp), and an fd reading ``stdin``. Remove with
-    ``_remove(workdir)``."""
+    directory of our own, so ``..`` is not a shared /tmp), and an fd reading ``stdin``. Removes what it made if it
+    fails; else remove with ``_remove(workdir)``."""
     base = tempfile.mkdtemp(prefix="agentgym-sbx-")  # 0o700, ours: its parent (a shared /tmp) is out of reach
-    os.chmod(base, 0o711)
-    workdir = os.path.join(base, "work")
+    try:
+        return _fill(os.path.join(base, "work"), code, stdin, uid, files)
+    except BaseException:
+        shutil.rmtree(base, ignore_errors=True)
+        raise
+
+
+def _fill(workdir: str, code: str, stdin: str, uid: int | None, files: dict[str, bytes]) -> tuple[str, int]:
+    os.chmod(os.path.dirname(workdir), 0o711)
     os.mkdir(workdir, 0o700)
     Path(workdir, "main.py").write_text(code, encoding="utf-8")
     for name, content in files.items():
@@ -95,7 +129,7 @@ def _workdir(code: str, stdin: str, uid: int | None, files: dict[str, bytes]) ->
             for entry in [root] + [os.path.join(root, n) for n in [*dirs, *names]]:
                 os.lchown(entry, uid, uid)
     with tempfile.TemporaryFile() as f:  # unlinked at once; the fd keeps it
-        f.write(stdin.encode("utf-8", "replace"))
+        f.write(stdin.encode("utf-8"))
         f.seek(0)
         return workdir, os.dup(f.fileno())
 
@@ -150,30 +184,93 @@ def _result(
     )
 
 
-def _capabilities(box: Sandbox, backend: str) -> Capabilities:
-    """Run ``PROBE`` in ``box`` and read what it saw."""
-    probe_file = Path("/tmp/.agentgym-probe")
-    existed = probe_file.exists()
-    r = box.run(PROBE, timeout=30.0)
-    leaked = not existed and probe_file.exists()  # /tmp is the host's: the probe's file got through
-    if leaked:
-        probe_file.unlink()
+def _capabilities(box: Sandbox, backend: str, containment: str | None = None) -> Capabilities:
+    """Run ``PROBE`` in ``box`` twice (the second run looks for the System V objects the first made) and read what
+    they saw; what the probe wrote to the host's shared directories, if anything got through, is removed."""
+    key = RUN_UIDS[0] + secrets.randbelow(1 << 20)
+    probes = [Path(d, ".agentgym-probe") for d in PROBE_PATHS]
+    existed = {p for p in probes if p.exists()}
+    runs = [box.run(PROBE.replace("__KEY__", str(key)), timeout=30.0) for _ in range(2)]
+    leaked = {str(p.parent) for p in probes if p not in existed and p.exists()}
+    for p in probes:
+        if str(p.parent) in leaked:
+            p.unlink(missing_ok=True)
+    host_ipc = _host_ipc_keys()
+    _remove_host_ipc(key, host_ipc)
     try:
-        seen = json.loads(r.stdout)
+        seen, again = (json.loads(r.stdout) for r in runs)
     except ValueError:
+        r = next(r for r in runs if not r.stdout.startswith("{"))
         return Capabilities(
-            backend, False, "none", False, False, notes=(f"probe failed: {r.status} {r.stderr[-300:]}",)
+            backend,
+            False,
+            "none",
+            False,
+            False,
+            notes=(f"probe failed: {r.status} {r.stderr[-300:]}",),
+            caller=os.geteuid(),
         )
+    return _read_probe(box, backend, seen, again, leaked, key in host_ipc, containment)
+
+
+def _read_probe(
+    box: Sandbox, backend: str, seen: dict, again: dict, leaked: set[str], on_host: bool, containment: str | None
+) -> Capabilities:
+    """``Capabilities`` from two probe runs' reports (``seen``, then ``again``)."""
     ifaces = seen["ifaces"]
     pidns = seen["pid"] == 1
+    if containment is None:
+        containment = "pid-namespace" if pidns else "run-uid" if seen["uid"] >= RUN_UIDS[0] else "process-group"
+    caps = seen["caps"]
+    notes: list[str] = []
+    undone = seen.get("undone", [True, True, True])
+    nested = seen.get("undone_nested", [True, True, True])
+    if "undone" not in seen:
+        notes.append("no ctypes in the sandbox's Python: unmounting and System V IPC were not probed")
+    mounts_locked = not any(undone) and not any(nested)
+    if not mounts_locked:
+        names = ("umount /tmp", "umount /proc", "remount / rw")
+        what = [n for n, u, v in zip(names, undone, nested, strict=True) if u or v]
+        notes.append(f"the code could undo mounts: {', '.join(what)}")
+    writable = seen.get("writable", {"/tmp": seen["tmp_writable"]})
+    made = seen.get("ipc_made", [False, False])
+    ipc_isolated = bool(all(made) and not any(again.get("ipc_left", [True])) and not on_host)
+    if not ipc_isolated:
+        notes.append(f"System V IPC: made {made}, seen by the next run {again.get('ipc_left')}, on the host {on_host}")
+    disk = seen["cwd_bytes"] if seen["cwd_bytes"] <= box.limits.disk_bytes and seen["cwd_bytes"] > 0 else None
     return Capabilities(
         backend=backend,
-        network_isolated=set(ifaces) <= {"lo"} and not _loopback_up(box),
-        process_containment="pid-namespace" if pidns else "run-uid" if seen["uid"] >= RUN_UIDS[0] else "process-group",
-        private_tmp=not seen["tmp_writable"] and not leaked,
+        network_isolated=set(ifaces) <= {"lo"} and (containment == "container" or not _loopback_up(box)),
+        process_containment=containment,
+        private_tmp=not any(writable.values()) and not leaked and mounts_locked,
         unprivileged=seen["uid"] != 0,
         rlimits=seen["rlimits"],
+        notes=tuple(notes),
+        no_capabilities=not any(caps[k] for k in ("CapEff", "CapPrm", "CapInh", "CapBnd", "CapAmb")),
+        no_new_privs=seen["no_new_privs"],
+        mounts_locked=mounts_locked,
+        ipc_isolated=ipc_isolated,
+        read_only_root=seen["root_readonly"],
+        disk_bytes=disk,
+        caller=os.geteuid(),
     )
+
+
+def _host_ipc_keys() -> set[int]:
+    """System V keys of the host's (this process's IPC namespace) shared-memory segments and message queues."""
+    keys = set()
+    for name in ("shm", "msg"):
+        with contextlib.suppress(OSError), open(f"/proc/sysvipc/{name}") as f:
+            keys |= {int(line.split()[0]) for line in f.readlines()[1:] if line.split()}
+    return keys
+
+
+def _remove_host_ipc(key: int, keys: set[int]) -> None:
+    """Remove the probe's segment and queue where they got through to the host."""
+    if key in keys:
+        for cmd in (["ipcrm", "-M", str(key)], ["ipcrm", "-Q", str(key)]):
+            with contextlib.suppress(OSError):
+                subprocess.run(cmd, capture_output=True, timeout=10, check=False)
 
 
 def _loopback_up(box: Sandbox) -> bool:
@@ -199,10 +296,21 @@ class SubprocessSandbox(Sandbox):
     def run(
         self, code: str, *, stdin: str = "", timeout: float = DEFAULT_TIMEOUT, files: Files | None = None
     ) -> RunResult:
-        checked = check_files(files, self.limits.file_bytes)
         start = time.monotonic()
+        checked, refused = _refusal(code, stdin, files, self.limits)
+        if refused is not None:
+            return RunResult("error", "", f"sandbox: {refused}", None, time.monotonic() - start)
         uid = _run_uid()
-        workdir, stdin_fd = _workdir(code, stdin, uid, checked)
+        try:
+            workdir, stdin_fd = _workdir(code, stdin, uid, checked)
+        except OSError as e:
+            return RunResult("error", "", f"sandbox: cannot write the work dir: {e}", None, time.monotonic() - start)
+        try:
+            return self._run(workdir, stdin_fd, uid, timeout, start)
+        finally:
+            _remove(workdir)
+
+    def _run(self, workdir: str, stdin_fd: int, uid: int | None, timeout: float, start: float) -> RunResult:
         spec = json.dumps(_spec(workdir, uid, self.limits, timeout, self.namespaces))
         try:
             proc = subprocess.Popen(
@@ -215,7 +323,6 @@ class SubprocessSandbox(Sandbox):
                 start_new_session=True,
             )
         except OSError as e:
-            _remove(workdir)
             return RunResult("error", "", f"sandbox: cannot start: {e}", None, time.monotonic() - start)
         finally:
             os.close(stdin_fd)
@@ -234,7 +341,6 @@ class SubprocessSandbox(Sandbox):
             if proc.returncode is None:  # not reaped: the group id is still ours to kill
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-            _remove(workdir)
         return _result(outs, exit_code, timed_out, overflow, self.limits.output_bytes, start)
 
     def capabilities(self) -> Capabilities:
@@ -257,6 +363,7 @@ class _ForkServer:
             start_new_session=True,
         )
         theirs.close()
+        self.healthy = True  # False while a run on it has not got its final answer
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -272,15 +379,25 @@ class _ForkServer:
 
 class PooledSandbox(Sandbox):
     """``workers`` warm fork servers; each call forks a fresh isolated process from one (no state leaks: its files,
-    module variables and child processes all go with it). Thread-safe: up to ``workers`` calls run at once."""
+    module variables and child processes all go with it). Thread-safe: up to ``workers`` calls run at once; a call
+    waits up to ``worker_wait`` seconds for a free worker (not counted in its ``timeout``), then is an ``error``."""
 
     name = "pooled"
 
     def __init__(
-        self, workers: int = 2, limits: Limits | None = None, python: str = sys.executable, namespaces: bool = True
+        self,
+        workers: int = 2,
+        limits: Limits | None = None,
+        python: str = sys.executable,
+        namespaces: bool = True,
+        worker_wait: float = WORKER_WAIT,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
+        if not worker_wait > 0:
+            raise ValueError(f"worker_wait must be > 0, got {worker_wait}")
+        self.workers = workers
+        self.worker_wait = worker_wait
         self.limits = limits or Limits()
         self.python = python
         self.namespaces = namespaces
@@ -310,44 +427,67 @@ class PooledSandbox(Sandbox):
     ) -> RunResult:
         if self._closed:
             raise RuntimeError("the sandbox is closed")
-        checked = check_files(files, self.limits.file_bytes)
-        start = time.monotonic()
-        server = self._idle.get()
-        uid = _run_uid()
-        workdir, stdin_fd = _workdir(code, stdin, uid, checked)
-        healthy = False
+        waited = time.monotonic()
+        checked, refused = _refusal(code, stdin, files, self.limits)
+        if refused is not None:
+            return RunResult("error", "", f"sandbox: {refused}", None, time.monotonic() - waited)
         try:
-            out_r, out_w = os.pipe()
-            err_r, err_w = os.pipe()
-            spec = json.dumps(_spec(workdir, uid, self.limits, timeout, self.namespaces)).encode()
-            try:
-                socket.send_fds(server.sock, [spec], [stdin_fd, out_w, err_w])
-                reply = server.sock.recv(4096)
-            finally:
-                for fd in (stdin_fd, out_w, err_w):
-                    os.close(fd)
-            if not reply:
-                for fd in (out_r, err_r):
-                    os.close(fd)
-                return RunResult("error", "", "sandbox: the fork server died", None, time.monotonic() - start)
-
-            def kill() -> None:
-                server.sock.send(b"kill")
-
-            outs, timed_out, overflow = _collect([out_r, err_r], start + timeout, self.limits.output_bytes, kill)
-            ready, _, _ = select.select([server.sock], [], [], REAP_GRACE)
-            msg = server.sock.recv(4096) if ready else b""
-            exit_code = os.waitstatus_to_exitcode(json.loads(msg)["status"]) if msg else None
-            healthy = bool(msg)
-            return _result(outs, exit_code, timed_out, overflow, self.limits.output_bytes, start)
-        except OSError as e:
-            return RunResult("error", "", f"sandbox: {e}", None, time.monotonic() - start)
+            server = self._idle.get(timeout=self.worker_wait)
+        except queue.Empty:
+            why = f"sandbox: no free worker in {self.worker_wait:g} s (all {self.workers} busy)"
+            return RunResult("error", "", why, None, time.monotonic() - waited)
+        # From here on the worker is ours: every way out gives it back (or a fresh one in its place).
+        start = time.monotonic()  # the run's deadline counts from here, not from the wait for a worker
+        workdir = None
+        used = healthy = False
+        try:
+            uid = _run_uid()
+            workdir, stdin_fd = _workdir(code, stdin, uid, checked)
+            used = True
+            return self._run(server, workdir, stdin_fd, uid, timeout, start)
+        except Exception as e:
+            return RunResult("error", "", f"sandbox: {type(e).__name__}: {e}", None, time.monotonic() - start)
         finally:
-            _remove(workdir)
+            if workdir is not None:
+                _remove(workdir)
+            healthy = not used or server.healthy
             if healthy and server.alive():
                 self._idle.put(server)
             else:
                 self._replace(server)
+
+    def _run(
+        self, server: _ForkServer, workdir: str, stdin_fd: int, uid: int | None, timeout: float, start: float
+    ) -> RunResult:
+        """One run on ``server``; sets ``server.healthy`` when the server answered as it should."""
+        server.healthy = False
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            spec = json.dumps(_spec(workdir, uid, self.limits, timeout, self.namespaces)).encode()
+            socket.send_fds(server.sock, [spec], [stdin_fd, out_w, err_w])
+            reply = server.sock.recv(4096)
+        except BaseException:
+            os.close(out_r)
+            os.close(err_r)
+            raise
+        finally:
+            for fd in (stdin_fd, out_w, err_w):
+                os.close(fd)
+        if not reply:
+            for fd in (out_r, err_r):
+                os.close(fd)
+            return RunResult("error", "", "sandbox: the fork server died", None, time.monotonic() - start)
+
+        def kill() -> None:
+            server.sock.send(b"kill")
+
+        outs, timed_out, overflow = _collect([out_r, err_r], start + timeout, self.limits.output_bytes, kill)
+        ready, _, _ = select.select([server.sock], [], [], REAP_GRACE)
+        msg = server.sock.recv(4096) if ready else b""
+        exit_code = os.waitstatus_to_exitcode(json.loads(msg)["status"]) if msg else None
+        server.healthy = bool(msg)
+        return _result(outs, exit_code, timed_out, overflow, self.limits.output_bytes, start)
 
     def capabilities(self) -> Capabilities:
         return _capabilities(self, self.name)
