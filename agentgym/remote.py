@@ -92,7 +92,8 @@ class RemoteEnv(AgentEnv):
     Args:
         url: the server, ``http://host:port``.
         env_id: a registered env id the server serves (``GET /health`` lists them).
-        env_kwargs: constructor arguments, JSON data (as for ``gymnasium.make``).
+        env_kwargs: constructor arguments, JSON data (as for ``gymnasium.make``): only those the env declares
+            public (``agentgym.trust``); the server refuses others (``ValueError``), its operator gives those.
         token: the server's bearer token (required when it listens beyond loopback).
         timeout: seconds to wait for any answer (an env step included) before raising ``EnvServerError``.
         connect_timeout: seconds to wait for a connection.
@@ -183,7 +184,7 @@ class RemoteEnv(AgentEnv):
             return EnvServerError(f"{where}: {detail}")
         if code == "unknown_snapshot":
             return EnvServerError(f"{where}: {detail}")
-        if status in (401, 429) or (status == 503 and code != "env_unavailable"):
+        if status in (401, 429, 504) or code == "session_broken" or (status == 503 and code != "env_unavailable"):
             return EnvServerError(f"{where}: {detail}")
         if code == "env_unavailable":
             return EnvUnavailableError(detail)

@@ -52,6 +52,7 @@ here answers 503 ``env_unavailable``; any other exception from the env is a 500 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import json
@@ -63,15 +64,15 @@ import subprocess
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import gymnasium as gym
 import numpy as np
 from fastapi import FastAPI, Request, Response
-from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from agentgym.branching import restore, snapshot
@@ -84,6 +85,7 @@ from agentgym.tools.serving import (
     run_uvicorn,
     uvicorn_config,
 )
+from agentgym.trust import UntrustedArgumentError, checked_kwargs, split_operator_args
 
 _log = logging.getLogger(__name__)
 
@@ -131,7 +133,7 @@ class ResetRequest(BaseModel):
     """``POST /sessions/{id}/reset``: ``env.reset(seed=seed, options=options)`` (the env checks ``options``)."""
 
     model_config = ConfigDict(extra="forbid")
-    seed: StrictInt | None = None
+    seed: Annotated[StrictInt, Field(ge=0, lt=1 << 64)] | None = None
     options: Any = None
 
 
@@ -302,6 +304,8 @@ class Session:
     env_id: str
     env: gym.Env
     last_used: float
+    #: Who opened it (the peer address): its calls count against that client's share of the workers.
+    client: str = ""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     busy: int = 0
     snapshots: list[str] = field(default_factory=list)
@@ -327,6 +331,8 @@ class SessionTable:
     snapshots: dict[str, tuple[str, Snapshot]] = field(default_factory=dict)
     #: Ids of sessions evicted for idleness (the most recent 10,000), so their clients learn why (410, not 404).
     evicted: OrderedDict[str, float] = field(default_factory=OrderedDict)
+    #: Ids of sessions closed because an env call ran past the call deadline (the most recent 10,000): why.
+    broken: OrderedDict[str, str] = field(default_factory=OrderedDict)
     pending: int = 0
     last_sweep: float = 0.0
 
@@ -357,12 +363,25 @@ class SessionTable:
             self.evicted[session_id] = s.last_used
             s = None  # expired: the caller's sweep closes it
         if s is None:
+            if session_id in self.broken:
+                raise ApiError(410, "session_broken", self.broken[session_id])
             if session_id in self.evicted:
                 raise ApiError(410, "session_expired", f"session {session_id} was closed after more than "
                                f"{self.idle_timeout:g} s unused (the server's idle timeout)")  # fmt: skip
             raise ApiError(404, "unknown_session", f"unknown session {session_id!r} (closed, or never opened "
                            "on this server: a restarted server has lost its sessions)")  # fmt: skip
         return s
+
+    def break_session(self, s: Session, why: str) -> None:
+        """Close ``s`` for good (its env is closed once its stuck call returns); its client gets 410 and ``why``."""
+        if self.sessions.get(s.id) is s:
+            self.drop(s.id)
+        self.broken[s.id] = why
+        while len(self.broken) > 10_000:
+            self.broken.popitem(last=False)
+
+    def client_sessions(self, client: str) -> int:
+        return sum(1 for s in self.sessions.values() if s.client == client)
 
     def add_snapshot(self, s: Session, snap: Snapshot) -> str:
         snap_id = secrets.token_urlsafe(12)
@@ -376,21 +395,105 @@ class SessionTable:
 # -- env calls (in worker threads) ---------------------------------------------------------------------
 
 
+class Workers:
+    """The threads env calls run in, shared fairly between clients.
+
+    ``size`` threads at most; each call has ``call_timeout`` seconds (waiting for a thread included). A call past
+    its deadline is answered 504 and its session closed, but a Python thread cannot be killed: the call goes on
+    holding its thread ("stuck") until it returns. So each client (a peer address) may have at most ``per_client``
+    calls running, stuck ones included: a client whose stuck calls fill its share gets 429 at once, and the other
+    clients keep the rest of the threads. ``/health`` reports the busy and stuck threads.
+    """
+
+    def __init__(self, size: int, call_timeout: float, per_client: int) -> None:
+        if size < 1 or per_client < 1 or not call_timeout > 0:
+            raise ValueError(f"workers and max_calls_per_client must be >= 1 and call_timeout > 0, got {size}, "
+                             f"{per_client}, {call_timeout}")  # fmt: skip
+        self.size, self.call_timeout, self.per_client = size, float(call_timeout), per_client
+        self.executor = concurrent.futures.ThreadPoolExecutor(size, thread_name_prefix="agentgym-env")
+        self.running: dict[str, int] = {}  # client -> its calls holding (or waiting for) a thread
+        self.stuck: dict[str, int] = {}  # client -> its calls past their deadline, still running
+
+    def stats(self) -> dict[str, Any]:
+        return {"size": self.size, "busy": sum(self.running.values()), "stuck": sum(self.stuck.values()),
+                "call_timeout": self.call_timeout, "max_calls_per_client": self.per_client}  # fmt: skip
+
+    def _done(self, client: str, stuck: bool) -> None:
+        self.running[client] -= 1
+        if not self.running[client]:
+            del self.running[client]
+        if stuck:
+            self.stuck[client] -= 1
+            if not self.stuck[client]:
+                del self.stuck[client]
+
+    async def run(self, client: str, fn: Callable[..., Any], *args: Any, stuck_env: gym.Env | None = None,
+                  on_stuck: Callable[[], None] | None = None) -> tuple[Any, float]:  # fmt: skip
+        """``fn(*args)`` in a thread: ``(result, seconds)``; 429 when ``client`` holds its share of the threads,
+        503 when every thread is stuck, 504 past the deadline (``on_stuck`` is called then, on the loop, and
+        ``stuck_env`` is closed once the call returns)."""
+        stuck_here = self.stuck.get(client, 0)
+        if stuck_here >= self.per_client:
+            raise ApiError(429, "too_busy", f"this client ({client}) has {stuck_here} env calls stuck past the "
+                           f"{self.call_timeout:g} s call deadline, its whole share of the server's workers; they "
+                           "free up when those calls return")  # fmt: skip
+        if sum(self.stuck.values()) >= self.size:
+            raise ApiError(503, "starved", f"all {self.size} env workers are stuck in calls past the "
+                           f"{self.call_timeout:g} s deadline")  # fmt: skip
+        if self.running.get(client, 0) >= self.per_client:
+            raise ApiError(429, "too_busy", f"this client ({client}) already has {self.per_client} env calls "
+                           "running, its share of the server's workers: wait for one to finish")  # fmt: skip
+        self.running[client] = self.running.get(client, 0) + 1
+        future = self.executor.submit(_timed, fn, *args)
+        waited = asyncio.wrap_future(future)
+        done, _ = await asyncio.wait({waited}, timeout=self.call_timeout)
+        if done:
+            self._done(client, stuck=False)
+            return waited.result()
+        if future.cancel():  # still queued: it never runs
+            self._done(client, stuck=False)
+        else:
+            self.stuck[client] = self.stuck.get(client, 0) + 1
+
+            def returned(f: asyncio.Future) -> None:
+                f.cancelled() or f.exception()  # retrieved: no "exception never retrieved" warning
+                self._done(client, stuck=True)
+                if stuck_env is not None:
+                    self.executor.submit(_close, [stuck_env])
+
+            waited.add_done_callback(returned)
+        if on_stuck is not None:
+            on_stuck()
+        raise ApiError(504, "call_timeout", f"the env call ran past the server's call deadline of "
+                       f"{self.call_timeout:g} s; the session is closed")  # fmt: skip
+
+
 async def _env_call(
-    fn: Callable[..., Any], *args: Any, session: Session | None = None, inline_below: float = 0.0
+    workers: Workers,
+    client: str,
+    fn: Callable[..., Any],
+    *args: Any,
+    session: Session | None = None,
+    inline_below: float = 0.0,
+    on_stuck: Callable[[], None] | None = None,
 ) -> Any:
     """Run an env call and map the env's exceptions to API errors the client can raise again.
 
-    The call runs in a worker thread, or on the event loop when the session's recent calls took under
-    ``inline_below`` seconds on average (a thread hand-off costs ~0.3-0.7 ms; a slow env stays in threads, where
-    it holds up no other session).
+    The call runs in one of ``workers``' threads (with its deadline and the client's share), or on the event loop
+    when the session's recent calls took under ``inline_below`` seconds on average (a thread hand-off costs a
+    fraction of a millisecond; but an inline call has no deadline, so only for envs whose calls cannot block).
     """
     inline = session is not None and session.cost < inline_below
     try:
         if inline:
             result, seconds = _timed(fn, *args)
         else:
-            result, seconds = await run_in_threadpool(_timed, fn, *args)
+            stuck_env = session.env if session is not None else None
+            result, seconds = await workers.run(client, fn, *args, stuck_env=stuck_env, on_stuck=on_stuck)
+    except ApiError:
+        raise
+    except UntrustedArgumentError as e:
+        raise ApiError(422, "untrusted_argument", _one_line(e), exception="ValueError") from None
     except EnvUnavailableError as e:
         raise ApiError(503, "env_unavailable", _one_line(e), exception="EnvUnavailableError") from None
     except SnapshotError as e:
@@ -416,6 +519,11 @@ def _timed(fn: Callable[..., Any], *args: Any) -> tuple[Any, float]:
 
 def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split())
+
+
+def _client(request: Request) -> str:
+    """Whom a request counts against: its peer address (behind a proxy every client is the proxy)."""
+    return request.client.host if request.client is not None else "unknown"
 
 
 def _stand_in(type_name: str) -> Any:
@@ -469,7 +577,13 @@ def create_app(
     idle_timeout: float = 300.0,
     max_body_bytes: int = 1 << 20,
     max_snapshots: int = 256,
-    inline_below: float = 0.001,
+    inline_below: float = 0.0,
+    env_args: Mapping[str, Any] | None = None,
+    allow_env_args: Mapping[str, Sequence[Any]] | None = None,
+    workers: int = 64,
+    call_timeout: float = 300.0,
+    max_calls_per_client: int | None = None,
+    max_sessions_per_client: int | None = None,
 ) -> FastAPI:
     """The FastAPI app of the env server.
 
@@ -482,7 +596,17 @@ def create_app(
         max_body_bytes: largest request body (413 beyond).
         max_snapshots: snapshots kept per session (the oldest is dropped beyond).
         inline_below: a session whose env calls take under this many seconds on average has them run on the event
-            loop rather than in a worker thread (saves the thread hand-off); 0 runs every call in a thread.
+            loop rather than in a worker thread (saves the thread hand-off, but such a call has no deadline: only
+            for envs whose calls cannot block); 0 (the default) runs every call in a worker thread.
+        env_args: the operator's constructor arguments (``--env-arg``): ``{name: value}`` for every served env that
+            takes ``name``, ``{"ENV_ID:name": value}`` for one env. Clients cannot change them.
+        allow_env_args: ``{name: [values]}``: values clients may pick for an argument besides what the env
+            declares public (``agentgym.trust``), e.g. ``{"dataset": ["100k"]}``.
+        workers: threads env calls run in.
+        call_timeout: seconds an env call may take (504 beyond; its session is then closed).
+        max_calls_per_client: env calls one client (peer address) may have running, stuck ones included (default
+            a quarter of ``workers``).
+        max_sessions_per_client: open sessions per client (default ``max_sessions``).
     """
     from agentgym.registry import list_envs
 
@@ -492,10 +616,14 @@ def create_app(
     unknown = [e for e in allowed if e not in gym.registry]
     if unknown:
         raise ValueError(f"unknown env id(s) {unknown}: not registered with gymnasium (see agentgym list)")
+    operator = split_operator_args(allowed, env_args or {})
+    allow = {k: list(v) for k, v in (allow_env_args or {}).items()}
+    pool = Workers(workers, call_timeout, max_calls_per_client or max(1, workers // 4))
+    per_client_sessions = max_sessions_per_client or max_sessions
     server_id = secrets.token_hex(8)
     table = SessionTable(max_sessions=max_sessions, idle_timeout=float(idle_timeout), max_snapshots=max_snapshots)
     limits = {"max_sessions": max_sessions, "idle_timeout": float(idle_timeout), "max_body_bytes": max_body_bytes,
-              "max_snapshots": max_snapshots}  # fmt: skip
+              "max_snapshots": max_snapshots, "max_sessions_per_client": per_client_sessions}  # fmt: skip
 
     app = FastAPI(title="agentgym env server", version="1", docs_url=None, redoc_url=None)
     app.add_middleware(RequestGuard, token=token, max_body_bytes=max_body_bytes, server_id=server_id)
@@ -508,6 +636,16 @@ def create_app(
         stale = table.sweep(time.monotonic())
         if stale:
             await run_in_threadpool(_close, stale)
+
+    async def call(request: Request, s: Session, fn: Callable[..., Any], *args: Any) -> Any:
+        """An env call of session ``s`` for the client of ``request``; past the deadline the session is closed."""
+
+        def broken() -> None:
+            table.break_session(s, f"session {s.id} was closed: an env call ran past the server's call deadline of "
+                                f"{pool.call_timeout:g} s")  # fmt: skip
+
+        return await _env_call(pool, _client(request), fn, *args, session=s, inline_below=inline_below,
+                               on_stuck=broken)  # fmt: skip
 
     @asynccontextmanager
     async def use(session_id: str) -> AsyncIterator[Session]:
@@ -525,6 +663,8 @@ def create_app(
         try:
             async with s.lock:
                 if table.sessions.get(session_id) is not s:  # closed while this call waited for the lock
+                    if session_id in table.broken:
+                        raise ApiError(410, "session_broken", table.broken[session_id])
                     raise ApiError(404, "unknown_session", f"session {session_id!r} was closed")
                 yield s
         finally:
@@ -533,28 +673,42 @@ def create_app(
 
     @app.get("/health")
     async def health() -> Response:
+        """``status``: ``ok``; ``degraded`` while some env calls are stuck past the call deadline; ``starved``
+        (HTTP 503) when every worker is stuck and no env call can run."""
         await sweep()
-        return _json_response({"status": "ok", "server": server_id, "sessions": len(table.sessions),
-                               "limits": limits, "env_ids": allowed})  # fmt: skip
+        threads = pool.stats()
+        status = "starved" if threads["stuck"] >= pool.size else "degraded" if threads["stuck"] else "ok"
+        body = {"status": status, "server": server_id, "sessions": len(table.sessions), "workers": threads,
+                "limits": limits, "env_ids": allowed}  # fmt: skip
+        return _json_response(body, 503 if status == "starved" else 200)
 
     @app.post("/sessions")
     async def create_session(request: Request) -> Response:
         req = _parse(CreateSessionRequest, await request.body())
         if req.env_id not in allowed:
             raise ApiError(404, "unknown_env", f"env {req.env_id!r} is not served here; served: {allowed}")
+        try:
+            kwargs = checked_kwargs(req.env_id, req.env_kwargs, operator=operator[req.env_id], allow=allow)
+        except UntrustedArgumentError as e:
+            raise ApiError(422, "untrusted_argument", _one_line(e), exception="ValueError") from None
         await sweep()
+        client = _client(request)
         if table.open_slots() <= 0:
             raise ApiError(429, "too_many_sessions", f"the server holds its maximum of {max_sessions} sessions: "
                            "close some (DELETE /sessions/{id}) or wait for idle ones to expire")  # fmt: skip
+        if table.client_sessions(client) >= per_client_sessions:
+            raise ApiError(429, "too_many_sessions", f"this client ({client}) holds its maximum of "
+                           f"{per_client_sessions} sessions: close some (DELETE /sessions/{{id}})")  # fmt: skip
         table.pending += 1
         try:
-            env = await _env_call(_make, req.env_id, req.env_kwargs)
+            env = await _env_call(pool, client, _make, req.env_id, kwargs)
         finally:
             table.pending -= 1
         if not isinstance(env.unwrapped, AgentEnv):
             await run_in_threadpool(_close, [env])
             raise ApiError(422, "invalid_argument", f"{req.env_id} is not an agentgym env (AgentEnv)")
-        s = Session(id=secrets.token_urlsafe(16), env_id=req.env_id, env=env, last_used=time.monotonic())
+        s = Session(id=secrets.token_urlsafe(16), env_id=req.env_id, env=env, last_used=time.monotonic(),
+                    client=client)  # fmt: skip
         table.sessions[s.id] = s
         return _json_response({"session_id": s.id, "server": server_id, "env": _describe_env(env)}, 201)
 
@@ -563,7 +717,7 @@ def create_app(
         req = _parse(ResetRequest, await request.body())
         async with use(session_id) as s:
             reset = functools.partial(s.env.reset, seed=req.seed, options=req.options)
-            obs, info = await _env_call(reset, session=s, inline_below=inline_below)
+            obs, info = await call(request, s, reset)
             s.done, s.task_id = False, str(info.get("task_id"))
             return _json_response({"observation": obs, "info": info, "status": s.status()})
 
@@ -572,14 +726,14 @@ def create_app(
         req = _parse(StepRequest, await request.body())
         action = _stand_in(req.action_type) if req.action_type is not None else req.action
         async with use(session_id) as s:
-            out = await _env_call(_step, s.env, action, session=s, inline_below=inline_below)
+            out = await call(request, s, _step, s.env, action)
             s.done = out["terminated"] or out["truncated"]
             return _json_response(out)
 
     @app.post("/sessions/{session_id}/snapshot")
     async def take_snapshot(session_id: str, request: Request) -> Response:
         async with use(session_id) as s:
-            snap = await _env_call(snapshot, s.env, session=s, inline_below=inline_below)
+            snap = await call(request, s, snapshot, s.env)
             return _json_response({"snapshot_id": table.add_snapshot(s, snap)})
 
     @app.post("/sessions/{session_id}/restore")
@@ -590,7 +744,7 @@ def create_app(
             if found is None:
                 raise ApiError(404, "unknown_snapshot", f"unknown snapshot {req.snapshot_id!r}: dropped with the "
                                "session that took it, or one of its oldest, or taken on another server")  # fmt: skip
-            await _env_call(restore, s.env, found[1], session=s, inline_below=inline_below)
+            await call(request, s, restore, s.env, found[1])
             _, s.done, _, s.task_id, *_ = found[1].base
             s.task_id = s.task_id if s.env.unwrapped.task_index is not None else None
             return _json_response({"status": s.status()})
@@ -690,7 +844,8 @@ class ServerProcess:
     its process: no shared GIL).
 
     ``target`` (``"module:function"``, default :func:`serve`; e.g. ``"agentgym.openenv_compat:serve_openenv"``) is
-    called with ``port`` and ``kwargs`` (JSON data). ``port=None`` picks a free port. ``start`` returns once
+    called with ``port`` and ``kwargs`` (JSON data, sent through the child's stdin, so a token never shows in
+    its command line). ``port=None`` picks a free port. ``start`` returns once
     ``GET /health`` answers (sending ``kwargs["token"]`` if any); ``stop`` kills the server as a crash would.
 
     >>> with ServerProcess(env_ids=["agentgym/Household-v0"]) as server:      # doctest: +SKIP
@@ -711,9 +866,13 @@ class ServerProcess:
         import httpx
 
         module, _, function = self.target.partition(":")
-        code = (f"import importlib, json; importlib.import_module({module!r}).{function}"
-                f"(port={self.port}, **json.loads({json.dumps(self.kwargs)!r}))")  # fmt: skip
-        self.proc = subprocess.Popen([sys.executable, "-c", code])
+        # The arguments (a token among them) go through a pipe: a command line is readable by every user (ps).
+        code = (f"import importlib, json, sys; importlib.import_module({module!r}).{function}"
+                f"(port={self.port}, **json.loads(sys.stdin.readline()))")  # fmt: skip
+        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(self.kwargs).encode() + b"\n")
+        self.proc.stdin.close()
         token = self.kwargs.get("token")
         headers = {"authorization": f"Bearer {token}"} if token else {}
         deadline = time.monotonic() + timeout

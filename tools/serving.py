@@ -47,15 +47,25 @@ def check_bind(host: str, token: str | None) -> None:
 
 
 def bearer_checker(token: str | None) -> Any:
-    """``ok(authorization_header) -> bool`` comparing ``Bearer <token>`` in constant time (always true without one)."""
+    """``ok(authorization_header) -> bool`` comparing ``Bearer <token>`` in constant time (always true without one).
+
+    The scheme is case-insensitive (RFC 9110: ``bearer``, ``BEARER`` and ``Bearer`` are one scheme); the token is
+    compared exactly.
+
+    >>> ok = bearer_checker("s3cret")
+    >>> ok("Bearer s3cret"), ok("bearer s3cret"), ok("Bearer S3CRET"), ok(None)
+    (True, True, False, False)
+    """
     if token is None:
         return lambda header: True
     if not token:
         raise ValueError("the bearer token must not be empty")
-    want = hashlib.sha256(f"Bearer {token}".encode()).digest()
+    want = hashlib.sha256(token.encode()).digest()
 
     def ok(header: str | None) -> bool:  # hashing first: the comparison does not depend on the lengths either
-        return hmac.compare_digest(hashlib.sha256((header or "").encode("latin-1", "replace")).digest(), want)
+        scheme, _, credentials = (header or "").strip().partition(" ")
+        given = hashlib.sha256(credentials.strip().encode("latin-1", "replace")).digest()
+        return hmac.compare_digest(given, want) and scheme.lower() == "bearer"
 
     return ok
 

@@ -100,7 +100,7 @@ def test_session_lifecycle():
         ("/sessions", b'{"env_id": "agentgym/Household-v0", "env_kwarg": {}}', 422, "invalid_request"),  # a typo
         ("/sessions", b'{"env_id": "agentgym/Nope-v0"}', 404, "unknown_env"),
         ("/sessions", b'{"env_id": "CartPole-v1"}', 404, "unknown_env"),  # registered, but not served
-        ("/sessions", b'{"env_id": "agentgym/Household-v0", "env_kwargs": {"bogus": 1}}', 422, "invalid_argument"),
+        ("/sessions", b'{"env_id": "agentgym/Household-v0", "env_kwargs": {"bogus": 1}}', 422, "untrusted_argument"),
         ("/sessions/nope/step", b'{"action": "look"}', 404, "unknown_session"),
         ("/sessions/nope/step", b"{", 400, "bad_json"),
     ],
