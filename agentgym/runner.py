@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
+import difflib
 import math
 import os
 import threading
@@ -39,7 +41,15 @@ from tqdm.auto import tqdm
 
 from agentgym.agents.base import Agent, Message
 from agentgym.core import AgentEnv
-from agentgym.trajectory import Trajectory, TrajectoryWriter, Turn, cut_torn_tail, read_records
+from agentgym.trajectory import (
+    RunHeader,
+    Trajectory,
+    TrajectoryWriter,
+    Turn,
+    cut_torn_tail,
+    normalize,
+    read_records,
+)
 
 if TYPE_CHECKING:
     from agentgym.pool import EnvPool
@@ -95,7 +105,9 @@ def make_agent(agent: Policy, env: gym.Env, **kwargs: Any) -> Agent:
         module, cls = GENERIC_AGENTS[agent].split(":")
         return getattr(importlib.import_module(module), cls)(**kwargs)
     known = sorted({*env_agents, *GENERIC_AGENTS})
-    raise ValueError(f"unknown agent {agent!r} for {env.spec.id if env.spec else env}; choose from {known}")
+    close = difflib.get_close_matches(str(agent), known, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise ValueError(f"unknown agent {agent!r} for {env.spec.id if env.spec else env}; {hint}choose from {known}")
 
 
 def env_kwargs_of(env: gym.Env, given: dict[str, Any]) -> dict[str, Any]:
@@ -297,6 +309,53 @@ def iter_episodes(
             env.close()
 
 
+def agent_spec(agent: Policy, agent_kwargs: dict[str, Any] | None) -> tuple[str | None, dict[str, Any] | None]:
+    """What a run header says of the agent: its name and kwargs when it was given by name (so replay can rebuild a
+    built-in one), else ``(None, None)``; kwargs with no JSON form count as not given by name."""
+    if not isinstance(agent, str):
+        return None, None
+    try:
+        kwargs = normalize(dict(agent_kwargs or {}))
+    except ValueError:
+        return None, None
+    return agent, kwargs
+
+
+def run_header(spec: RunSpec, first: Trajectory, agent: Policy, agent_kwargs: dict[str, Any] | None) -> RunHeader:
+    """The header of a run of ``spec`` whose first episode played is ``first`` (which holds the env's full
+    constructor arguments and the agent's label)."""
+    name, kwargs = agent_spec(agent, agent_kwargs)
+    return RunHeader(env_id=spec.env_id, env_kwargs=normalize(first.env_kwargs), agent=first.agent, agent_name=name,
+                     agent_kwargs=kwargs, seed=spec.seed, tasks=spec.tasks, group_size=spec.group_size,
+                     episodes=spec.episodes)  # fmt: skip
+
+
+class _RunLog:
+    """Writes a run to a ``TrajectoryWriter``: the run header before the first episode (built from it), then each
+    episode stamped with the run's id and its position."""
+
+    def __init__(self, writer: TrajectoryWriter | None, spec: RunSpec, agent: Policy, options: dict[str, Any],
+                 header: RunHeader | None = None, start: int = 0):  # fmt: skip
+        self.writer, self.spec, self.agent = writer, spec, agent
+        self.agent_kwargs = options.get("agent_kwargs")
+        self.header, self.next = header, start
+
+    def add(self, traj: Trajectory) -> None:
+        if self.header is None:
+            self.header = run_header(self.spec, traj, self.agent, self.agent_kwargs)
+            if self.writer is not None:
+                self.writer.write(self.header)
+        traj.run_id, traj.index = self.header.run_id, self.next
+        self.next += 1
+        if self.writer is not None:
+            self.writer.write(traj)
+
+
+def _spec(env_id: str, episodes: int, options: dict[str, Any]) -> RunSpec:
+    return RunSpec(env_id, episodes, options.get("seed", 0), dict(options.get("env_kwargs") or {}),
+                   options.get("tasks", "sequential"), options.get("group_size", 1))  # fmt: skip
+
+
 def run(
     env_id: str,
     agent: Policy,
@@ -306,17 +365,19 @@ def run(
     progress: bool = True,
     **options: Any,
 ) -> list[Trajectory]:
-    """Play ``episodes`` episodes and return their records; optionally append them to the JSONL file ``out``.
+    """Play ``episodes`` episodes and return their records; optionally append them to the JSONL file ``out``
+    (a run header, then the episodes: a new run after whatever the file holds).
 
     ``options`` are those of ``iter_episodes`` (``seed``, ``env_kwargs``, ``agent_kwargs``, ``tasks``,
     ``group_size``, ``workers``, ``make_env``, ``max_errors``). This keeps every record in memory:
     for long runs use ``run_to_file``, which streams.
     """
     trajs: list[Trajectory] = []
+    spec = _spec(env_id, episodes, options)
     with TrajectoryWriter(out) if out is not None else contextlib.nullcontext() as writer:
+        log = _RunLog(writer, spec, agent, options)
         for traj in _progress(iter_episodes(env_id, agent, episodes, **options), episodes, 0, env_id, agent, progress):
-            if writer is not None:
-                writer.write(traj)
+            log.add(traj)
             trajs.append(traj)
     return trajs
 
@@ -331,36 +392,73 @@ def run_to_file(
     progress: bool = True,
     **options: Any,
 ) -> Summary:
-    """Play ``episodes`` episodes, appending each record to ``out`` as it finishes; returns the summary.
+    """Play ``episodes`` episodes, appending a run header and then each record to ``out`` as it finishes; returns
+    the summary.
 
     Memory stays flat in the number of episodes (records are streamed, the summary is a running aggregate).
-    With ``resume=True`` the records already in ``out`` count as the run's first episodes (a torn final record
+    With ``resume=True`` the episodes of the last run in ``out`` count as this run's first (a torn final record
     is cut first): the run continues where an interrupted run of the same arguments stopped, and the file ends
-    up identical to an uninterrupted run's. ``options`` are those of ``iter_episodes``.
+    up identical to an uninterrupted run's. Resuming with another ``episodes`` adds a header saying so (the run
+    was extended or cut short). ``options`` are those of ``iter_episodes``.
     """
     summary = Summary(group_size=options.get("group_size", 1))
-    start = 0
+    spec = _spec(env_id, episodes, options)
+    header, start = None, 0
     if resume and os.path.exists(out):
         with open(out, "ab+") as f:
             cut_torn_tail(f)
-        spec = RunSpec(env_id, episodes, options.get("seed", 0), dict(options.get("env_kwargs") or {}),
-                       options.get("tasks", "sequential"), options.get("group_size", 1))  # fmt: skip
-        for k, rec in enumerate(read_records(out)):
-            if rec.trajectory is None:
-                raise ValueError(f"{out}:{rec.lineno}: cannot resume after a bad record: {rec.error}")
-            if (rec.trajectory.env_id, rec.trajectory.seed) != (env_id, spec.env_seed(k)):
-                raise ValueError(f"{out} holds another run (record {k + 1}: {rec.trajectory.env_id}, seed "
-                                 f"{rec.trajectory.seed}); resume it with the arguments it was made with")  # fmt: skip
-            summary.add(rec.trajectory)
-            start = k + 1
-        if start > episodes:
-            raise ValueError(f"{out} already holds {start} episodes, more than --episodes {episodes}")
+        header, start, summary = _resume_point(out, spec, agent, options.get("agent_kwargs"))
     with TrajectoryWriter(out) as writer:
+        if header is not None and header.episodes != episodes:
+            header = dataclasses.replace(header, episodes=episodes, start=start)
+            writer.write(header)
+        log = _RunLog(writer, spec, agent, options, header, start)
         stream = iter_episodes(env_id, agent, episodes, start=start, **options)
         for traj in _progress(stream, episodes, start, env_id, agent, progress):
-            writer.write(traj)
+            log.add(traj)
             summary.add(traj)
     return summary
+
+
+def _resume_point(
+    out: str | os.PathLike[str], spec: RunSpec, agent: Policy, agent_kwargs: dict[str, Any] | None
+) -> tuple[RunHeader | None, int, Summary]:
+    """The header of the last run in ``out``, how many of its episodes are there, and their summary;
+    ``ValueError`` if that run is not ``spec``'s or its records are not its first episodes in order."""
+    header: RunHeader | None = None
+    start = 0
+    summary = Summary(group_size=spec.group_size)
+    for rec in read_records(out):
+        if rec.header is not None:
+            if rec.header.start == 0 and (header is None or rec.header.run_id != header.run_id or start):
+                header, start, summary = rec.header, 0, Summary(group_size=spec.group_size)  # a new run
+            elif header is None or rec.header.run_id != header.run_id or rec.header.start != start:
+                raise ValueError(f"{out}:{rec.lineno}: cannot resume: a run header out of place")
+            else:
+                header = rec.header
+            continue
+        if rec.trajectory is None:
+            raise ValueError(f"{out}:{rec.lineno}: cannot resume after a bad record: {rec.error}")
+        traj = rec.trajectory
+        if header is None:
+            raise ValueError(f"{out} holds records without a run header (an older agentgym's, or not a run's): it "
+                             "cannot be continued; start a new run (--overwrite, or another --out)")  # fmt: skip
+        if traj.run_id != header.run_id or traj.index != start:
+            raise ValueError(f"{out}:{rec.lineno}: cannot resume: the record is not episode {start} of its run")
+        summary.add(traj)
+        start += 1
+    if header is None:
+        return None, 0, summary
+    name, kwargs = agent_spec(agent, agent_kwargs)
+    given = normalize(spec.env_kwargs)
+    theirs = (header.env_id, header.seed, header.tasks, header.group_size, header.agent_name, header.agent_kwargs)
+    ours = (spec.env_id, spec.seed, spec.tasks, spec.group_size, name, kwargs)
+    if theirs != ours or any(header.env_kwargs.get(k, object()) != v for k, v in given.items()):
+        raise ValueError(f"{out} holds another run ({header.env_id}, seed {header.seed}, agent {header.agent}, "
+                         f"env_kwargs {header.env_kwargs}); resume it with the arguments it was made with")  # fmt: skip
+    if start > spec.episodes:
+        raise ValueError(f"{out} already holds {start} episodes, more than --episodes {spec.episodes}")
+    return header, start, summary
 
 
 def _progress(

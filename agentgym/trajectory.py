@@ -2,9 +2,17 @@
 
 One JSON object per line, one line per episode, appended and flushed as each episode finishes, so a run
 that dies mid-write loses at most the line being written; ``read_trajectories`` skips a truncated final
-line and reports it, and the next writer cuts it off before appending. Each record carries a checksum of its
-other fields (format 2), so an altered record is detected. Records hold no timestamps, so the same seeds give
-byte-identical files. Reading streams: a file of a million episodes is never loaded whole.
+line and reports it, and the next writer cuts it off before appending. A run (``agentgym.runner``) first writes a
+*run header* (``RunHeader``: what was played, by which agent, with which seeds, how many episodes), and each of
+its episode records names the run and its position in it, so ``agentgym replay`` checks the file as a whole.
+Each record carries a checksum of its other fields (format 3: SHA-256 of the canonical JSON, keys sorted), so an
+accidental change is detected; the checksum is a digest anyone can recompute, not a signature. Records hold no
+timestamps, so the same seeds give byte-identical files. Reading streams: a file of a million episodes is never
+loaded whole, and a line longer than ``MAX_RECORD_BYTES`` is reported without being held in memory.
+
+Any string can be stored: a lone surrogate (which UTF-8 cannot encode) is written as a JSON ``\\udXXX`` escape and
+reads back as the same lone surrogate; a high surrogate followed by a low one reads back as the one character they
+encode (as in UTF-16). ``normalize`` gives that read-back value.
 
 >>> import tempfile, os
 >>> t = Trajectory(env_id="agentgym/SearchQA-v0", seed=0, task_id="q1", agent="oracle",
@@ -20,19 +28,30 @@ byte-identical files. Reading streams: a file of a million episodes is never loa
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
+import math
 import os
+import re
 import warnings
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO
 
 Message = dict[str, Any]
-#: The format written: 2 adds a checksum of each record. Format 1 records (no checksum) are still read.
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+#: The format written. 2 added a checksum of each record; 3 sorts keys for the checksum (key order never
+#: matters), adds run headers and each episode's run and position. Formats 1 and 2 are still read.
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+#: The longest record written or read (bytes, newline excluded): a longer line is a bad record, skipped without
+#: being held in memory, and a longer record is refused by the writer before it touches the file.
+MAX_RECORD_BYTES = 32 << 20
+#: The ``kind`` of a run header record (episode records have no ``kind``).
+RUN_KIND = "run"
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass
@@ -73,6 +92,9 @@ class Trajectory:
     group_id: str | None = None
     #: Set when the agent failed (e.g. an LLM endpoint was unreachable); the episode is incomplete.
     error: str | None = None
+    #: The run this episode belongs to (``RunHeader.run_id``) and its position in it; None outside a run.
+    run_id: str | None = None
+    index: int | None = None
 
     @property
     def total_reward(self) -> float:
@@ -106,68 +128,423 @@ class Trajectory:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Trajectory:
+        """The trajectory of a record's fields; ``ValueError`` names a missing, unknown or mistyped field."""
         d = dict(d)
         _check_version(d.pop("version", FORMAT_VERSION))
+        unknown = sorted(set(d) - _TRAJECTORY_FIELDS)
+        if unknown:
+            raise ValueError(f"unknown field(s) {unknown}")
+        _check_types(d, _TRAJECTORY_TYPES, "")
         turns = []
-        for t in d.pop("turns", []):
+        for k, t in enumerate(d.pop("turns", [])):
+            where = f"turns[{k}]."
+            if not isinstance(t, dict):
+                raise ValueError(f"turns[{k}] must be an object, got {_kind(t)}")
+            unknown = sorted(set(t) - _TURN_FIELDS)
+            if unknown:
+                raise ValueError(f"unknown field(s) {unknown} in turns[{k}]")
+            _check_types(t, _TURN_TYPES, where)
             spans = t.get("token_spans")
-            turns.append(Turn(**{**t, "token_spans": [tuple(s) for s in spans] if spans is not None else None}))
+            if spans is not None:
+                if not all(isinstance(s, list | tuple) and len(s) == 2 and all(_is_int(x) for x in s) for s in spans):
+                    raise ValueError(f"{where}token_spans must be a list of [start, end] integer pairs")
+                spans = [tuple(s) for s in spans]
+            turns.append(Turn(**{**t, "token_spans": spans}))
         return cls(**d, turns=turns)
 
 
+@dataclass(frozen=True)
+class RunHeader:
+    """The first record of a run's file: what the run plays, so replay can check the file holds exactly its
+    episodes, each once, in order.
+
+    Episode ``i`` (``0 <= i < episodes``) is reset with ``seed + i // group_size`` (and, with ``tasks ==
+    "sequential"``, ``task_index = (i // group_size) % num_tasks``); its agent with ``seed + i``. ``agent`` is the
+    label every record carries; ``agent_name`` and ``agent_kwargs`` are set when the agent was given by name (a
+    built-in agent replay can rerun), None when it was an object or a callable. ``start`` is the number of the
+    run's episodes before this header: 0 for a new run, more when ``--append`` continued the run with another
+    ``episodes`` (a run's later headers change only ``episodes``). ``run_id`` is a digest of the plan (everything
+    but ``episodes`` and ``start``), so the same arguments give the same id and the same bytes.
+    """
+
+    env_id: str
+    env_kwargs: dict[str, Any]
+    agent: str
+    agent_name: str | None
+    agent_kwargs: dict[str, Any] | None
+    seed: int
+    tasks: str
+    group_size: int
+    episodes: int
+    start: int = 0
+    run_id: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.run_id:
+            object.__setattr__(self, "run_id", self.plan_digest())
+
+    def plan(self) -> dict[str, Any]:
+        """The fields that say what the run plays (not how many episodes, nor where this header stands)."""
+        return {k: v for k, v in asdict(self).items() if k not in ("episodes", "start", "run_id")}
+
+    def plan_digest(self) -> str:
+        return hashlib.sha256(_text(self.plan(), sort_keys=True).encode("utf-8")).hexdigest()[:16]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": RUN_KIND, **asdict(self), "version": FORMAT_VERSION}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunHeader:
+        """The header of a record's fields; ``ValueError`` names a missing, unknown or mistyped field."""
+        d = {k: v for k, v in d.items() if k not in ("kind", "version", "checksum")}
+        unknown = sorted(set(d) - _HEADER_FIELDS)
+        if unknown:
+            raise ValueError(f"unknown field(s) {unknown} in the run header")
+        missing = sorted(_HEADER_FIELDS - set(d))
+        if missing:
+            raise ValueError(f"the run header lacks {missing}")
+        _check_types(d, _HEADER_TYPES, "")
+        if d["tasks"] not in ("sequential", "random"):
+            raise ValueError(f"the run header's tasks must be 'sequential' or 'random', got {d['tasks']!r}")
+        if d["group_size"] < 1 or d["episodes"] < 0 or d["episodes"] % d["group_size"]:
+            raise ValueError(f"the run header's episodes ({d['episodes']}) must be a multiple of its group_size "
+                             f"({d['group_size']}) >= 1")  # fmt: skip
+        if not 0 <= d["start"] <= d["episodes"]:
+            raise ValueError(f"the run header's start ({d['start']}) must be in 0..{d['episodes']}")
+        header = cls(**d)
+        if header.run_id != header.plan_digest():
+            raise ValueError("the run header's run_id is not the digest of its plan")
+        return header
+
+
+# --- field types (records come from files anyone may have written) -------------------------------------------
+
+_TRAJECTORY_FIELDS = {f.name for f in dataclasses.fields(Trajectory)}
+_TURN_FIELDS = {f.name for f in dataclasses.fields(Turn)}
+_HEADER_FIELDS = {f.name for f in dataclasses.fields(RunHeader)}
+
+
+def _kind(x: Any) -> str:
+    return "null" if x is None else type(x).__name__
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_number(x: Any) -> bool:
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return False
+    try:
+        return math.isfinite(float(x))
+    except OverflowError:
+        return False
+
+
+def _is_messages(x: Any) -> bool:
+    return isinstance(x, list) and all(isinstance(m, dict) for m in x)
+
+
+# name -> (check, what it must be, required)
+_Check = tuple[Any, str, bool]
+_TRAJECTORY_TYPES: dict[str, _Check] = {
+    "env_id": (lambda x: isinstance(x, str), "a string", True),
+    "seed": (lambda x: x is None or _is_int(x), "an integer or null", True),
+    "task_id": (lambda x: isinstance(x, str), "a string", True),
+    "agent": (lambda x: isinstance(x, str), "a string", True),
+    "initial_observation": (_is_messages, "a list of message objects", True),
+    "reset_info": (lambda x: isinstance(x, dict), "an object", True),
+    "turns": (lambda x: isinstance(x, list), "a list", False),
+    "env_kwargs": (lambda x: isinstance(x, dict), "an object", False),
+    "options": (lambda x: isinstance(x, dict), "an object", False),
+    "group_id": (lambda x: x is None or isinstance(x, str), "a string or null", False),
+    "error": (lambda x: x is None or isinstance(x, str), "a string or null", False),
+    "run_id": (lambda x: x is None or isinstance(x, str), "a string or null", False),
+    "index": (lambda x: x is None or (_is_int(x) and x >= 0), "a non-negative integer or null", False),
+}
+_TURN_TYPES: dict[str, _Check] = {
+    "action": (lambda x: isinstance(x, str), "a string", True),
+    "observation": (_is_messages, "a list of message objects", True),
+    "reward": (_is_number, "a finite number", True),
+    "terminated": (lambda x: isinstance(x, bool), "a boolean", True),
+    "truncated": (lambda x: isinstance(x, bool), "a boolean", True),
+    "info": (lambda x: isinstance(x, dict), "an object", True),
+    "token_spans": (lambda x: x is None or isinstance(x, list), "a list or null", False),
+}
+_HEADER_TYPES: dict[str, _Check] = {
+    "env_id": (lambda x: isinstance(x, str), "a string", True),
+    "env_kwargs": (lambda x: isinstance(x, dict), "an object", True),
+    "agent": (lambda x: isinstance(x, str), "a string", True),
+    "agent_name": (lambda x: x is None or isinstance(x, str), "a string or null", True),
+    "agent_kwargs": (lambda x: x is None or isinstance(x, dict), "an object or null", True),
+    "seed": (_is_int, "an integer", True),
+    "tasks": (lambda x: isinstance(x, str), "a string", True),
+    "group_size": (_is_int, "an integer", True),
+    "episodes": (_is_int, "an integer", True),
+    "start": (_is_int, "an integer", True),
+    "run_id": (lambda x: isinstance(x, str), "a string", True),
+}
+
+
+def _check_types(d: dict[str, Any], types: dict[str, _Check], where: str) -> None:
+    for name, (ok, what, required) in types.items():
+        if name not in d:
+            if required:
+                raise ValueError(f"missing field {where}{name}")
+            continue
+        if not ok(d[name]):
+            raise ValueError(f"{where}{name} must be {what}, got {_kind(d[name])}")
+
+
 def _check_version(version: Any) -> int:
-    if version not in READABLE_VERSIONS or isinstance(version, bool):
-        raise ValueError(f"unsupported trajectory format version {version!r} (this agentgym reads {READABLE_VERSIONS})")
+    if isinstance(version, bool) or version not in READABLE_VERSIONS:
+        shown = repr(version) if _is_int(version) or isinstance(version, float | str | None) else _kind(version)
+        raise ValueError(
+            f"unsupported trajectory format version {shown[:40]} (this agentgym reads {READABLE_VERSIONS})"
+        )
     return int(version)
 
 
-def _canonical(d: dict[str, Any]) -> str:
-    return json.dumps(d, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+# --- canonical JSON and the checksum -------------------------------------------------------------------------
 
 
-def checksum(d: dict[str, Any]) -> str:
-    """The checksum of a record: SHA-256 of its canonical JSON without the ``checksum`` key (hex, 32 digits)."""
+def _escape_surrogates(text: str) -> str:
+    """``text`` (JSON) with each surrogate pair joined into its character and each lone surrogate escaped."""
+    if not _SURROGATE.search(text):
+        return text
+    joined = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", joined)
+
+
+def _raw_json(obj: Any, *, sort_keys: bool = False) -> str:
+    """Compact JSON of ``obj`` with raw Unicode (lone surrogates left raw); ``ValueError`` if it has none."""
+    try:
+        return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False, sort_keys=sort_keys)
+    except RecursionError:
+        raise ValueError("the record is nested too deeply to be written as JSON") from None
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"the record has no JSON form: {' '.join(str(e).split())[:200]}") from None
+
+
+def _text(obj: Any, *, sort_keys: bool = False) -> str:
+    """Compact JSON of ``obj`` with raw Unicode, valid as UTF-8 (lone surrogates escaped)."""
+    return _escape_surrogates(_raw_json(obj, sort_keys=sort_keys))
+
+
+def canonical(obj: Any) -> str:
+    """The canonical JSON text of ``obj`` (keys sorted): two values are the same record content iff these match."""
+    return _text(obj, sort_keys=True)
+
+
+def normalize(obj: Any) -> Any:
+    """``obj`` as a record holding it reads back: JSON types (tuples become lists, keys strings), surrogate pairs
+    joined. ``ValueError`` if it has no JSON form (NaN, an object, nesting too deep)."""
+    return json.loads(_text(obj))
+
+
+def checksum(d: dict[str, Any], version: int = FORMAT_VERSION) -> str:
+    """The checksum of a record: SHA-256 (hex, 32 digits) of its canonical JSON without the ``checksum`` key; in
+    format 3 the keys are sorted, so their order in the file does not matter (format 2 kept the written order)."""
     body = {k: v for k, v in d.items() if k != "checksum"}
-    return hashlib.sha256(_canonical(body).encode("utf-8")).hexdigest()[:32]
+    if version >= 3:
+        data = _text(body, sort_keys=True).encode("utf-8")
+    else:
+        data = _raw_json(body).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(data).hexdigest()[:32]
 
 
-def dumps(traj: Trajectory) -> str:
-    """The canonical one-line JSON form of a trajectory, checksum included (deterministic, UTF-8, no newline)."""
-    d = traj.to_dict()
+def _line(d: dict[str, Any]) -> str:
+    """The record ``d`` with its checksum, as one line of JSON (no newline)."""
+    raw = _raw_json(d)
+    if _SURROGATE.search(raw):  # the checksum is of what will be read back: surrogate pairs joined
+        d = json.loads(_escape_surrogates(raw))
     d["checksum"] = checksum(d)
-    return _canonical(d)
+    return _text(d)
 
 
-def loads(line: str, *, verify: bool = True) -> Trajectory:
-    """Parse one record; ``ValueError`` says what is wrong with a malformed, unsupported or altered one
+def dumps(traj: Trajectory | RunHeader) -> str:
+    """The canonical one-line JSON form of a record, checksum included (deterministic, UTF-8, no newline);
+    ``ValueError`` if it has no JSON form."""
+    return _line(traj.to_dict())
+
+
+# --- reading ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """A parsed record: an episode or a run header, its format version, and what is wrong with its checksum."""
+
+    trajectory: Trajectory | None
+    header: RunHeader | None
+    version: int
+    altered: str | None
+
+
+def loads(line: str | bytes, *, verify: bool = True) -> Trajectory:
+    """Parse one episode record; ``ValueError`` says what is wrong with a malformed, unsupported or altered one
     (``verify=False`` skips the checksum)."""
-    traj, altered = _parse(line)
-    if altered and verify:
-        raise ValueError(altered)
-    return traj
+    parsed = parse(line)
+    if parsed.altered and verify:
+        raise ValueError(parsed.altered)
+    if parsed.trajectory is None:
+        raise ValueError("a run header, not an episode record")
+    return parsed.trajectory
 
 
-def _parse(line: str) -> tuple[Trajectory, str | None]:
-    """The record's trajectory, and what is wrong with its checksum (None when it matches or format 1 has none)."""
+def parse(line: str | bytes) -> Parsed:
+    """Parse one record (episode or run header). Never raises anything but ``ValueError``, whatever the line."""
+    try:
+        return _parse(line)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    except MemoryError:
+        raise ValueError("too large to parse") from None
+
+
+def _parse(line: str | bytes) -> Parsed:
+    if isinstance(line, bytes):
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"not valid UTF-8 (byte {e.start})") from None
     try:
         d = json.loads(line)
     except json.JSONDecodeError as e:
-        raise ValueError(f"not JSON ({e.msg})") from None
+        raise ValueError(f"not JSON ({e.msg} at character {e.pos})") from None
+    except ValueError as e:  # e.g. an integer of more than 4,300 digits
+        raise ValueError(f"not readable JSON ({' '.join(str(e).split())[:120]})") from None
     if not isinstance(d, dict):
-        raise ValueError(f"a record is a JSON object, got {type(d).__name__}")
+        raise ValueError(f"a record is a JSON object, got {_kind(d)}")
     version = _check_version(d.get("version", 1))
     altered = None
     if version >= 2 and "checksum" not in d:
         altered = "the record has no checksum"
-    elif version >= 2 and d["checksum"] != checksum(d):
+    elif version >= 2 and d["checksum"] != checksum(d, version):
         altered = "checksum mismatch: the record was altered after it was written"
-    unknown = sorted(set(d) - {f.name for f in dataclasses.fields(Trajectory)} - {"version", "checksum"})
-    if unknown:
-        raise ValueError(f"unknown field(s) {unknown}")
+    kind = d.get("kind")
     try:
-        return Trajectory.from_dict({k: v for k, v in d.items() if k != "checksum"}), altered
+        if kind == RUN_KIND:
+            if version < 3:
+                raise ValueError(f"a run header in format {version} (headers start with format 3)")
+            return Parsed(None, RunHeader.from_dict(d), version, altered)
+        if "kind" in d:
+            raise ValueError(f"unknown record kind {str(kind)[:40]!r}")
+        if version < 3 and ("run_id" in d or "index" in d):
+            raise ValueError(f"unknown field(s) {sorted({'run_id', 'index'} & set(d))} for format {version}")
+        return Parsed(Trajectory.from_dict({k: v for k, v in d.items() if k != "checksum"}), None, version, altered)
     except (TypeError, ValueError, AttributeError) as e:
-        raise ValueError(f"malformed record ({' '.join(str(e).split())})") from None
+        raise ValueError(f"malformed record ({' '.join(str(e).split())[:300]})") from None
+
+
+@dataclass(frozen=True)
+class Record:
+    """One line of a trajectory file: its trajectory (or run header), or why it could not be read; ``altered`` says
+    what is wrong with its checksum (read with ``verify=False``); ``version`` is its format (0 if unreadable)."""
+
+    lineno: int
+    trajectory: Trajectory | None
+    error: str | None = None
+    altered: str | None = None
+    header: RunHeader | None = None
+    version: int = 0
+
+
+TORN = "torn final record (a crash mid-write)"
+
+
+def _lines(f: BinaryIO, limit: int) -> Iterator[tuple[bytes | None, bool, int]]:
+    """``(line, ends_with_newline, size)`` for each line; ``line`` is None for one longer than ``limit`` bytes,
+    which is skipped in chunks, never held whole."""
+    while True:
+        raw = f.readline(limit + 2)
+        if not raw:
+            return
+        if raw.endswith(b"\n") or len(raw) <= limit:
+            yield raw, raw.endswith(b"\n"), len(raw)
+            continue
+        size = len(raw)
+        while not raw.endswith(b"\n"):
+            raw = f.readline(1 << 20)
+            if not raw:
+                break
+            size += len(raw)
+        yield None, raw.endswith(b"\n"), size
+
+
+def read_records(
+    path: str | os.PathLike[str], *, verify: bool = True, max_record_bytes: int = MAX_RECORD_BYTES
+) -> Iterator[Record]:
+    """Every record of a JSONL file, streamed, each parsed or with the reason it could not be; blank lines are
+    skipped and a torn final line (a crash mid-write) is reported as such. With ``verify`` an altered record is
+    an error; without, it is parsed and ``Record.altered`` says so. A record in an older format than the file's
+    first record (a format-1 record without a checksum in a format-3 file) is an error: formats never go down.
+    Nothing in the file makes this raise (only a file that cannot be opened does)."""
+    with open(path, "rb") as f:
+        lineno = 0
+        file_version = 0
+        for raw, whole, size in _lines(f, max_record_bytes):
+            lineno += 1
+            if raw is None:
+                yield Record(lineno, None, f"a record of {size} bytes, longer than the {max_record_bytes} allowed")
+                continue
+            if not raw.strip():
+                continue
+            try:
+                parsed = parse(raw)
+            except ValueError as e:
+                yield Record(lineno, None, TORN if not whole else str(e))
+                continue
+            if file_version and parsed.version < file_version:
+                yield Record(lineno, None, f"a format-{parsed.version} record in a format-{file_version} file "
+                             "(formats never go down: refused)", version=parsed.version)  # fmt: skip
+                continue
+            file_version = max(file_version, parsed.version)
+            if parsed.altered and verify:
+                yield Record(lineno, None, parsed.altered, version=parsed.version)
+            else:
+                yield Record(lineno, parsed.trajectory, None, parsed.altered, parsed.header, parsed.version)
+
+
+_HEADER_PREFIX = b'{"kind":"run",'
+
+
+def count_records(path: str | os.PathLike[str]) -> int:
+    """Complete episode lines in a file (run headers not counted), without parsing them; 0 if it does not exist."""
+    if not os.path.exists(path):
+        return 0
+    n, head, k = 0, b"", len(_HEADER_PREFIX)
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            pos = 0
+            while (i := chunk.find(b"\n", pos)) >= 0:
+                head += chunk[pos : min(i, pos + k - len(head))] if len(head) < k else b""
+                n += not head.startswith(_HEADER_PREFIX)
+                head, pos = b"", i + 1
+            if len(head) < k:
+                head += chunk[pos : pos + k - len(head)]
+    return n
+
+
+def read_trajectories(path: str | os.PathLike[str], *, verify: bool = True) -> Iterator[Trajectory]:
+    """Yield the episode records in a JSONL file, streamed (run headers are skipped).
+
+    A final line that is cut short (a crash mid-write) is skipped with a warning; a corrupt, altered (checksum
+    mismatch) or unsupported record elsewhere raises ``ValueError`` naming the line, since that is not what a
+    crash leaves behind. ``verify=False`` skips the checksum check.
+    """
+    for rec in read_records(path, verify=verify):
+        if rec.trajectory is not None:
+            yield rec.trajectory
+        elif rec.header is not None:
+            continue
+        elif rec.error == TORN:
+            warnings.warn(f"{path}:{rec.lineno}: skipping a truncated final record (crash mid-write?)", stacklevel=2)
+        else:
+            raise ValueError(f"{path}:{rec.lineno}: bad trajectory record: {rec.error}")
+
+
+# --- writing ---------------------------------------------------------------------------------------------------
 
 
 class TrajectoryWriter:
@@ -175,7 +552,9 @@ class TrajectoryWriter:
 
     The file is created on the first ``write`` (a run that fails before its first episode leaves no file). An
     existing file whose last line was cut by a crash mid-write has that torn tail removed first (with a warning),
-    so new records never glue onto it.
+    so new records never glue onto it. A record that cannot be written (no JSON form, longer than
+    ``MAX_RECORD_BYTES``) raises ``ValueError`` before the file is touched; a write that fails on the way (a full
+    disk) is cut back off, so the file never holds a torn or empty record of this writer.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False):
@@ -193,13 +572,23 @@ class TrajectoryWriter:
             warnings.warn(f"{self.path}: removed a torn final record of {cut} bytes (a crash mid-write)", stacklevel=3)
         return f
 
-    def write(self, traj: Trajectory) -> None:
+    def write(self, record: Trajectory | RunHeader) -> None:
+        """Append one record (an episode, or a run header)."""
+        data = (dumps(record) + "\n").encode("utf-8")
+        if len(data) - 1 > MAX_RECORD_BYTES:
+            raise ValueError(f"a record of {len(data) - 1} bytes is longer than the {MAX_RECORD_BYTES} allowed")
         if self._f is None:
             self._f = self._open()
-        self._f.write((dumps(traj) + "\n").encode("utf-8"))
-        self._f.flush()
-        if self.fsync:
-            os.fsync(self._f.fileno())
+        end = self._f.seek(0, os.SEEK_END)
+        try:
+            self._f.write(data)
+            self._f.flush()
+            if self.fsync:
+                os.fsync(self._f.fileno())
+        except BaseException:
+            with contextlib.suppress(OSError):
+                self._f.truncate(end)
+            raise
 
     def close(self) -> None:
         if self._f is not None:
@@ -229,60 +618,3 @@ def cut_torn_tail(f: BinaryIO) -> int:
         f.truncate(pos)
         f.seek(pos)
     return end - pos
-
-
-@dataclass(frozen=True)
-class Record:
-    """One line of a trajectory file: its trajectory, or why it could not be read; ``altered`` says what is wrong
-    with its checksum (read with ``verify=False``)."""
-
-    lineno: int
-    trajectory: Trajectory | None
-    error: str | None = None
-    altered: str | None = None
-
-
-def read_records(path: str | os.PathLike[str], *, verify: bool = True) -> Iterator[Record]:
-    """Every record of a JSONL file, streamed, each parsed or with the reason it could not be; blank lines are
-    skipped and a torn final line (a crash mid-write) is reported as such. With ``verify`` an altered record is
-    an error; without, it is parsed and ``Record.altered`` says so."""
-    with open(path, "rb") as f:
-        lineno = 0
-        for raw in f:
-            lineno += 1
-            if not raw.strip():
-                continue
-            try:
-                traj, altered = _parse(raw.decode("utf-8", errors="replace"))
-            except ValueError as e:
-                torn = not raw.endswith(b"\n")
-                yield Record(lineno, None, "torn final record (a crash mid-write)" if torn else str(e))
-                continue
-            if altered and verify:
-                yield Record(lineno, None, altered)
-            else:
-                yield Record(lineno, traj, None, altered)
-
-
-def count_records(path: str | os.PathLike[str]) -> int:
-    """Complete lines (records) in a file, without parsing them; 0 if it does not exist."""
-    if not os.path.exists(path):
-        return 0
-    with open(path, "rb") as f:
-        return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
-
-
-def read_trajectories(path: str | os.PathLike[str], *, verify: bool = True) -> Iterator[Trajectory]:
-    """Yield the trajectories in a JSONL file, streamed.
-
-    A final line that is cut short (a crash mid-write) is skipped with a warning; a corrupt, altered (checksum
-    mismatch) or unsupported record elsewhere raises ``ValueError`` naming the line, since that is not what a
-    crash leaves behind. ``verify=False`` skips the checksum check.
-    """
-    for rec in read_records(path, verify=verify):
-        if rec.trajectory is not None:
-            yield rec.trajectory
-        elif rec.error and rec.error.startswith("torn final record"):
-            warnings.warn(f"{path}:{rec.lineno}: skipping a truncated final record (crash mid-write?)", stacklevel=2)
-        else:
-            raise ValueError(f"{path}:{rec.lineno}: bad trajectory record: {rec.error}")
