@@ -477,6 +477,23 @@ def _prompt_items(raw: Any) -> list[Any]:
     return list(raw)
 
 
+#: Deepest nesting of arrays and objects a request body may have (``tools`` schemas need a handful of levels).
+MAX_JSON_DEPTH = 64
+
+
+def _too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether ``value`` nests arrays/objects more than ``limit`` levels deep (iterative: no recursion limit)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return False
+
+
 def _text_chars(value: Any) -> int:
     """Total length of the strings in a JSON-like value (a cheap size bound for what the chat template renders)."""
     if isinstance(value, str):
@@ -582,6 +599,8 @@ def create_app(
             raise RequestError(400, f"Request body is not valid JSON: {exc}") from exc
         if not isinstance(data, dict):
             raise RequestError(400, "Request body must be a JSON object.")
+        if _too_deep(data):
+            raise RequestError(400, f"Request body nests arrays and objects more than {MAX_JSON_DEPTH} levels deep.")
         try:
             return schema.model_validate(data)
         except ValidationError as exc:

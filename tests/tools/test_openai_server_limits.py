@@ -227,3 +227,22 @@ def test_command_line_refuses_a_public_bind_without_a_token(tmp_path, capsys, mo
         main([str(tmp_path / "missing-model"), "--host", "0.0.0.0"])
     assert info.value.code == 2
     assert "refusing to serve on '0.0.0.0'" in capsys.readouterr().err
+
+
+def test_tools_nested_950_deep_is_a_400_and_the_bearer_scheme_is_case_insensitive(tiny):
+    deep = '{"x": ' * 950 + "{}" + "}" * 950  # written out: encoding it would hit this process's recursion limit
+    body = ('{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, '
+            '"tools": [{"type": "function", "function": {"name": "f", "parameters": ' + deep + "}}]}")  # fmt: skip
+
+    def chat(auth):
+        headers = {"Authorization": auth, "Content-Type": "application/json"}
+        return httpx.post(server.url + "/v1/chat/completions", content=body, headers=headers, timeout=10)
+
+    with BackgroundServer(create_app(*tiny, token="s3cret")) as server:
+        for scheme in ("bearer", "BEARER", "Bearer"):
+            assert_error(chat(f"{scheme} s3cret"), 400, "levels deep")
+        assert_error(chat("bearer S3CRET"), 401, "bearer token")
+        ok = post(
+            server.url, "/v1/completions", {"prompt": "a", "max_tokens": 1}, headers={"Authorization": "bearer s3cret"}
+        )
+        assert ok.status_code == 200, ok.text

@@ -242,6 +242,12 @@ def test_bearer_token(local: BM25Retriever) -> None:
         authed = RemoteRetriever(s.url, headers={"Authorization": "Bearer s3cret"})
         assert authed.search("ovra lake", 2) == local.search("ovra lake", 2)
         authed.close()
+        for scheme in ("bearer", "BEARER"):  # the scheme is case-insensitive (RFC 9110); the token is not
+            lower = RemoteRetriever(s.url, headers={"Authorization": f"{scheme} s3cret"})
+            assert lower.search("ovra lake", 2) == local.search("ovra lake", 2)
+            lower.close()
+        with pytest.raises(RetrievalServerError, match="HTTP 401"):
+            RemoteRetriever(s.url, headers={"Authorization": "bearer S3CRET"}).search("ovra")
 
 
 def test_serve_retriever_subprocess(tmp_path: Path) -> None:
