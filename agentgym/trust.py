@@ -14,10 +14,11 @@ the argument and why. Besides the declared values, an outside caller may always 
 >>> import agentgym
 >>> checked_kwargs("agentgym/SearchQA-v0", {"dataset": "tiny", "max_turns": 4})
 {'dataset': 'tiny', 'max_turns': 4}
->>> checked_kwargs("agentgym/SearchQA-v0", {"cache_dir": "/tmp/x"})
-Traceback (most recent call last):
-...
-agentgym.trust.UntrustedArgumentError: agentgym/SearchQA-v0: argument 'cache_dir' is operator-only ...
+>>> try:
+...     checked_kwargs("agentgym/SearchQA-v0", {"cache_dir": "/tmp/x"})
+... except UntrustedArgumentError as e:
+...     print(e.argument, "refused:", e.why[:16])
+cache_dir refused: is operator-only
 >>> checked_kwargs("agentgym/SearchQA-v0", {"dataset": "100k"}, allow={"dataset": ["100k"]})
 {'dataset': '100k'}
 """
@@ -47,6 +48,7 @@ __all__ = [
     "list_of",
     "number",
     "one_of",
+    "operator_args_for",
     "public_args",
     "record",
     "split_operator_args",
@@ -247,6 +249,22 @@ def public_args(cls: type | None) -> dict[str, Arg]:
     return {k: a for k, a in declared.items() if k in params}
 
 
+def operator_args_for(env_id: str, pairs: Mapping[str, Any]) -> dict[str, Any]:
+    """The operator's ``--env-arg`` pairs that apply to ``env_id``: ``KEY`` when its constructor (or
+    ``gymnasium.make``) takes ``KEY``, ``ENV_ID:KEY`` when the id is ``env_id``.
+
+    >>> import agentgym
+    >>> operator_args_for("agentgym/SearchQA-v0", {"cache_dir": "/c", "horizon": 8, "agentgym/Chain-v0:noise": 0.1})
+    {'cache_dir': '/c'}
+    """
+    out: dict[str, Any] = {}
+    for key, value in pairs.items():
+        target, sep, name = key.rpartition(":")
+        if (target == env_id or not sep) and (sep or _takes(env_id, name)):
+            out[name] = value
+    return out
+
+
 def split_operator_args(env_ids: Sequence[str], pairs: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Operator ``--env-arg`` pairs per env: ``KEY`` goes to every env in ``env_ids`` whose constructor (or
     ``gymnasium.make``) takes it, ``ENV_ID:KEY`` to that env only. A key no env takes is a ``ValueError``."""
@@ -256,7 +274,7 @@ def split_operator_args(env_ids: Sequence[str], pairs: Mapping[str, Any]) -> dic
         targets = [env_id] if sep else list(env_ids)
         if sep and env_id not in out:
             raise ValueError(f"--env-arg {key}: {env_id!r} is not one of the served envs {list(env_ids)}")
-        taken = [e for e in targets if name in WRAPPER_ARGS or name == "disable_env_checker" or _takes(e, name)]
+        taken = [e for e in targets if _takes(e, name)]
         if not taken:
             raise ValueError(f"--env-arg {key}: no served env takes an argument {name!r}")
         for e in taken:
@@ -265,6 +283,8 @@ def split_operator_args(env_ids: Sequence[str], pairs: Mapping[str, Any]) -> dic
 
 
 def _takes(env_id: str, name: str) -> bool:
+    if name in WRAPPER_ARGS or name == "disable_env_checker":
+        return True
     cls = env_class(env_id)
     return cls is None or name in constructor_params(cls)
 
