@@ -40,6 +40,11 @@ class UserError(Exception):
     """A mistake in the command line (unknown env or agent, bad argument, missing file): one line, exit 2."""
 
 
+def _kv_pairs(pairs: Sequence[str]) -> list[tuple[str, Any]]:
+    """``key=value`` pairs in order (a key may repeat); values are JSON when they parse as JSON, else strings."""
+    return [(k, v) for pair in pairs for k, v in _kv([pair]).items()]
+
+
 def _kv(pairs: Sequence[str]) -> dict[str, Any]:
     """Parse ``key=value`` pairs; values are JSON when they parse as JSON, else strings."""
     out: dict[str, Any] = {}
@@ -184,14 +189,38 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     if not Path(args.file).is_file():
         raise UserError(f"no such file: {args.file}")
+    env_args = _kv(args.env_arg)
+    _check_recorded_args(args.file, env_args)
     n = bad = 0
-    for r in replay_file(args.file):
+    for r in replay_file(args.file, env_args=env_args):
         n += 1
         if not r.ok:
             bad += 1
             print(f"episode {r.index} ({r.task_id}): DIVERGED: {r.divergence}")
     print(f"replayed {n} episode(s): {n - bad} identical, {bad} diverged")
     return 1 if bad else 0
+
+
+def _check_recorded_args(path: str, env_args: Mapping[str, Any]) -> None:
+    """Refuse (one line, exit 2) a file whose records would build an env with arguments a record may not set
+    (``agentgym.trust``), before anything is built."""
+    import gymnasium as gym
+
+    from agentgym.trajectory import read_records
+    from agentgym.trust import UntrustedArgumentError, checked_kwargs, operator_args_for
+
+    try:
+        for rec in read_records(path, verify=False):
+            traj = rec.trajectory
+            if traj is None or traj.env_id not in gym.registry:
+                continue  # reported by the replay itself
+            try:
+                checked_kwargs(traj.env_id, traj.env_kwargs, operator=operator_args_for(traj.env_id, env_args),
+                               operator_wins=True)  # fmt: skip
+            except UntrustedArgumentError as e:
+                raise UserError(f"{path} line {rec.lineno}: {e}; nothing was replayed") from None
+    except OSError as e:
+        raise UserError(f"cannot read {path}: {e.strerror or e}") from None
 
 
 def cmd_serve_retriever(args: argparse.Namespace) -> int:
@@ -242,11 +271,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
         _make_env(args.env_ids[0], env_kwargs).close()  # an unknown id or a bad argument: a one-line error
         serve_openenv(args.env_ids[0], env_kwargs, max_sessions=args.max_sessions or 64, **common)
         return 0
-    if args.env_arg:
-        raise UserError("--env-arg goes with --openenv (RemoteEnv clients pass their own env_kwargs)")
+    from agentgym.registry import list_envs
     from agentgym.server import serve
+    from agentgym.trust import split_operator_args
 
-    serve(env_ids=args.env_ids or None, max_sessions=args.max_sessions or 1024, **common)
+    env_args = _kv(args.env_arg)
+    allow: dict[str, list[Any]] = {}
+    for key, value in _kv_pairs(args.allow_env_arg):
+        allow.setdefault(key, []).append(value)
+    try:  # the operator's arguments name arguments the served envs take: checked before anything is built
+        split_operator_args(sorted(set(args.env_ids or list_envs())), env_args)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    serve(env_ids=args.env_ids or None, max_sessions=args.max_sessions or 1024, env_args=env_args,
+          allow_env_args=allow, workers=args.workers, call_timeout=args.call_timeout,
+          max_calls_per_client=args.max_calls_per_client, max_sessions_per_client=args.max_sessions_per_client,
+          **common)  # fmt: skip
     return 0
 
 
@@ -317,6 +357,11 @@ def build_parser(plugins: Mapping[str, EntryPoint] | None = None) -> argparse.Ar
 
     p = command("replay", help="re-execute recorded trajectories and report divergence")
     p.add_argument("file", help="a trajectories.jsonl written by agentgym run or bench")
+    p.add_argument(
+        "--env-arg", action="append", default=[], metavar="[ENV_ID:]KEY=VALUE",
+        help="env constructor argument, replacing the records' (a record may only hold the arguments an env takes "
+        "from outside: files, URLs, credentials and caches come from here)",
+    )  # fmt: skip
     p.set_defaults(fn=cmd_replay)
 
     p = command("serve-retriever", help="serve a corpus over Search-R1's POST /retrieve API")
@@ -341,7 +386,22 @@ def build_parser(plugins: Mapping[str, EntryPoint] | None = None) -> argparse.Ar
         "--openenv", action="store_true",
         help="serve ENV_ID over OpenEnv's protocol (openenv-core's EnvClient, TRL, SkyRL; needs agentgym[openenv])",
     )  # fmt: skip
-    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="with --openenv: env argument")
+    p.add_argument(
+        "--env-arg", action="append", default=[], metavar="[ENV_ID:]KEY=VALUE",
+        help="the operator's env constructor argument (clients cannot change it): for every served env that takes "
+        "KEY, or only ENV_ID; files, URLs, credentials and caches come only from here",
+    )  # fmt: skip
+    p.add_argument(
+        "--allow-env-arg", action="append", default=[], metavar="KEY=VALUE",
+        help="let clients also pick VALUE for KEY (e.g. dataset=100k), beyond what the env declares public",
+    )  # fmt: skip
+    p.add_argument("--workers", type=int, default=64, help="threads env calls run in")
+    p.add_argument("--call-timeout", type=float, default=300.0, help="seconds an env call may take (504 beyond)")
+    p.add_argument(
+        "--max-calls-per-client", type=int, default=None,
+        help="env calls one client (peer address) may have running, stuck ones included (default workers / 4)",
+    )  # fmt: skip
+    p.add_argument("--max-sessions-per-client", type=int, default=None, help="(default --max-sessions)")
     p.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default; others need a token)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument(
