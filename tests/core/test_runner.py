@@ -32,10 +32,10 @@ def test_replay_reproduces_and_detects_divergence(tmp_path):
     path = tmp_path / "t.jsonl"
     run("agentgym/SearchQA-v0", "random", 6, seed=1, env_kwargs=KW, out=path, progress=False)
     assert all(r.ok for r in replay_file(path))
-    lines = path.read_text(encoding="utf-8").splitlines()
-    record = json.loads(lines[2])
+    lines = path.read_text(encoding="utf-8").splitlines()  # a run header, then the 6 episodes
+    record = json.loads(lines[3])
     record["turns"][0]["reward"] += 0.5  # tamper with one recorded reward
-    lines[2] = json.dumps(record, ensure_ascii=False)
+    lines[3] = json.dumps(record, ensure_ascii=False)
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     results = list(replay_file(path))
     assert [r.ok for r in results] == [True, True, False, True, True, True]

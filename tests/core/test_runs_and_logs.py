@@ -19,7 +19,7 @@ from agentgym.envs.search_qa.env import SearchQAEnv
 from agentgym.replay import replay_file
 from agentgym.runner import RunAborted, iter_episodes, run, run_to_file
 from agentgym.tools.retrieval.remote import RemoteRetriever
-from agentgym.trajectory import count_records, read_trajectories
+from agentgym.trajectory import checksum, count_records, read_trajectories
 
 EXAMPLE = "example/GuessNumber-v0"
 KW = {"dataset": "tiny"}
@@ -137,12 +137,13 @@ def test_append_cuts_a_torn_tail_before_writing(tmp_path):
 def test_append_continues_an_interrupted_run_to_the_same_file(tmp_path, capsys):
     args = ["run", EXAMPLE, "--agent", "bisect", "--quiet"]
     assert main([*args, "--episodes", "40", "--out", str(tmp_path / "whole")]) == 0
+    whole = (tmp_path / "whole" / "trajectories.jsonl").read_bytes()
     part = tmp_path / "part"
-    assert main([*args, "--episodes", "15", "--out", str(part)]) == 0  # the first 15, as if killed there
-    with open(part / "trajectories.jsonl", "ab") as f:
-        f.write(b'{"env_id": "example/Gu')  # and torn mid-write
+    part.mkdir()
+    lines = whole.splitlines(keepends=True)
+    (part / "trajectories.jsonl").write_bytes(b"".join(lines[:16]) + lines[16][:57])  # killed in episode 16's write
     assert main([*args, "--episodes", "40", "--out", str(part), "--append"]) == 0
-    assert (part / "trajectories.jsonl").read_bytes() == (tmp_path / "whole" / "trajectories.jsonl").read_bytes()
+    assert (part / "trajectories.jsonl").read_bytes() == whole
     assert json.loads((part / "summary.json").read_text())[0]["episodes"] == 40  # the summary covers all 40
     capsys.readouterr()
     assert main(["run", EXAMPLE, "--agent", "bisect", "--episodes", "40", "--seed", "3", "--out", str(part),
@@ -205,8 +206,8 @@ def test_bench_replaces_its_default_folder_and_refuses_a_named_one(tmp_path, mon
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["run", "agentgym/NoSuchEnv-v0", "--agent", "random"], "doesn't exist"),
-        (["run", EXAMPLE, "--agent", "bisect", "--env-arg", "hihg=3"], "unexpected keyword argument 'hihg'"),
+        (["run", "agentgym/NoSuchEnv-v0", "--agent", "random"], "unknown env id 'agentgym/NoSuchEnv-v0'"),
+        (["run", EXAMPLE, "--agent", "bisect", "--env-arg", "hihg=3"], "'hihg'"),
         (["run", EXAMPLE, "--agent", "bisect", "--env-arg", "high"], "expected key=value, got 'high'"),
         (["run", EXAMPLE, "--agent", "bisect", "--agent-arg", "x=1"], "unexpected keyword argument 'x'"),
         (["check", EXAMPLE, "--env-arg", "max_turns=0"], "max_turns must be >= 1"),
@@ -224,11 +225,12 @@ def test_user_errors_are_one_line_and_exit_2(argv, message, tmp_path, monkeypatc
 
 
 def tampered(path: Path, edit) -> list[bool]:
-    """Replay ``path`` after ``edit`` changed its second record; the ok flag of each record."""
+    """Replay ``path`` after ``edit`` changed its second record (the third line, after the run header); the ok flag
+    of each record."""
     lines = path.read_text(encoding="utf-8").splitlines()
-    record = json.loads(lines[1])
+    record = json.loads(lines[2])
     edit(record)
-    lines[1] = json.dumps(record, ensure_ascii=False)
+    lines[2] = json.dumps(record, ensure_ascii=False)
     path.with_suffix(".t.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return [r.ok for r in replay_file(path.with_suffix(".t.jsonl"))]
 
@@ -253,43 +255,75 @@ def test_replay_detects_any_altered_field(field, tmp_path):
     assert tampered(path, EDITS[field]) == [True, False, True]
 
 
-def test_replay_detects_missing_turns_even_without_a_checksum(tmp_path):
+def legacy(path: Path) -> list[dict]:
+    """The episode records of ``path`` as an older agentgym wrote them: no run header, format 1 (no checksum)."""
+    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    out = []
+    for r in records:
+        if r.get("kind") != "run":
+            for key in ("checksum", "run_id", "index"):
+                r.pop(key)
+            out.append({**r, "version": 1})
+    return out
+
+
+def test_a_format_1_record_in_a_run_is_refused_and_a_legacy_file_replays_only_when_allowed(tmp_path, capsys):
     path = tmp_path / "t.jsonl"
     run(EXAMPLE, "bisect", 2, out=path, progress=False)
 
-    def as_format_1_without_its_last_turn(r):
-        r.pop("checksum")
+    def as_format_1(r):
+        for key in ("checksum", "run_id", "index"):
+            r.pop(key)
         r["version"] = 1
-        r["turns"].pop()
 
-    results = list(replay_file(path)), tampered(path, as_format_1_without_its_last_turn)
-    assert results[1] == [True, False]
+    assert tampered(path, as_format_1) == [True, False]
+    assert "formats never go down" in [r for r in replay_file(path.with_suffix(".t.jsonl")) if not r.ok][0].divergence
+    old = legacy(path)
+    old[1]["turns"].pop()  # without a checksum, re-execution still sees the missing turn
+    path.write_text("".join(json.dumps(r) + "\n" for r in old), encoding="utf-8")
+    refused = list(replay_file(path))
+    assert [r.ok for r in refused] == [False, False] and all("--allow-unverified" in r.divergence for r in refused)
+    allowed = list(replay_file(path, allow_legacy=True))
+    assert [r.ok for r in allowed] == [True, False] and "no checksum" in allowed[0].unverified
+    assert "before the env ended the episode" in allowed[1].divergence
+    assert main(["replay", str(path)]) == 1
+    del old[1]
+    path.write_text("".join(json.dumps(r) + "\n" for r in old), encoding="utf-8")
+    assert main(["replay", str(path), "--allow-unverified"]) == 0
+    out = capsys.readouterr().out
+    assert "replayed 1 episode(s): 0 identical, 1 unverified, 0 diverged" in out and "no checksum" in out
 
 
 def test_replay_reports_each_bad_record_and_goes_on(tmp_path, capsys):
     path = tmp_path / "t.jsonl"
     run(EXAMPLE, "bisect", 1, out=path, progress=False)
-    good = path.read_text(encoding="utf-8").splitlines()[0]
-    record = json.loads(good)
+    [record] = legacy(path)
+    record["version"] = 3  # a record of the current format outside a run (a TrajectoryWriter used directly)
+    record["checksum"] = checksum(record)
+    good = json.dumps(record)
     bad = [
         json.dumps({**record, "colour": "red"}),
-        json.dumps({**record, "version": 3}),
+        json.dumps({**record, "version": 4}),
         "[]",
         "null",
         json.dumps({**record, "env_kwargs": {"hihg": 3}}),
         json.dumps({**record, "env_id": "this:Foo-v0"}),
     ]
     path.write_text("\n".join([*bad, good]) + "\n", encoding="utf-8")
-    results = list(replay_file(path))
+    results = list(replay_file(path, allow_legacy=True))
     assert [r.ok for r in results] == [False] * 6 + [True]
     messages = [r.divergence for r in results[:6]]
-    expected = ["unknown field(s) ['colour']", "unsupported trajectory format version 3",
-                "a record is a JSON object, got list", "got NoneType", "unexpected keyword argument 'hihg'",
+    expected = ["unknown field(s) ['colour']", "unsupported trajectory format version 4",
+                "a record is a JSON object, got list", "got null", "'hihg'",
                 "is not registered"]  # fmt: skip
     for message, want in zip(messages, expected, strict=True):
         assert want in message, message
+    del bad[4]  # the CLI refuses a file whose records set arguments an env takes from the operator only (exit 2)
+    path.write_text("\n".join([*bad, good]) + "\n", encoding="utf-8")
+    assert main(["replay", str(path), "--allow-unverified"]) == 1
+    assert "replayed 6 episode(s): 0 identical, 1 unverified, 5 diverged" in capsys.readouterr().out
     assert main(["replay", str(path)]) == 1
-    assert "replayed 7 episode(s): 1 identical, 6 diverged" in capsys.readouterr().out
+    assert "replayed 6 episode(s): 0 identical, 6 diverged" in capsys.readouterr().out
 
 
 def test_replay_never_imports_a_module_named_by_a_record(tmp_path, monkeypatch):
@@ -298,8 +332,8 @@ def test_replay_never_imports_a_module_named_by_a_record(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     path = tmp_path / "t.jsonl"
     run(EXAMPLE, "bisect", 1, out=path, progress=False)
-    record = json.loads(path.read_text(encoding="utf-8"))
+    [record] = legacy(path)
     record["env_id"] = "sneaky_module:Foo-v0"
     path.write_text(json.dumps(record) + "\n", encoding="utf-8")
-    [result] = replay_file(path)
+    [result] = replay_file(path, allow_legacy=True)
     assert not result.ok and "not registered" in result.divergence and not marker.exists()
