@@ -277,7 +277,7 @@ def test_a_format_1_record_in_a_run_is_refused_and_a_legacy_file_replays_only_wh
         r["version"] = 1
 
     assert tampered(path, as_format_1) == [True, False]
-    assert "formats never go down" in [r for r in replay_file(path.with_suffix(".t.jsonl")) if not r.ok][0].divergence
+    assert "formats never go down" in next(r for r in replay_file(path.with_suffix(".t.jsonl")) if not r.ok).divergence
     old = legacy(path)
     old[1]["turns"].pop()  # without a checksum, re-execution still sees the missing turn
     path.write_text("".join(json.dumps(r) + "\n" for r in old), encoding="utf-8")
