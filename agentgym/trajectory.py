@@ -365,7 +365,11 @@ def _line(d: dict[str, Any]) -> str:
 def dumps(traj: Trajectory | RunHeader) -> str:
     """The canonical one-line JSON form of a record, checksum included (deterministic, UTF-8, no newline);
     ``ValueError`` if it has no JSON form."""
-    return _line(traj.to_dict())
+    try:
+        d = traj.to_dict()
+    except RecursionError:
+        raise ValueError("the record is nested too deeply to be written as JSON") from None
+    return _line(d)
 
 
 # --- reading ---------------------------------------------------------------------------------------------------
