@@ -36,6 +36,7 @@ The executor gives the instances its tokenizer (``hf_tokenizer``) before the fir
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -104,7 +105,8 @@ class AgentGymInstance:
     """One episode of an agentgym env behind OpenRLHF's ``AgentInstance`` interface (async ``reset`` / ``step``).
 
     ``tokenizer`` (class attribute) renders the chat template; :func:`agent_classes`' executor sets it to OpenRLHF's
-    ``hf_tokenizer``. ``env_kwargs`` (class attribute) go under each task's own ``env_kwargs``."""
+    ``hf_tokenizer``. ``env_kwargs`` (class attribute, the operator's) replace each task's own ``env_kwargs`` (a dataset
+    row: only the arguments an env takes from outside, ``agentgym.trust``)."""
 
     tokenizer: ClassVar[Any] = None
     env_kwargs: ClassVar[Mapping[str, Any]] = {}
@@ -124,10 +126,10 @@ class AgentGymInstance:
 
     async def reset(self, states: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         label = states.get("label")
-        spec = TaskRef.from_json(label) if isinstance(label, str) else TaskRef.from_dict(label)
-        task = TaskRef(spec.env_id, {**dict(self.env_kwargs), **dict(spec.env_kwargs)}, spec.seed, spec.options)
+        # a dataset row: only the arguments an env takes from outside; the class's env_kwargs are the operator's
+        task = TaskRef.from_json(label) if isinstance(label, str) else TaskRef.from_dict(label)
         loop = asyncio.get_running_loop()
-        self.env = await loop.run_in_executor(None, task.make_env)
+        self.env = await loop.run_in_executor(None, functools.partial(task.make_env, dict(self.env_kwargs)))
         obs, _ = await loop.run_in_executor(None, task.reset, self.env)
         self.turn_rewards = []
         return {"observation": self.chat().prompt(obs)}

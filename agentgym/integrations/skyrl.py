@@ -53,7 +53,8 @@ def env_class(env_id: str) -> type:
 
     Its constructor takes SkyRL's ``(env_config, extras)``: the task is ``extras["extra_info"]["agentgym"]`` (or
     ``extras["agentgym"]``; without one, a task is drawn from the env's task stream), and the env's keyword arguments
-    are ``env_config["env_kwargs"]`` updated with the task's own ``env_kwargs``."""
+    are the task's own ``env_kwargs`` (a dataset row: only those the env takes from outside, ``agentgym.trust``)
+    updated with ``env_config["env_kwargs"]`` (the operator's)."""
     if env_id in _CLASSES:
         return _CLASSES[env_id]
     from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
@@ -68,10 +69,9 @@ def env_class(env_id: str) -> type:
             spec.setdefault("env_id", env_id)
             if spec["env_id"] != env_id:
                 raise ValueError(f"this env class plays {env_id!r}, but the row's task is for {spec['env_id']!r}")
-            config_kwargs = dict((env_config or {}).get("env_kwargs") or {})
-            spec["env_kwargs"] = {**config_kwargs, **dict(spec.get("env_kwargs") or {})}
-            self.task = TaskRef.from_dict(spec)
-            self.env = self.task.make_env()
+            config_kwargs = dict((env_config or {}).get("env_kwargs") or {})  # the operator's
+            self.task = TaskRef.from_dict(spec)  # a dataset row: only the arguments an env takes from outside
+            self.env = self.task.make_env(operator_kwargs=config_kwargs)
             self.max_turns = int(self.env.unwrapped.max_turns)
             self.turn_rewards: list[float] = []
             self.last_info: dict[str, Any] = {}

@@ -24,6 +24,7 @@ from typing import Any
 import gymnasium as gym
 
 from agentgym.agents.base import normalize_messages
+from agentgym.trust import checked_kwargs
 
 __all__ = ["TaskRef", "task_rows"]
 
@@ -71,8 +72,12 @@ class TaskRef:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
 
-    def make_env(self) -> gym.Env:
-        return gym.make(self.env_id, **dict(self.env_kwargs))
+    def make_env(self, operator_kwargs: Mapping[str, Any] | None = None) -> gym.Env:
+        """The task's env. A dataset row is not trusted: its ``env_kwargs`` may hold only arguments the env takes
+        from outside (``agentgym.trust``; ``UntrustedArgumentError`` otherwise), and ``operator_kwargs`` (the
+        trainer's own configuration: files, URLs, caches) replace the row's."""
+        kwargs = checked_kwargs(self.env_id, dict(self.env_kwargs), operator=operator_kwargs, operator_wins=True)
+        return gym.make(self.env_id, **kwargs)
 
     def reset(self, env: gym.Env) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """Reset ``env`` on this task; the observation comes back as normalised chat messages (text content)."""
@@ -90,7 +95,8 @@ def task_rows(
     """One dataset row per task index (``tasks``: indices, or a count = the first ``tasks`` tasks):
     ``{"prompt": the env's first messages, "task_id": ..., key: TaskRef(...).to_dict()}``.
 
-    The env is built once and reset on each task to read its prompt."""
+    The env is built once and reset on each task to read its prompt. Rows are data, not trusted where they are
+    played: give operator-only arguments (``agentgym.trust``) to the adapter's configuration there as well."""
     indices = range(tasks) if isinstance(tasks, int) else [int(i) for i in tasks]
     kwargs = dict(env_kwargs or {})
     env = gym.make(env_id, **kwargs)

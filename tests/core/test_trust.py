@@ -417,3 +417,22 @@ def test_searchqa_sessions_are_cheap_unless_the_operator_allows_more():
     assert checked_kwargs("agentgym/SearchQA-v0", {"dataset": "100k"}, allow={"dataset": ["100k"]})
     assert os.environ.get("AGENTGYM_TOKEN") != "server-secret"  # the monkeypatched token did not leak out
     assert agentgym.list_envs()
+
+
+def test_a_dataset_rows_env_kwargs_are_checked_and_the_trainers_config_is_the_operators(listener, tmp_path):
+    from agentgym.integrations.tasks import TaskRef, task_rows
+
+    url = f"http://127.0.0.1:{listener.port}/v1"
+    hostile = TaskRef.from_dict({"env_id": "agentgym/Clarify-v0", "env_kwargs": {
+        "user": "llm", "user_llm": {"base_url": url, "model": "m", "api_key_env": "AGENTGYM_TOKEN"}}})  # fmt: skip
+    with pytest.raises(UntrustedArgumentError, match="user_llm"):
+        hostile.make_env()
+    cache = str(tmp_path / "cache")
+    row = task_rows("agentgym/SearchQA-v0", [0], env_kwargs={"dataset": "tiny", "cache_dir": cache})[0]
+    ref = TaskRef.from_dict(row["agentgym"])
+    with pytest.raises(UntrustedArgumentError, match="cache_dir"):
+        ref.make_env()
+    env = ref.make_env({"cache_dir": cache})  # the trainer's configuration gives it
+    assert env.unwrapped.spec_kwargs()["cache_dir"] == cache
+    env.close()
+    assert listener.connections == 0
