@@ -15,11 +15,13 @@ import gymnasium as gym
 import pytest
 
 from agentgym.cli import main
+from agentgym.core import StepResult
+from agentgym.envs.example import GUESS, GuessNumberEnv
 from agentgym.envs.search_qa.env import SearchQAEnv
 from agentgym.replay import replay_file
 from agentgym.runner import RunAborted, iter_episodes, run, run_to_file
 from agentgym.tools.retrieval.remote import RemoteRetriever
-from agentgym.trajectory import checksum, count_records, read_trajectories
+from agentgym.trajectory import checksum, count_records, normalize, read_trajectories
 
 EXAMPLE = "example/GuessNumber-v0"
 KW = {"dataset": "tiny"}
@@ -337,3 +339,31 @@ def test_replay_never_imports_a_module_named_by_a_record(tmp_path, monkeypatch):
     path.write_text(json.dumps(record) + "\n", encoding="utf-8")
     [result] = replay_file(path, allow_legacy=True)
     assert not result.ok and "not registered" in result.divergence and not marker.exists()
+
+
+class EchoEnv(GuessNumberEnv):
+    """GuessNumber that echoes an invalid action with its ``\\uXXXX`` escapes decoded (as a tool echoes the path
+    it was given in JSON): a lone surrogate reaches the observation, the transcript and the trajectory file."""
+
+    def _step(self, action: str) -> StepResult:
+        if GUESS.fullmatch(action):
+            return super()._step(action)
+        echo = f"you said {action.encode('utf-8').decode('unicode_escape')}"
+        return StepResult([{"role": "user", "content": echo}], action_valid=False, parse_error=echo)
+
+
+@pytest.mark.parametrize("action", ["a\\ud800b", "\\udfff", "\\ud83d\\ude00 and \\ud83d", "<guess>50</guess>"])
+def test_a_run_whose_env_echoes_surrogates_writes_a_valid_file_that_replays(tmp_path, action, capsys):
+    gym.register("test/Echo-v0", entry_point=EchoEnv)
+    try:
+        path = tmp_path / "run" / "trajectories.jsonl"
+        trajs = run("test/Echo-v0", lambda messages, info: action, 3, env_kwargs={"max_turns": 2}, out=path,
+                    progress=False)  # fmt: skip
+        assert len(trajs) == 3 and count_records(path) == 3
+        path.read_bytes().decode("utf-8")  # strict
+        back = list(read_trajectories(path))
+        assert [normalize(t.to_dict()) for t in trajs] == [t.to_dict() for t in back]
+        assert main(["replay", str(path)]) == 0
+        assert "replayed 3 episode(s): 0 identical, 3 unverified, 0 diverged" in capsys.readouterr().out
+    finally:
+        del gym.registry["test/Echo-v0"]
