@@ -332,7 +332,8 @@ def run_header(spec: RunSpec, first: Trajectory, agent: Policy, agent_kwargs: di
 
 class _RunLog:
     """Writes a run to a ``TrajectoryWriter``: the run header before the first episode (built from it), then each
-    episode stamped with the run's id and its position."""
+    episode stamped with the run's id and its position (on the record written; the caller's object is left as
+    ``iter_episodes`` made it)."""
 
     def __init__(self, writer: TrajectoryWriter | None, spec: RunSpec, agent: Policy, options: dict[str, Any],
                  header: RunHeader | None = None, start: int = 0):  # fmt: skip
@@ -345,10 +346,9 @@ class _RunLog:
             self.header = run_header(self.spec, traj, self.agent, self.agent_kwargs)
             if self.writer is not None:
                 self.writer.write(self.header)
-        traj.run_id, traj.index = self.header.run_id, self.next
-        self.next += 1
         if self.writer is not None:
-            self.writer.write(traj)
+            self.writer.write(dataclasses.replace(traj, run_id=self.header.run_id, index=self.next))
+        self.next += 1
 
 
 def _spec(env_id: str, episodes: int, options: dict[str, Any]) -> RunSpec:
