@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
+import json
 import re
+import shlex
 import sys
 import tokenize
 import types
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_docs import Block, code_blocks  # tests/ is on sys.path (pytest's default rootdir-relative import)
@@ -112,3 +117,211 @@ def test_quickstart_answers_correctly(sandbox):
     assert ns["reward"] == 1.0
     assert ns["terminated"] and ns["info"]["success"]
     assert ns["info"]["metrics"]["em"] == 1.0
+
+
+# -- README figures -------------------------------------------------------------------------------------------------
+# Every results table of the README names the command that prints it (in backticks just before the table); these
+# tests run that command and check each number of the table against what it printed, to the decimals shown. Tables
+# that take a minute or more on 2 cores are marked slow (CI still runs them).
+
+#: A cell ``a / b / c`` holds these categories in order (the user-simulation envs' levels).
+LEVELS = ("easy", "medium", "hard")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A README table and the ``agentgym`` command that prints it.
+
+    ``columns``: README column header -> (metric, category); category ``"levels"``: the cell is ``LEVELS``' values
+    joined by " / "; None: the rows have no category (reward bench). ``rows``: README row label -> the value of
+    ``row_key`` in the command's results (default: the label's first `code` span, e.g. "`oracle` (privileged)")."""
+
+    command: str
+    columns: dict[str, tuple[str, str | None]]
+    results: str = "results.json"
+    row_key: str = "agent"
+    rows: dict[str, str] | None = None
+    slow: bool = True
+
+
+def _per_level(*names: tuple[str, str]) -> dict[str, tuple[str, str | None]]:
+    return {header: (metric, "levels") for header, metric in names}
+
+
+FIGURES = [
+    Figure(
+        "agentgym bench --env agentgym/SearchQA-v0 --episodes 2000",
+        {
+            "1-hop": ("em", "1hop"),
+            "bridge": ("em", "bridge"),
+            "comparison": ("em", "comparison"),
+            "3-4 hop": ("em", "multihop"),
+            "all": ("em", "all"),
+            "supporting-doc recall": ("supporting_recall", "all"),
+            "invalid actions": ("invalid_rate", "all"),
+        },
+    ),
+    Figure(
+        "agentgym bench --env agentgym/Household-v0 --episodes 500",
+        {
+            "simple": ("success", "pick_and_place_simple"),
+            "look in light": ("success", "look_at_obj_in_light"),
+            "clean": ("success", "pick_clean_then_place_in_recep"),
+            "heat": ("success", "pick_heat_then_place_in_recep"),
+            "cool": ("success", "pick_cool_then_place_in_recep"),
+            "pick two": ("success", "pick_two_obj_and_place"),
+            "all": ("success", "all"),
+            "mean steps": ("turns", "all"),
+        },
+    ),
+    Figure(
+        "agentgym bench --env agentgym/Clarify-v0 --episodes 60 --trials 4",
+        _per_level(
+            ("success", "success"), ("pass^4", "pass^4"), ("turns", "turns"), ("hidden details drawn out", "elicited")
+        ),
+        slow=False,
+    ),
+    Figure(
+        "agentgym bench --env agentgym/Preference-v0 --episodes 900",
+        _per_level(("best item (success)", "best"), ("acceptable item", "acceptable"), ("questions", "questions")),
+    ),
+    Figure(
+        "agentgym bench --env agentgym/TwentyQuestions-v0 --episodes 1200",
+        _per_level(
+            ("success", "success"), ("questions", "questions"), ("bits per question", "information_gain_per_question")
+        ),
+    ),
+    Figure(
+        "agentgym bench --env agentgym/CustomerService-v0 --episodes 900",
+        _per_level(
+            ("success", "success"),
+            ("database as gold", "db_match"),
+            ("facts told", "facts_told"),
+            ("policy violations", "policy_violation"),
+            ("turns", "turns"),
+        ),
+    ),
+    Figure(
+        "agentgym bench --rewards --env agentgym/SearchQA-v0 --episodes 50",
+        {
+            "turn reward mean": ("turn_mean", None),
+            "std": ("turn_std", None),
+            "AUC (episode sum)": ("auc_sum", None),
+            "AUC (mean per turn)": ("auc_mean", None),
+        },
+        results="rewards.json",
+        row_key="shaper",
+        rows={
+            "none (outcome only)": "none",
+            "format penalty": "format",
+            "step cost": "step_cost",
+            "progress (VPR: supporting docs)": "progress",
+            "potential shaping over progress": "shaping",
+            "novelty (count-based)": "novelty",
+            "G-RA over progress": "gra",
+            "PRM clip over progress": "prm_clip",
+            "PRM delta over progress": "prm_delta",
+        },
+    ),
+]
+
+
+def split_row(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def readme_table(command: str, text: str | None = None) -> list[dict[str, str]]:
+    """The table that follows the README's one mention of `command` (within a few lines), as dicts by header."""
+    text = README.read_text(encoding="utf-8") if text is None else text
+    mention = f"`{command}`"
+    assert text.count(mention) == 1, f"README.md should name {mention} once, before its table"
+    lines = text[text.index(mention) :].splitlines()
+    start = next((i for i, line in enumerate(lines[:12]) if line.startswith("|")), None)
+    assert start is not None, f"README.md: no table right after {mention}"
+    block = list(itertools.takewhile(lambda line: line.startswith("|"), lines[start:]))
+    header = split_row(block[0])
+    return [dict(zip(header, split_row(line), strict=True)) for line in block[2:]]
+
+
+def shown_values(cell: str) -> list[tuple[float, int]] | None:
+    """The numbers a cell shows, each with its decimals ("1,000" -> 1000; "**0.334**" -> 0.334); None for "-"."""
+    cell = cell.replace("**", "").strip()
+    if cell == "-":
+        return None
+    values = []
+    for part in cell.split(" / "):
+        number = part.strip().replace(",", "")
+        values.append((float(number), len(number.partition(".")[2])))
+    return values
+
+
+def agrees(actual: float, shown: float, decimals: int) -> bool:
+    """Whether ``actual`` rounds to ``shown`` (either way at a tie)."""
+    return abs(actual - shown) <= 0.5 * 10.0**-decimals + 1e-9
+
+
+def test_figure_helpers():
+    text = "x `agentgym a`:\n\n| agent | m |\n|---|---:|\n| `oracle` (privileged) | **0.30** / 1,000 / - |\n\nmore"
+    assert readme_table("agentgym a", text) == [{"agent": "`oracle` (privileged)", "m": "**0.30** / 1,000 / -"}]
+    assert shown_values("**0.30**") == [(0.30, 2)] and shown_values("1,000 / 4.5") == [(1000.0, 0), (4.5, 1)]
+    assert shown_values("-") is None
+    assert agrees(4.225, 4.22, 2) and agrees(4.225, 4.23, 2) and not agrees(4.226, 4.22, 2)
+    with pytest.raises(AssertionError, match="once"):
+        readme_table("agentgym b", text)
+
+
+@pytest.fixture(scope="module")
+def command_runs(tmp_path_factory):
+    """Runs a README command once per module: ``run(command) -> (what it printed, its results rows)``."""
+    from agentgym.cli import main
+
+    done: dict[str, tuple[str, list[dict[str, Any]]]] = {}
+
+    def run(command: str, results: str) -> tuple[str, list[dict[str, Any]]]:
+        if command not in done:
+            out = tmp_path_factory.mktemp("figure") / "out"
+            printed = io.StringIO()
+            with contextlib.redirect_stdout(printed):
+                code = main([*shlex.split(command)[1:], "--out", str(out), "--quiet"])
+            assert code == 0, f"`{command}` exited {code}"
+            data = json.loads((out / results).read_text(encoding="utf-8"))
+            done[command] = (printed.getvalue(), data["rows"] if isinstance(data, dict) else data)
+        return done[command]
+
+    return run
+
+
+@pytest.mark.parametrize(
+    "figure", [pytest.param(f, marks=[pytest.mark.slow] if f.slow else []) for f in FIGURES], ids=lambda f: f.command
+)
+def test_readme_figure_is_what_its_command_prints(figure, command_runs):
+    table = readme_table(figure.command)
+    _, results = command_runs(figure.command, figure.results)
+    label = next(iter(table[0]))
+    assert set(table[0]) - {label} == set(figure.columns), "every column of the table is checked"
+    wrong = []
+    for row in table:
+        name = row[label]
+        key = figure.rows[name] if figure.rows is not None else re.search(r"`([^`]+)`", name)[1]
+        for header, (metric, category) in figure.columns.items():
+            shown = shown_values(row[header])
+            if shown is None:
+                continue
+            categories = LEVELS if category == "levels" else (category,)
+            assert len(shown) == len(categories), f"{name} / {header}: {row[header]!r}"
+            for (value, decimals), cat in zip(shown, categories, strict=True):
+                match = [r for r in results if r[figure.row_key] == key and cat in (None, r.get("category"))]
+                assert len(match) == 1, f"`{figure.command}` has no single row for {key} / {cat}"
+                actual = match[0][metric]
+                if not agrees(actual, value, decimals):
+                    wrong.append(f"{name} / {header} / {cat}: README {value}, the command {actual:.{decimals + 2}f}")
+    assert not wrong, f"README.md's table after `{figure.command}` differs from what it prints:\n" + "\n".join(wrong)
+
+
+def test_bench_trials_prints_every_pass_k_column(command_runs):
+    """`--trials 4` prints pass^1 .. pass^4 (it showed only pass^2 and pass^4)."""
+    printed, results = command_runs("agentgym bench --env agentgym/Clarify-v0 --episodes 60 --trials 4", "results.json")
+    header = split_row(printed.splitlines()[0])
+    assert [c for c in header if c.startswith("pass^")] == ["pass^1", "pass^2", "pass^3", "pass^4"]
+    assert header.index("pass^4") < header.index("seconds")
+    assert all(r["pass^1"] == pytest.approx(r["success"]) for r in results)
