@@ -191,14 +191,33 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise UserError(f"no such file: {args.file}")
     env_args = _kv(args.env_arg)
     _check_recorded_args(args.file, env_args)
-    n = bad = 0
-    for r in replay_file(args.file, env_args=env_args):
-        n += 1
-        if not r.ok:
-            bad += 1
-            print(f"episode {r.index} ({r.task_id}): DIVERGED: {r.divergence}")
-    print(f"replayed {n} episode(s): {n - bad} identical, {bad} diverged")
-    return 1 if bad else 0
+    n = bad = unverified = problems = 0
+    notes: dict[str, int] = {}
+    try:
+        for r in replay_file(args.file, allow_legacy=args.allow_unverified, env_args=env_args):
+            if r.kind == "run":
+                problems += 1
+                print(f"run: PROBLEM: {_printable(r.divergence or '')}")
+                continue
+            n += 1
+            if not r.ok:
+                bad += 1
+                print(f"episode {r.index} ({_printable(r.task_id[:60])}): DIVERGED: {_printable(r.divergence or '')}")
+            elif r.unverified:
+                unverified += 1
+                notes[r.unverified] = notes.get(r.unverified, 0) + 1
+    except OSError as e:
+        raise UserError(f"cannot read {args.file}: {e.strerror or e}") from None
+    for note, count in notes.items():
+        print(f"unverified ({count} episode(s)): {_printable(note)}")
+    if not n and not problems:
+        problems += 1
+        print("run: PROBLEM: the file holds no records")
+    line = f"replayed {n} episode(s): {n - bad - unverified} identical, "
+    line += f"{unverified} unverified, " if unverified else ""
+    line += f"{bad} diverged" + (f"; {problems} problem(s) with the file as a whole" if problems else "")
+    print(line)
+    return 1 if bad or problems else 0
 
 
 def _check_recorded_args(path: str, env_args: Mapping[str, Any]) -> None:
@@ -221,6 +240,12 @@ def _check_recorded_args(path: str, env_args: Mapping[str, Any]) -> None:
                 raise UserError(f"{path} line {rec.lineno}: {e}; nothing was replayed") from None
     except OSError as e:
         raise UserError(f"cannot read {path}: {e.strerror or e}") from None
+
+
+
+def _printable(text: str) -> str:
+    """``text`` from a file, safe to print on one line: control characters and lone surrogates escaped."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
 def cmd_serve_retriever(args: argparse.Namespace) -> int:
@@ -361,6 +386,11 @@ def build_parser(plugins: Mapping[str, EntryPoint] | None = None) -> argparse.Ar
         "--env-arg", action="append", default=[], metavar="[ENV_ID:]KEY=VALUE",
         help="env constructor argument, replacing the records' (a record may only hold the arguments an env takes "
         "from outside: files, URLs, credentials and caches come from here)",
+    )  # fmt: skip
+    p.add_argument(
+        "--allow-unverified", action="store_true",
+        help="also replay records outside a checked run (files of older agentgym versions, format-1 records without "
+        "a checksum) one by one, reported as unverified",
     )  # fmt: skip
     p.set_defaults(fn=cmd_replay)
 
