@@ -425,7 +425,7 @@ def build_parser(plugins: Mapping[str, EntryPoint] | None = None) -> argparse.Ar
         "--allow-env-arg", action="append", default=[], metavar="KEY=VALUE",
         help="let clients also pick VALUE for KEY (e.g. dataset=100k), beyond what the env declares public",
     )  # fmt: skip
-    p.add_argument("--workers", type=int, default=64, help="threads env calls run in")
+    p.add_argument("--workers", type=int, default=128, help="threads env calls run in")
     p.add_argument("--call-timeout", type=float, default=300.0, help="seconds an env call may take (504 beyond)")
     p.add_argument(
         "--max-calls-per-client", type=int, default=None,

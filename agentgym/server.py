@@ -401,8 +401,9 @@ class Workers:
     ``size`` threads at most; each call has ``call_timeout`` seconds (waiting for a thread included). A call past
     its deadline is answered 504 and its session closed, but a Python thread cannot be killed: the call goes on
     holding its thread ("stuck") until it returns. So each client (a peer address) may have at most ``per_client``
-    calls running, stuck ones included: a client whose stuck calls fill its share gets 429 at once, and the other
-    clients keep the rest of the threads. ``/health`` reports the busy and stuck threads.
+    calls running, stuck ones included (its further calls wait for one of its own slots, within the deadline): a
+    client whose stuck calls fill its share gets 429 at once, and the other clients keep the rest of the threads.
+    ``/health`` reports the busy and stuck threads.
     """
 
     def __init__(self, size: int, call_timeout: float, per_client: int) -> None:
@@ -413,15 +414,20 @@ class Workers:
         self.executor = concurrent.futures.ThreadPoolExecutor(size, thread_name_prefix="agentgym-env")
         self.running: dict[str, int] = {}  # client -> its calls holding (or waiting for) a thread
         self.stuck: dict[str, int] = {}  # client -> its calls past their deadline, still running
+        self.slots: dict[str, asyncio.Semaphore] = {}  # client -> its share of the threads
 
     def stats(self) -> dict[str, Any]:
-        return {"size": self.size, "busy": sum(self.running.values()), "stuck": sum(self.stuck.values()),
-                "call_timeout": self.call_timeout, "max_calls_per_client": self.per_client}  # fmt: skip
+        busy = sum(self.per_client - sem._value for sem in self.slots.values())
+        return {"size": self.size, "busy": busy, "stuck": sum(self.stuck.values()), "call_timeout": self.call_timeout,
+                "max_calls_per_client": self.per_client, "clients": len(self.running)}  # fmt: skip
 
-    def _done(self, client: str, stuck: bool) -> None:
+    def _done(self, client: str, stuck: bool, *, held: bool = True) -> None:
+        if held:
+            self.slots[client].release()
         self.running[client] -= 1
         if not self.running[client]:
             del self.running[client]
+            del self.slots[client]
         if stuck:
             self.stuck[client] -= 1
             if not self.stuck[client]:
@@ -440,13 +446,25 @@ class Workers:
         if sum(self.stuck.values()) >= self.size:
             raise ApiError(503, "starved", f"all {self.size} env workers are stuck in calls past the "
                            f"{self.call_timeout:g} s deadline")  # fmt: skip
-        if self.running.get(client, 0) >= self.per_client:
-            raise ApiError(429, "too_busy", f"this client ({client}) already has {self.per_client} env calls "
-                           "running, its share of the server's workers: wait for one to finish")  # fmt: skip
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.call_timeout
         self.running[client] = self.running.get(client, 0) + 1
+        slots = self.slots.setdefault(client, asyncio.Semaphore(self.per_client))
+        try:
+            await asyncio.wait_for(slots.acquire(), self.call_timeout)
+        except (TimeoutError, asyncio.CancelledError) as e:
+            self._done(client, stuck=False, held=False)
+            if isinstance(e, asyncio.CancelledError):
+                raise
+            raise ApiError(429, "too_busy", f"this client ({client}) kept its {self.per_client} env workers busy "
+                           f"for the whole {self.call_timeout:g} s call deadline") from None  # fmt: skip
         future = self.executor.submit(_timed, fn, *args)
         waited = asyncio.wrap_future(future)
-        done, _ = await asyncio.wait({waited}, timeout=self.call_timeout)
+        try:
+            done, _ = await asyncio.wait({waited}, timeout=max(0.0, deadline - loop.time()))
+        except asyncio.CancelledError:  # the server is stopping: the thread is freed when the call returns
+            waited.add_done_callback(lambda f: (f.cancelled() or f.exception(), self._done(client, stuck=False)))
+            raise
         if done:
             self._done(client, stuck=False)
             return waited.result()
@@ -580,7 +598,7 @@ def create_app(
     inline_below: float = 0.0,
     env_args: Mapping[str, Any] | None = None,
     allow_env_args: Mapping[str, Sequence[Any]] | None = None,
-    workers: int = 64,
+    workers: int = 128,
     call_timeout: float = 300.0,
     max_calls_per_client: int | None = None,
     max_sessions_per_client: int | None = None,

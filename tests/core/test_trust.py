@@ -381,6 +381,29 @@ def test_a_hostile_clients_stuck_calls_time_out_and_never_starve_the_others(bloc
         assert good.post(f"/sessions/{mine}/step", json={"action": "look"}).status_code == 200
 
 
+def test_calls_beyond_a_clients_share_wait_for_its_own_workers_instead_of_failing():
+    if BLOCKING not in gym.registry:
+        gym.register(id=BLOCKING, entry_point=BlockingEnv)
+    BlockingEnv.gate.clear()
+    app = create_app(env_ids=[BLOCKING], workers=4, max_calls_per_client=2, call_timeout=60.0)
+    with BackgroundServer(app) as server, httpx.Client(base_url=server.url, timeout=120) as http:
+        sids = [session(http, BLOCKING) for _ in range(3)]
+        results: list[int] = []
+        threads = [threading.Thread(target=lambda s=s: results.append(
+            http.post(f"/sessions/{s}/step", json={"action": "block"}).status_code)) for s in sids]  # fmt: skip
+        for t in threads:
+            t.start()
+        for _ in range(400):  # two calls hold the client's two workers, the third waits for one of them
+            if http.get("/health").json()["workers"]["busy"] == 2:
+                break
+            threading.Event().wait(0.05)
+        assert http.get("/health").json()["workers"]["busy"] == 2
+        BlockingEnv.gate.set()
+        for t in threads:
+            t.join(timeout=120)
+        assert results == [200, 200, 200]
+
+
 # -- item 7: the smaller ones ---------------------------------------------------------------------------------------
 
 
