@@ -25,7 +25,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from agentgym.parsing import ParseError, ToolCall, parse_hermes_tool_calls, parse_tool_turn
+from agentgym.parsing import ParseError, ToolCall, loads_untrusted, parse_hermes_tool_calls, parse_tool_turn
 
 Message = dict[str, Any]
 ToolFormat = Literal["text", "native"]
@@ -51,14 +51,14 @@ def listed_tools(messages: Sequence[Message]) -> list[dict[str, Any]]:
             continue
         for block in _TOOLS.findall(content):
             try:
-                items = json.loads(block)
+                items = loads_untrusted(block)
                 items = items if isinstance(items, list) else [items]
-            except json.JSONDecodeError:
+            except ParseError:
                 items = []
                 for line in block.splitlines():
                     try:
-                        items.append(json.loads(line))
-                    except json.JSONDecodeError:
+                        items.append(loads_untrusted(line))
+                    except ParseError:
                         continue
             for item in items:
                 fn = item.get("function") if isinstance(item, dict) else None
@@ -115,7 +115,7 @@ def to_openai_messages(messages: Sequence[Message]) -> list[Message]:
             if calls:
                 structured = [_openai_call(c, content, k) for k, c in enumerate(calls)]
                 if content.lstrip().startswith("{"):  # an OpenAI message as JSON text (it parsed, so it loads)
-                    before = json.loads(content).get("content")
+                    before = loads_untrusted(content).get("content")
                     before = before if isinstance(before, str) else ""
                 else:
                     first = _CALL_OPEN.search(content)

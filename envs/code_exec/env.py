@@ -42,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -59,6 +60,7 @@ BACKENDS = ("pool", "subprocess")
 #: Sandbox statuses, as counted in ``info["metrics"]`` (``runs_<status>``).
 STATUSES = ("ok", "error", "timeout", "memory", "killed")
 MAX_CALLS_PER_TURN = 8
+_SURROGATE = re.compile("[\ud800-\udfff]")
 #: Characters kept of each of stdout and stderr in a tool message (the head and the tail of longer output).
 MAX_OUTPUT_CHARS = 4_000
 
@@ -220,8 +222,11 @@ class CodeExecEnv(AgentEnv):
 
     def run_code(self, code: str) -> RunResult:
         """Run ``code`` as the python tool does: a fresh sandboxed process with the task's files in its working
-        directory (``/tmp/work`` wherever the sandbox has mount namespaces)."""
+        directory (``/tmp/work`` wherever the sandbox has mount namespaces). A lone surrogate in ``code`` (it cannot
+        be written as UTF-8) reaches the sandbox as U+FFFD, as one in an action does."""
         files = self._ep.task["files"] if self._ep is not None else {}
+        if not code.isascii():
+            code = _SURROGATE.sub("\ufffd", code)
         return self.sandbox.run(code, timeout=self.timeout, files=files)
 
     def close(self) -> None:

@@ -385,8 +385,8 @@ class Bank(World):
         return f"closed {a}"
 
 
-_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
-_TIME = re.compile(r"\d{2}:\d{2}")
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
+_TIME = re.compile(r"\d{2}:\d{2}", re.ASCII)
 DAY_START, DAY_END = 8 * 60, 20 * 60  # bookable hours, in minutes after midnight
 
 

@@ -92,7 +92,7 @@ from agentgym.envs.user_sim.service_world import (
     told,
 )
 from agentgym.envs.user_sim.users import STOP, Slot, User, mentions, split_marker
-from agentgym.parsing import ParseError, ToolCall, is_blank, parse_tool_turn
+from agentgym.parsing import ParseError, ToolCall, is_blank, loads_untrusted, parse_tool_turn
 from agentgym.trust import declare, integer
 
 Message = dict[str, Any]
@@ -499,8 +499,8 @@ class ServiceHeuristicAgent(Agent):
                 req.result = {"error": content}
             return
         try:
-            result = json.loads(content)
-        except json.JSONDecodeError:
+            result = loads_untrusted(content)
+        except ParseError:
             return
         if name.startswith("find_user"):
             self._uid = result

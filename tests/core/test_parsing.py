@@ -2,6 +2,7 @@
 
 import contextlib
 import json
+import re
 import time
 
 import pytest
@@ -9,10 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentgym.parsing import (
+    MAX_INT_DIGITS,
+    MAX_JSON_DEPTH,
     EmptyActionError,
     EmptyContentError,
     InvalidJSONError,
     InvalidToolCallError,
+    JSONLimitError,
     MultipleActionsError,
     NoActionError,
     ParseError,
@@ -20,9 +24,13 @@ from agentgym.parsing import (
     ToolCall,
     TrailingTextError,
     UnclosedTagError,
+    json_too_deep,
+    loads_untrusted,
     parse_hermes_tool_calls,
     parse_openai_tool_calls,
     parse_tag_action,
+    parse_tool_calls,
+    parse_tool_turn,
 )
 
 TAGS = ("search", "answer")
@@ -105,7 +113,7 @@ def test_adversarial_inputs_are_linear_time(text):
             parser(text)
     with contextlib.suppress(ParseError):
         parse_hermes_tool_calls(text)
-    assert time.perf_counter() - start < 2.0
+    assert time.perf_counter() - start < 30.0  # a hang guard (linear: ~1 s on a loaded machine; quadratic: hours)
 
 
 @settings(max_examples=300, deadline=None)
@@ -194,3 +202,95 @@ def test_openai_tool_calls():
 def test_openai_tool_call_errors(msg, error):
     with pytest.raises(error):
         parse_openai_tool_calls(msg)
+
+
+# -- untrusted JSON: depth, digits, non-finite numbers, surrogates (loads_untrusted) ----------------------------------
+DEEP_ARGS = json.dumps({"name": "f", "arguments": "[" * 1000 + "]" * 1000})
+
+
+@pytest.mark.parametrize(
+    ("text", "phrase"),
+    [
+        # the issue's inputs: each raised RecursionError or ValueError out of the parser
+        (f"<tool_call>{DEEP_ARGS}</tool_call>", "nested more than 64 levels"),
+        ('<tool_call>{"name": "f", "arguments": {"n": ' + "9" * 4301 + "}}</tool_call>", "4,301 digits"),
+        ('{"tool_calls": [{"function": {"name": "f", "arguments": "' + "[" * 1000 + '"}}]}', "nested more than 64"),
+        ('{"tool_calls": [{"function": {"name": "f", "arguments": "{\\"n\\": ' + "1" * 5000 + '}"}}]}', "5,000 digits"),
+        ("{" + '"a": {' * 100_000, "nested more than 64"),
+        ('<tool_call>{"name": "f", "arguments": {"x": NaN}}</tool_call>', "NaN, which is not a JSON number"),
+        ('<tool_call>{"name": "f", "arguments": {"x": -Infinity}}</tool_call>', "-Infinity"),
+        ('<tool_call>{"name": "f", "arguments": {"x": 1e400}}</tool_call>', "1e400 is out of range"),
+        ('<tool_call>{"name": "f", "arguments": {"x": -' + "9" * 101 + "}}</tool_call>", "101 digits"),
+    ],
+)
+def test_hostile_json_is_a_json_limit_error_naming_the_limit(text, phrase):
+    with pytest.raises(JSONLimitError, match=re.escape(phrase)):
+        parse_tool_turn(text)
+
+
+def test_json_limits_are_inclusive():
+    ok = "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH
+    assert loads_untrusted(ok) is not None
+    assert loads_untrusted("9" * MAX_INT_DIGITS) == int("9" * MAX_INT_DIGITS)
+    assert loads_untrusted("-" + "9" * MAX_INT_DIGITS) == -int("9" * MAX_INT_DIGITS)
+    assert loads_untrusted('"' + "9" * 10_000 + '"') == "9" * 10_000  # digits inside a string are text
+    assert loads_untrusted("1.7976931348623157e308") == 1.7976931348623157e308
+    # brackets inside strings, escaped quotes and backslashes do not count towards the depth
+    assert loads_untrusted(json.dumps(["[" * 500, '\\"[[[', "\\\\"])) == ["[" * 500, '\\"[[[', "\\\\"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('"a\\ud800b"', "a\ufffdb"),  # lone high surrogate, escaped
+        ('"\\udfff"', "\ufffd"),  # lone low
+        ('"\\udc00\\ud800"', "\ufffd\ufffd"),  # a pair in the wrong order
+        ('"\\ud83d\\ude00"', "\U0001f600"),  # a real pair stays one character
+        ('"a\ud800b"', "a\ufffdb"),  # raw (parse_tool_turn may be called without sanitize_action)
+        ('{"k\\ud800": ["\\ud800"]}', {"k\ufffd": ["\ufffd"]}),  # keys and nested values
+    ],
+)
+def test_lone_surrogates_become_replacement_characters(text, expected):
+    assert loads_untrusted(text) == expected
+    json.dumps(loads_untrusted(text), ensure_ascii=False).encode("utf-8")
+
+
+def test_surrogate_in_a_tool_argument_reaches_the_tool_as_replacement_character():
+    (call,) = parse_tool_calls('<tool_call>{"name": "cat", "arguments": {"path": "a\\ud800b"}}</tool_call>')
+    assert call.arguments == {"path": "a\ufffdb"}
+    (call,) = parse_tool_calls(
+        json.dumps({"tool_calls": [{"function": {"name": "python", "arguments": '{"code": "print(1) # \\ud800"}'}}]})
+    )
+    assert call.arguments["code"] == "print(1) # \ufffd"
+
+
+def _nesting(value):
+    if isinstance(value, list | dict):
+        return 1 + max(map(_nesting, value.values() if isinstance(value, dict) else value), default=0)
+    return 0
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=4), kids, max_size=3),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON_VALUES, st.integers(0, 100))
+def test_json_too_deep_measures_nesting_exactly(value, wraps):
+    text = json.dumps(value)
+    for k in range(wraps):
+        text = f"[{text}]" if k % 2 else f'{{"[{{\\"": {text}}}'  # keys full of brackets and escaped quotes
+    assert json_too_deep(text) == (wraps + _nesting(value) > MAX_JSON_DEPTH)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=st.sampled_from('[]{}",:0123456789.eE-+ \\aNInfty\ud800'), max_size=300))
+def test_loads_untrusted_is_total_on_json_like_junk(text):
+    try:
+        value = loads_untrusted(text)
+    except InvalidJSONError:
+        return
+    json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
