@@ -3,9 +3,10 @@
 Checks, in order: Gymnasium's ``check_env``; the ``info`` keys after ``reset`` and ``step``; same seed ->
 identical episode (observations, rewards, flags and info, compared as JSON); ``info`` JSON-serialisable;
 rewards finite and equal to the sum of ``reward_components``; a battery of malformed actions (empty,
-whitespace, 1 MB, invalid Unicode, unbalanced and nested tags, thousands of tags, broken JSON, binary
-junk, non-strings) raises nothing, yields a valid observation and, where invalid, ``action_valid=False``
-with a ``parse_error`` message; branching: a snapshot taken mid-episode, restored into the same env and into
+whitespace, 1 MB, invalid Unicode, unbalanced and nested tags, thousands of tags, broken JSON, JSON nested
+10,000 deep, integers of 400 and 4,301 digits, NaN, escaped lone surrogates, binary junk, non-strings) raises
+nothing, yields a valid observation (valid Unicode throughout) and, where invalid, ``action_valid=False`` with a
+``parse_error`` message; branching: a snapshot taken mid-episode, restored into the same env and into
 a fresh one, and the env pickled and unpickled, all continue the episode identically (envs without snapshot
 support pass with a note; they must still pickle between episodes).
 
@@ -47,6 +48,12 @@ MALFORMED_ACTIONS: tuple[tuple[str, Any], ...] = (
     ("empty tag", "<answer></answer>"),
     ("broken tool JSON", '<tool_call>{"name": "f", "arguments": {</tool_call>'),
     ("deep JSON", "<tool_call>" + "[" * 100_000 + "</tool_call>"),
+    ("deep JSON arguments string", '<tool_call>{"name": "f", "arguments": "' + "[" * 10_000 + '"}</tool_call>'),
+    ("deep OpenAI message", '{"tool_calls": ' + "[" * 10_000 + "]" * 10_000 + "}"),
+    ("4,301-digit integer", '<tool_call>{"name": "f", "arguments": {"n": ' + "9" * 4301 + "}}</tool_call>"),
+    ("400-digit integer", '<tool_call>{"name": "f", "arguments": {"x": ' + "9" * 400 + "}}</tool_call>"),
+    ("NaN and Infinity", '<tool_call>{"name": "f", "arguments": {"x": NaN, "y": -Infinity, "z": 1e400}}</tool_call>'),
+    ("escaped lone surrogates", '<tool_call>{"name": "f\\ud800", "arguments": {"p": "a\\udfffb"}}</tool_call>'),
     ("tool call with wrong types", '<tool_call>{"name": 3, "arguments": []}</tool_call>'),
     ("unknown tool", '<tool_call>{"name": "no_such_tool", "arguments": {}}</tool_call>'),
     ("binary junk", bytes(range(256)).decode("latin-1")),
@@ -157,7 +164,10 @@ def check(
                 raise AssertionError(f"action {label!r} raised {type(e).__name__}: {e}") from None
             assert env.observation_space.contains(obs), f"action {label!r}: observation not in the space"
             assert math.isfinite(reward), f"action {label!r}: reward {reward} is not finite"
-            _canonical(info)
+            try:
+                _canonical([obs, info]).encode("utf-8")
+            except UnicodeEncodeError:
+                raise AssertionError(f"action {label!r}: a lone surrogate in the observation or info") from None
             if not info["action_valid"]:
                 assert info["parse_error"], f"action {label!r}: invalid but parse_error is empty"
                 assert obs, f"action {label!r}: invalid but no explanatory observation"

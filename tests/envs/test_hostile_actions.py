@@ -230,3 +230,15 @@ def test_arguments_of_any_depth_parse_exactly_or_name_the_depth_limit(value, wra
     else:
         (got,) = parse_tool_turn(call).calls or ()
         assert got.arguments == json.loads(text)
+
+
+def test_readme_states_the_checkers_count_of_malformed_actions():
+    from pathlib import Path
+
+    from agentgym.checker import MALFORMED_ACTIONS
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    assert f"{len(MALFORMED_ACTIONS)} malformed actions" in readme
+    labels = {label for label, _ in MALFORMED_ACTIONS}
+    hostile = {"deep JSON arguments string", "4,301-digit integer", "NaN and Infinity", "escaped lone surrogates"}
+    assert hostile <= labels
