@@ -17,6 +17,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
@@ -50,6 +51,13 @@ INVALID_ACTION = (
 def format_passages(hits: list[Hit]) -> str:
     """Search-R1 passage block: one ``Doc i(Title: t) text`` line per hit."""
     return "".join(f"Doc {i}(Title: {h.doc.title}) {h.doc.text}\n" for i, h in enumerate(hits, 1))
+
+
+@functools.lru_cache(maxsize=4)
+def shared_dataset(preset: str, seed: int) -> QADataset:
+    """A preset dataset, built once and shared (read-only) by every env that asks for it: building ``small`` takes
+    seconds and megabytes, so an env server's sessions must not each build their own."""
+    return build_dataset(preset, seed=seed)
 
 
 class SearchQAEnv(AgentEnv):
@@ -116,7 +124,7 @@ class SearchQAEnv(AgentEnv):
 
             dataset = load_flashrag(questions_path, corpus_path, split=split)
         elif isinstance(dataset, str):
-            dataset = build_dataset(dataset, seed=data_seed)
+            dataset = shared_dataset(dataset, data_seed)
         self.dataset = dataset
         self.examples: list[QAExample] = dataset.split(split)
         if hop_types is not None:

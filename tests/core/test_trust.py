@@ -432,6 +432,28 @@ def test_server_process_keeps_its_token_out_of_the_command_line():
         assert ok.status_code == 200
 
 
+def test_searchqa_sessions_share_their_built_dataset():
+    import tracemalloc
+
+    from agentgym.envs.search_qa.data import build_dataset
+
+    first = gym.make("agentgym/SearchQA-v0", dataset="tiny", data_seed=3)
+    tracemalloc.start()
+    try:
+        more = [gym.make("agentgym/SearchQA-v0", dataset="tiny", data_seed=3) for _ in range(5)]
+        per_session = tracemalloc.get_traced_memory()[0] / 5
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
+        fresh = build_dataset("tiny", seed=3)
+        one_build = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert all(e.unwrapped.dataset is first.unwrapped.dataset for e in more)
+    assert per_session < one_build, (per_session, one_build)  # a session does not build its own dataset
+    assert len(fresh.corpus) == len(first.unwrapped.dataset.corpus)
+    assert first.reset(seed=1)[0] == more[0].reset(seed=1)[0]
+
+
 def test_searchqa_sessions_are_cheap_unless_the_operator_allows_more():
     assert checked_kwargs("agentgym/SearchQA-v0", {"dataset": "small"}) == {"dataset": "small"}
     for bad in ({"dataset": "100k"}, {"data_seed": 7}, {"retriever": "dense"}):
