@@ -65,6 +65,10 @@ def _schemas(cls: type[World]) -> dict[str, dict[str, Any]]:
     return {n: schema_of(getattr(cls, n)) for n in cls.tool_names()}
 
 
+#: The largest amount one bank operation may move.
+MAX_AMOUNT = 1e12
+
+
 def fmt_money(x: float) -> str:
     return f"{x:.2f}"
 
@@ -274,6 +278,10 @@ class Bank(World):
     def _amount(amount: float) -> float:
         if amount <= 0:
             raise ToolError(f"the amount must be positive, got {amount}")
+        if amount > MAX_AMOUNT:  # balances stay finite: two deposits of 1e308 would make one infinite
+            raise ToolError(f"the amount must be at most {fmt_money(MAX_AMOUNT)}, got {amount:g}")
+        if round(amount, 2) == 0:
+            raise ToolError(f"the amount must be at least 0.01, got {amount:g}")
         return round(amount, 2)
 
     def _debit(self, account: str, amount: float, verb: str) -> None:

@@ -14,7 +14,7 @@ import agentgym  # noqa: F401  (registers the envs)
 from agentgym.checker import check
 from agentgym.envs.tool_use.agents import OracleAgent, RandomAgent
 from agentgym.envs.tool_use.env import VARIANTS, ToolUseEnv
-from agentgym.envs.tool_use.tools import ArgumentError, schema_of, validate_arguments
+from agentgym.envs.tool_use.tools import ArgumentError, ToolError, schema_of, validate_arguments
 from agentgym.envs.tool_use.worlds import WORLDS, Bank
 from agentgym.rewards.matching import ToolCallMatching
 from agentgym.runner import run
@@ -278,3 +278,73 @@ def test_mixed_variant_plays_the_variant_drawn_per_task():
     for i in range(0, 30_000, 997):
         reward, info = play(env, OracleAgent(), i, "mixed")
         assert reward == 1.0, (i, info)
+
+
+# -- hostile calls (the inputs): each was an exception out of env.step -----------------------------------
+def _call(name: str, arguments: str) -> str:
+    return f'<tool_call>{{"name": "{name}", "arguments": {arguments}}}</tool_call>'
+
+
+@pytest.mark.parametrize(
+    ("world", "action", "phrase"),
+    [
+        ("filesystem", _call("cat", json.dumps('{"path": ' + "[" * 1000 + "]" * 1000 + "}")), "nested more than 64"),
+        ("filesystem", _call("cat", '{"path": ' + "1" * 4301 + "}"), "4,301 digits"),
+        ("bank", _call("deposit", '{"account": "checking", "amount": ' + "9" * 400 + "}"), "400 digits"),
+        ("bank", _call("deposit", '{"account": "checking", "amount": NaN}'), "NaN"),
+        ("bank", _call("deposit", '{"account": "checking", "amount": 1e999}'), "out of range"),
+    ],
+)
+def test_hostile_json_is_an_invalid_call_recorded_in_the_transcript(world, action, phrase):
+    env = gym.make(ENV_ID, world=world).unwrapped
+    env.reset(options={"task_index": 0})
+    state = env.world.state()
+    obs, _, terminated, truncated, info = env.step(action)
+    assert info["action_valid"] is False and phrase in info["parse_error"] and phrase in obs[0]["content"]
+    assert (info["turn"], terminated, truncated) == (1, False, False)
+    assert env.transcript[-2:] == [{"role": "assistant", "content": action}, *obs]
+    assert env.world.state() == state
+    obs, *_, info = env.step(_call(env.world.tool_names()[0], "{}"))  # the episode goes on: pwd, list_accounts
+    assert info["action_valid"] and info["turn"] == 2 and not obs[0]["content"].startswith("Error")
+
+
+def test_out_of_range_numbers_are_rejected_by_the_schema_not_the_tool():
+    schema = schema_of(Bank.deposit)["function"]
+    for amount in (10**400, 10**5000, float("inf"), float("nan")):  # OverflowError / ValueError before
+        with pytest.raises(ArgumentError, match="out of range"):
+            validate_arguments(schema, {"account": "checking", "amount": amount})
+    statement = schema_of(Bank.get_statement)["function"]
+    with pytest.raises(ArgumentError, match="out of range"):
+        validate_arguments(statement, {"account": "checking", "limit": 2**63})
+    assert validate_arguments(statement, {"account": "checking", "limit": 2**63 - 1})["limit"] == 2**63 - 1
+    deep: list = []
+    for _ in range(10_000):
+        deep = [deep]
+    free = {"name": "f", "parameters": {"properties": {"a": {"type": "array"}, "o": {"type": "object"}, "u": {}},
+                                        "required": []}}  # fmt: skip
+    for key, value in (("a", deep), ("o", {"k": deep}), ("u", deep)):  # RecursionError in a printout before
+        with pytest.raises(ArgumentError, match="nested more than 64"):
+            validate_arguments(free, {key: value})
+    assert validate_arguments(free, {"u": [[[1]]], "a": [{"b": [2]}]}) == {"a": [{"b": [2]}], "o": None, "u": [[[1]]]}
+
+
+def test_bank_amounts_stay_finite():
+    bank = Bank({"checking": ("checking", 5.0)})
+    with pytest.raises(ToolError, match="at most"):
+        bank.deposit("checking", 1.7e308)  # twice would have made the balance infinite
+    with pytest.raises(ToolError, match=r"at least 0\.01"):
+        bank.deposit("checking", 0.001)
+    assert bank.balances == {"checking": 5.0}
+
+
+def test_escaped_lone_surrogate_in_a_path_is_echoed_as_replacement_character_and_the_episode_is_written(tmp_path):
+    from agentgym.trajectory import read_trajectories
+
+    cat = _call("cat", '{"path": "a\\ud800b"}')
+    path = tmp_path / "t.jsonl"
+    (traj,) = run(ENV_ID, lambda messages, info: cat, 1, env_kwargs={"world": "filesystem", "max_turns": 2},
+                  out=path, progress=False)  # fmt: skip
+    content = traj.turns[0].observation[0]["content"]
+    assert content.startswith("Error: ") and "a\ufffdb" in content
+    (back,) = read_trajectories(path)
+    assert back.turns[0].observation == traj.turns[0].observation
