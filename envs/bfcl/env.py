@@ -29,6 +29,7 @@ import datetime
 import functools
 import hashlib
 import json
+import math
 import random
 import threading
 from collections.abc import Mapping
@@ -50,6 +51,8 @@ MAX_CALLS_PER_STEP = 16
 #: Integer arguments that would make a call run for minutes (mpmath/decimal precision, integer powers); BFCL has no
 #: such limit, but an env must not hang on one call.
 ARGUMENT_LIMITS = {"precision": 1000, "exponent": 10_000}
+#: The most digits an integer result may have: Python prints no longer integer (``sys.get_int_max_str_digits``).
+MAX_RESULT_DIGITS = 4300
 #: Serialises tool calls across threads: ``MathAPI.logarithm`` sets mpmath's process-wide precision before computing.
 _CALL_LOCK = threading.Lock()
 #: How much of each missing gold result ``turn_check`` repeats.
@@ -67,6 +70,15 @@ SYSTEM = (
     "have, say so in plain text instead of calling anything."
 )
 ADDED = "You can now also call these functions:\n<tools>\n{tools}\n</tools>\nPlease go on with what I asked before."
+
+
+def _check_power(base: Any, exponent: Any) -> None:
+    """Refuse an integer power with more than ``MAX_RESULT_DIGITS`` digits (MathAPI.power computes it exactly, taking
+    about 0.5 s for 10**99 ** 10_000, and then cannot print it)."""
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in (base, exponent)) or abs(base) < 2:
+        return
+    if exponent > 0 and exponent * math.log10(abs(base)) > MAX_RESULT_DIGITS:
+        raise ArgumentError(f"power(base, exponent) would have more than {MAX_RESULT_DIGITS} digits here.")
 
 
 def format_result(value: Any) -> str:
@@ -346,6 +358,8 @@ class BFCLEnv(AgentEnv):
                     value = args.get(key)
                     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > limit:
                         raise ArgumentError(f"Argument {key!r} of {call.name} must be at most {limit} here.")
+                if call.name == "power":
+                    _check_power(args.get("base"), args.get("exponent"))
             except ArgumentError as e:
                 errors.append(f"Error: {e}")
                 out.append({**msg, "content": f"Error: {e}"})

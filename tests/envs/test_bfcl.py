@@ -369,3 +369,43 @@ def test_unavailable_env_constructs_and_explains_itself(monkeypatch):
         monkeypatch.undo()
         data.unavailable_reason.cache_clear()
     assert data.unavailable_reason() is None
+
+
+# -- hostile calls (the inputs): each was an exception out of env.step ---------------------------------------
+MATH_TASK = "multi_turn_base_15"  # GorillaFileSystem and MathAPI: integer and number parameters
+
+
+def _raw(name: str, arguments: str) -> str:
+    return f'<tool_call>{{"name": "{name}", "arguments": {arguments}}}</tool_call>'
+
+
+@pytest.mark.parametrize(
+    ("action", "phrase"),
+    [
+        (_raw("add", json.dumps('{"a": ' + "[" * 1000 + "]" * 1000 + ', "b": 1}')), "nested more than 64"),
+        (_raw("add", '{"a": ' + "9" * 4301 + ', "b": 1}'), "4,301 digits"),
+        (_raw("add", '{"a": ' + "9" * 400 + ', "b": 1}'), "400 digits"),
+        (_raw("add", '{"a": 1e400, "b": 1}'), "out of range"),
+        (_raw("add", '{"a": Infinity, "b": 1}'), "Infinity"),
+        (_raw("tail", '{"file_name": "a", "lines": ' + str(2**63) + "}"), "out of range"),
+        (_raw("power", '{"base": ' + "9" * 99 + ', "exponent": 10000}'), "more than 4300 digits"),
+        (json.dumps({"tool_calls": [{"function": {"name": "add", "arguments": '{"a": NaN, "b": 1}'}}]}), "NaN"),
+    ],
+)
+def test_hostile_calls_are_invalid_change_nothing_and_are_recorded(action, phrase):
+    env = BFCLEnv(category="base")
+    env.reset(options={"task_id": MATH_TASK})
+    before = state_digest(env.instances)
+    obs, _, terminated, _, info = env.step(action)
+    assert info["action_valid"] is False and phrase in info["parse_error"] and phrase in obs[0]["content"]
+    assert info["turn"] == 1 and not terminated and env.transcript[-2]["content"] == action
+    assert state_digest(env.instances) == before
+    _, _, _, _, info = env.step(call("add", a=1, b=2))  # the episode goes on
+    assert info["action_valid"] and info["turn"] == 2
+
+
+def test_a_big_but_printable_power_still_runs():
+    env = BFCLEnv(category="base")
+    env.reset(options={"task_id": MATH_TASK})
+    obs, _, _, _, info = env.step(call("power", base=10**50, exponent=80))  # 4,001 digits
+    assert info["action_valid"] and obs[0]["content"].startswith('{"result": 1000')
