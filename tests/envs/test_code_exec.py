@@ -384,3 +384,45 @@ def test_snapshot_pickle_and_close():
     assert obs[0]["content"] == "3\n"
     env.close()
     clone.close()
+
+
+# -- hostile calls (the issue's inputs) ------------------------------------------------------------------------
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("backend", ["pool", "subprocess"])
+def test_escaped_lone_surrogate_in_code_runs_as_replacement_character(backend):
+    """``print(1) # \\ud800`` in a JSON call (both formats) used to break writing the program into the work dir."""
+    env = CodeExecEnv(family="numbers", backend=backend)
+    try:
+        env.reset(options={"task_index": 0})
+        hermes = '<tool_call>{"name": "python", "arguments": {"code": "print(1) # \\ud800\\nprint(\'\\udfff\')"}}'
+        openai = json.dumps(
+            {"tool_calls": [{"function": {"name": "python", "arguments": '{"code": "print(1) # \\ud800"}'}}]}
+        )
+        for action in (hermes + "</tool_call>", openai):
+            obs, _, terminated, _, info = env.step(action)
+            assert info["action_valid"] and info["run_statuses"] == ["ok"] and not terminated
+            assert obs[0]["content"].startswith("1\n")
+        assert obs[0]["content"] == "1\n"
+        assert env.run_code("print(len('\ud800x'))").stdout == "2\n"  # direct callers too
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize(
+    ("action", "phrase"),
+    [
+        (f'<tool_call>{{"name": "python", "arguments": {json.dumps("[" * 1000)}}}</tool_call>', "nested more than 64"),
+        (
+            '<tool_call>{"name": "submit_answer", "arguments": {"answer": ' + "4" * 4301 + "}}</tool_call>",
+            "4,301 digits",
+        ),
+        ('<tool_call>{"name": "submit_answer", "arguments": {"answer": ' + "4" * 400 + "}}</tool_call>", "400 digits"),
+        ('<tool_call>{"name": "submit_answer", "arguments": {"answer": NaN}}</tool_call>', "NaN"),
+    ],
+)
+def test_hostile_calls_are_invalid_and_do_not_end_the_episode(envs, action, phrase):
+    env = envs["numbers"]
+    env.reset(options={"task_index": 0})
+    obs, _, terminated, truncated, info = env.step(action)
+    assert info["action_valid"] is False and phrase in info["parse_error"] and phrase in obs[0]["content"]
+    assert (info["turn"], terminated, truncated) == (1, False, False) and env.transcript[-2]["content"] == action
