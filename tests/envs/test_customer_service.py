@@ -503,3 +503,40 @@ def test_simulator_failure_truncates():
     obs, reward, terminated, truncated, info = env.step("Hello, how can I help?")
     assert truncated and not terminated and reward == 0.0
     assert info["simulator_failure"]["kind"] == "connection" and info["metrics"]["simulator_failure"] == 1.0
+
+
+# -- hostile calls (the inputs): each was an exception out of env.step ---------------------------------------
+def _raw(name: str, arguments: str) -> str:
+    return f'<tool_call>{{"name": "{name}", "arguments": {arguments}}}</tool_call>'
+
+
+@pytest.mark.parametrize(
+    ("action", "phrase"),
+    [
+        (_raw("get_order", json.dumps('{"order_id": ' + "[" * 1000 + "]" * 1000 + "}")), "nested more than 64"),
+        (_raw("get_order", '{"order_id": ' + "7" * 4301 + "}"), "4,301 digits"),
+        (_raw("list_orders", '{"user_id": ' + "7" * 400 + "}"), "400 digits"),
+        (_raw("interact_with_env", '{"choice": "action", "content": -Infinity}'), "-Infinity"),
+        (json.dumps({"tool_calls": [{"function": {"name": "get_order", "arguments": "[" * 5000}}]}), "nested more"),
+    ],
+)
+def test_hostile_calls_are_invalid_and_recorded(action, phrase):
+    env = gym.make(ENV_ID).unwrapped
+    env.reset(options={"task_index": 0})
+    state = env.world.state()
+    obs, _, terminated, truncated, info = env.step(action)
+    assert info["action_valid"] is False and phrase in info["parse_error"] and phrase in obs[0]["content"]
+    assert (info["turn"], terminated, truncated) == (1, False, False) and env.transcript[-2]["content"] == action
+    assert env.world.state() == state
+
+
+def test_escaped_lone_surrogates_reach_tools_and_the_user_as_replacement_characters():
+    env = gym.make(ENV_ID).unwrapped
+    env.reset(options={"task_index": 0})
+    obs, *_, info = env.step(_raw("find_user_by_email", '{"email": "a\\ud800@x.com"}'))
+    assert info["action_valid"] and "a\ufffd@x.com" in obs[0]["content"]
+    obs, *_, info = env.step(
+        _raw("interact_with_env", '{"choice": "action", "content": "Hello \\udfff, who are you?"}')
+    )
+    assert info["action_valid"] and obs
+    json.dumps([obs, info, env.transcript], ensure_ascii=False).encode("utf-8")
