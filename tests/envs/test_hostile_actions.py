@@ -242,3 +242,32 @@ def test_readme_states_the_checkers_count_of_malformed_actions():
     labels = {label for label, _ in MALFORMED_ACTIONS}
     hostile = {"deep JSON arguments string", "4,301-digit integer", "NaN and Infinity", "escaped lone surrogates"}
     assert hostile <= labels
+
+
+class _Buggy(agentgym.AgentEnv):
+    """Raises from ``_step`` on the action "bug" (an env bug, not a bad action)."""
+
+    num_tasks = 1
+
+    def __init__(self) -> None:
+        super().__init__(max_turns=5)
+
+    def _reset(self, task_index: int, options: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        return [{"role": "user", "content": "go"}], {"gold": {}}
+
+    def _step(self, action: str) -> agentgym.StepResult:
+        if action == "bug":
+            raise ZeroDivisionError("env bug")
+        return agentgym.StepResult([{"role": "user", "content": f"turn {self.turn}"}])
+
+
+def test_a_step_that_raises_is_undone_and_the_episode_can_go_on():
+    env = _Buggy()
+    env.reset(seed=0)
+    env.step("ok")
+    before = (env.turn, env.transcript)
+    with pytest.raises(ZeroDivisionError):
+        env.step("bug")
+    assert (env.turn, env.transcript) == before  # the turn counter did not advance past an unrecorded turn
+    obs, *_, info = env.step("ok")
+    assert obs == [{"role": "user", "content": "turn 2"}] and info["turn"] == 2
