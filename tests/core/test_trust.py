@@ -481,3 +481,11 @@ def test_a_dataset_rows_env_kwargs_are_checked_and_the_trainers_config_is_the_op
     assert env.unwrapped.spec_kwargs()["cache_dir"] == cache
     env.close()
     assert listener.connections == 0
+
+
+def test_agentgym_serve_refuses_an_operator_argument_no_served_env_takes(capsys):
+    assert main(["serve", "agentgym/Household-v0", "--env-arg", "cache_dir=/srv/cache"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no served env takes an argument 'cache_dir'" in err
+    assert main(["serve", "agentgym/Household-v0", "--env-arg", "agentgym/Chain-v0:horizon=3"]) == 2
+    assert "not one of the served envs" in capsys.readouterr().err
