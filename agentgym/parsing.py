@@ -257,9 +257,8 @@ MAX_JSON_DEPTH = 64
 MAX_INT_DIGITS = 100
 
 _JSON_SPECIAL = re.compile(r'[\\"\[\]{}]')
-_LONG_INT = re.compile(rf"[0-9]{{{MAX_INT_DIGITS + 1}}}")
-#: A surrogate escape (``\ud800``-``\udfff``) or a raw surrogate: either can leave a lone surrogate in decoded text.
-_MAY_HOLD_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]|[\ud800-\udfff]")
+#: A surrogate escape (``\ud800``-``\udfff``): it may decode into a lone surrogate.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -318,6 +317,10 @@ def _constant(name: str) -> Any:
     raise _LimitHit(f"it holds {name}, which is not a JSON number (use a finite number or null)")
 
 
+#: The decoder of ``loads_untrusted`` (immutable; its hooks enforce the limits on numbers).
+_DECODER = json.JSONDecoder(parse_int=_int, parse_float=_float, parse_constant=_constant)
+
+
 def _scrub(value: Any) -> Any:
     """``value`` with every lone surrogate in its strings (keys too) replaced by U+FFFD (depth is bounded)."""
     if isinstance(value, str):
@@ -349,16 +352,16 @@ def loads_untrusted(text: str, what: str = "The JSON") -> Any:
             f"{what} is nested more than {MAX_JSON_DEPTH} levels deep; use at most {MAX_JSON_DEPTH} levels of arrays "
             "and objects."
         )
-    parse_int = _int if _LONG_INT.search(text) else None
     try:
-        value = json.loads(text, parse_int=parse_int, parse_float=_float, parse_constant=_constant)
+        value = _DECODER.decode(text)
     except json.JSONDecodeError as e:
         raise InvalidJSONError(f"{what} is not valid JSON: {e.msg} (at character {e.pos}).") from None
     except _LimitHit as e:
         raise JSONLimitError(f"{what} cannot be read: {e}.") from None
     except (RecursionError, ValueError) as e:  # not expected past the checks above; still a clear invalid action
         raise InvalidJSONError(f"{what} cannot be read ({type(e).__name__}).") from None
-    return _scrub(value) if _MAY_HOLD_SURROGATE.search(text) else value
+    escaped = "\\u" in text and _SURROGATE_ESCAPE.search(text) is not None
+    return _scrub(value) if escaped or (not text.isascii() and _SURROGATE.search(text)) else value
 
 
 def _tool_call_from_obj(obj: Any, call_id: str | None = None) -> ToolCall:
