@@ -185,7 +185,7 @@ def _agent_diff(
         action = agent.act(list(messages), info)
     except Exception as e:
         return f"turn {k}: the agent {agent.name!r} raised {type(e).__name__}: {e}; recorded action {recorded[:80]!r}"
-    if _canon(action) != _canon(recorded):
+    if action != recorded and _canon(action) != _canon(recorded):
         return f"turn {k}: the agent {agent.name!r} plays {action[:80]!r}, the record says {recorded[:80]!r}"
     return None
 
@@ -373,7 +373,7 @@ def _plan_diff(traj: Trajectory, h: RunHeader, position: int) -> str | None:
             str(position // h.group_size) if h.group_size > 1 else None]  # fmt: skip
     got = [traj.env_id, traj.env_kwargs, traj.agent, traj.seed, traj.group_id]
     for name, want, have in zip(["env_id", "env_kwargs", "agent", "seed", "group_id"], plan, got, strict=True):
-        if _canon(want) != _canon(have):
+        if type(want) is not type(have) or want != have or (name == "env_kwargs" and _canon(want) != _canon(have)):
             return f"the record's {name} is {_canon(have)[:80]}, the run's plan says {_canon(want)[:80]}"
     if any(t.token_spans is not None for t in traj.turns):
         return "the record has token spans: a run records none"

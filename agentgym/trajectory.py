@@ -310,7 +310,7 @@ def _check_version(version: Any) -> int:
 
 def _escape_surrogates(text: str) -> str:
     """``text`` (JSON) with each surrogate pair joined into its character and each lone surrogate escaped."""
-    if not _SURROGATE.search(text):
+    if text.isascii() or not _SURROGATE.search(text):  # isascii is O(1) in CPython
         return text
     joined = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", joined)
@@ -355,11 +355,12 @@ def checksum(d: dict[str, Any], version: int = FORMAT_VERSION) -> str:
 
 def _line(d: dict[str, Any]) -> str:
     """The record ``d`` with its checksum, as one line of JSON (no newline)."""
-    raw = _raw_json(d)
-    if _SURROGATE.search(raw):  # the checksum is of what will be read back: surrogate pairs joined
-        d = json.loads(_escape_surrogates(raw))
-    d["checksum"] = checksum(d)
-    return _text(d)
+    d = {k: v for k, v in d.items() if k != "checksum"}
+    text = _raw_json(d)
+    if not text.isascii() and _SURROGATE.search(text):  # the checksum is of what will be read back: surrogate pairs joined
+        text = _escape_surrogates(text)
+        d = json.loads(text)
+    return f'{text[:-1]},"checksum":"{checksum(d)}"}}'  # the same as dumping d with its checksum, once
 
 
 def dumps(traj: Trajectory | RunHeader) -> str:
