@@ -4,11 +4,16 @@ VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 EPISODES ?= 2000
+# `make bench` writes to BENCH_OUT; a rerun first moves the earlier bench aside (to BENCH_OUT.<UTC time>, and says
+# so) unless OVERWRITE=1 replaces it. ARGS adds `agentgym bench` options, e.g. ARGS="--env agentgym/Chain-v0".
+BENCH_OUT ?= reports/bench
+OVERWRITE ?=
+ARGS ?=
 # torch comes from the default package index unless TORCH_INDEX names another one: where the default index serves
 # CUDA builds of torch (multi-GB), pass PyTorch's CPU wheel index, e.g. `make test TORCH_INDEX=<url>`.
 TORCH_INDEX ?=
 
-.PHONY: setup bench test test-fast lint format clean
+.PHONY: setup bench test test-fast lint format clean distclean
 
 setup: $(VENV)/.installed
 
@@ -22,7 +27,10 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 bench: setup
-	$(VENV)/bin/agentgym bench --episodes $(EPISODES) --out reports/bench
+	@if [ -z "$(OVERWRITE)" ] && [ -n "$$(ls -A '$(BENCH_OUT)' 2>/dev/null)" ]; then \
+		kept='$(BENCH_OUT)'.$$(date -u +%Y%m%dT%H%M%SZ); mv '$(BENCH_OUT)' "$$kept" && \
+		echo "make bench: the earlier bench is kept in $$kept (OVERWRITE=1 replaces it instead)"; fi
+	$(VENV)/bin/agentgym bench --episodes $(EPISODES) --out $(BENCH_OUT) $(if $(OVERWRITE),--overwrite) $(ARGS)
 
 test: setup
 	$(PY) -m pytest -q
@@ -36,5 +44,15 @@ lint: setup
 format: setup
 	$(VENV)/bin/ruff format . && $(VENV)/bin/ruff check --fix .
 
+.PHONY: sandbox-image
+# The Docker sandbox's image (agentgym-sandbox:bookworm, or AGENTGYM_DOCKER_IMAGE), built offline from Debian's
+# packages; needs root, debootstrap and a running engine. Does nothing when the image exists.
+sandbox-image:
+	bash tools/sandbox/build_image.sh
+
+# clean: outputs and caches (reports/ and runs/ included); the virtualenv stays. distclean removes it too.
 clean:
-	rm -rf $(VENV) reports runs .pytest_cache .ruff_cache .hypothesis
+	rm -rf reports runs .pytest_cache .ruff_cache .hypothesis
+
+distclean: clean
+	rm -rf $(VENV)
