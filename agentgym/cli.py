@@ -16,10 +16,16 @@ agentgym train --preset tiny
 from __future__ import annotations
 
 import argparse
+import collections.abc
+import difflib
 import functools
+import inspect
 import json
+import os
 import sys
-from collections.abc import Mapping, Sequence
+import types
+import typing
+from collections.abc import Iterable, Mapping, Sequence
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any
@@ -36,8 +42,16 @@ class DefaultsFormatter(argparse.HelpFormatter):
         return f"{text} (default: %(default)s)" if shown and "%(default)" not in text else text
 
 
-class UserError(Exception):
-    """A mistake in the command line (unknown env or agent, bad argument, missing file): one line, exit 2."""
+class UserError(ValueError):
+    """A mistake in the command line (unknown env or agent, bad argument, missing file): ``main`` prints it as one
+    line and exits 2, whichever command (plugins included) raised it."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors are one line on stderr (exit 2), like every other user error."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
 
 
 def _kv_pairs(pairs: Sequence[str]) -> list[tuple[str, Any]]:
@@ -59,38 +73,175 @@ def _kv(pairs: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` for the closest of ``choices`` to ``name`` (difflib), or ``""``.
+
+    >>> did_you_mean("orcale", ["oracle", "random"])
+    "; did you mean 'oracle'?"
+    """
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def check_env_id(env_id: str) -> None:
+    """An env id that is not registered is a ``UserError`` naming the closest registered id."""
+    import gymnasium as gym
+
+    if env_id in gym.registry:
+        return
+    ids = list(gym.registry)
+    by_name = {i.split("/", 1)[-1]: i for i in ids}  # "Chian-v0" finds "agentgym/Chain-v0" too
+    close = difflib.get_close_matches(env_id, ids, n=1, cutoff=0.6)
+    close = close or [by_name[m] for m in difflib.get_close_matches(env_id.split("/", 1)[-1], by_name, n=1)]
+    hint = f"; did you mean {close[0]}?" if close else ""
+    raise UserError(f"unknown env id {env_id!r}{hint} (agentgym list shows them all)")
+
+
+def _type_text(tp: Any) -> str:
+    """How an error names an annotation: ``an int``, ``a string or None``, ``one of 'tiny', 'small'``."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Union or isinstance(tp, types.UnionType):
+        return " or ".join(dict.fromkeys(_type_text(a) for a in typing.get_args(tp)))
+    if origin is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    names = {type(None): "None", bool: "true or false", int: "an int", float: "a number", str: "a string"}
+    names.update(dict.fromkeys((list, tuple, Sequence), "a list") | dict.fromkeys((dict, Mapping), "a JSON object"))
+    kind = origin or tp
+    if kind in names:
+        return names[kind]
+    if isinstance(kind, type) and issubclass(kind, os.PathLike):
+        return "a path"
+    return f"a {getattr(kind, '__name__', kind)}"
+
+
+def value_fits(value: Any, tp: Any) -> bool:
+    """Whether a JSON value (what ``--env-arg`` gives) can stand for an argument annotated ``tp``. An annotation this
+    cannot judge (``Any``, a type variable, a string it could not resolve) accepts anything.
+
+    >>> value_fits("six", int), value_fits(6, int), value_fits(6, float), value_fits(True, int)
+    (False, True, True, False)
+    >>> value_fits(None, int | None), value_fits("huge", typing.Literal["tiny", "small"])
+    (True, False)
+    """
+    origin = typing.get_origin(tp)
+    if origin is typing.Union or isinstance(tp, types.UnionType):
+        return any(value_fits(value, a) for a in typing.get_args(tp))
+    if origin is typing.Literal:
+        return any(value == a and type(value) is type(a) for a in typing.get_args(tp))
+    if origin is typing.Annotated:
+        return value_fits(value, typing.get_args(tp)[0])
+    kind = origin or tp
+    if tp is None or kind is type(None):
+        return value is None
+    if not isinstance(kind, type) or kind in (object, typing.Any):
+        return True
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind in (int, float):
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        return number and (kind is float or isinstance(value, int))
+    if kind is str or issubclass(kind, os.PathLike):
+        return isinstance(value, str)
+    if kind in (list, tuple, Sequence, collections.abc.Iterable, collections.abc.Collection):
+        return isinstance(value, list)
+    if kind in (dict, Mapping):
+        return isinstance(value, dict)
+    try:
+        return isinstance(value, kind)
+    except TypeError:  # a class isinstance cannot judge (a protocol that is not runtime-checkable)
+        return True
+
+
+def _entry_point(env_id: str) -> Any:
+    """What a registered env id builds: its class (or factory function), imported."""
+    import gymnasium as gym
+
+    entry = gym.spec(env_id).entry_point
+    return gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+
+
+def _constructor(env_id: str) -> tuple[dict[str, inspect.Parameter], dict[str, Any], bool]:
+    """The constructor's keyword parameters of a registered env (following ``**kwargs`` up the class hierarchy),
+    their resolved annotations, and whether it still takes any keyword (a ``**kwargs`` at the top)."""
+    entry = _entry_point(env_id)
+    params: dict[str, inspect.Parameter] = {}
+    hints: dict[str, Any] = {}
+    inits = [k.__dict__["__init__"] for k in entry.__mro__ if k is not object and "__init__" in k.__dict__]
+    for fn in inits if isinstance(entry, type) else [entry]:
+        try:
+            found = typing.get_type_hints(fn)
+        except Exception:  # an annotation that does not resolve here (a TYPE_CHECKING import): not judged
+            found = {}
+        own = inspect.signature(fn).parameters
+        for name, p in own.items():
+            if name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name not in params:
+                params[name] = p
+                if name in found:
+                    hints[name] = found[name]
+        if not any(p.kind == p.VAR_KEYWORD for p in own.values()):
+            return params, hints, False
+    return params, hints, True
+
+
+#: ``gymnasium.make``'s own keyword arguments, which ``--env-arg`` may set too (e.g. ``max_episode_steps``).
+MAKE_ARGS = ("max_episode_steps", "autoreset", "apply_api_compatibility", "disable_env_checker")
+
+
+def check_env_kwargs(env_id: str, env_kwargs: Mapping[str, Any]) -> None:
+    """Check ``--env-arg`` values against the env constructor's signature and annotations, before anything is built:
+    an argument it does not take, or a value of the wrong type (``max_turns=six``), is a one-line ``UserError``."""
+    try:
+        params, hints, open_ended = _constructor(env_id)
+    except Exception:  # an entry point that does not import: gymnasium.make says why
+        return
+    for name, value in env_kwargs.items():
+        if name in MAKE_ARGS:
+            continue
+        if name not in params:
+            if open_ended:
+                continue
+            raise UserError(f"{env_id} takes no argument {name!r}{did_you_mean(name, params)} (it takes: "
+                            f"{', '.join(sorted(params))})")  # fmt: skip
+        if name in hints and not value_fits(value, hints[name]):
+            raise UserError(f"{env_id}: {name} must be {_type_text(hints[name])}, got {value!r}")
+
+
 def _make_env(env_id: str, env_kwargs: dict[str, Any]) -> Any:
     """``gymnasium.make``, with an unknown id or a bad constructor argument turned into a ``UserError``."""
     import gymnasium as gym
 
+    check_env_id(env_id)
+    check_env_kwargs(env_id, env_kwargs)
     try:
         return gym.make(env_id, **env_kwargs)
     except (gym.error.Error, TypeError, ValueError) as e:
         raise UserError(f"cannot make {env_id} with {env_kwargs}: {' '.join(str(e).split())}") from None
 
 
-def _prepare_out(out: Path, patterns: Sequence[str], *, named: bool, overwrite: bool, keep: bool = False) -> None:
+def _prepare_out(
+    out: Path, patterns: Sequence[str], *, named: bool, overwrite: bool, keep: bool = False, appendable: bool = False
+) -> None:
     """Make the output folder ready: the files a command writes (``patterns``) are removed first, so no stale
     output of an earlier run is left; a folder the user named (``named``) that holds such files is refused
-    unless ``overwrite``. The default folder always holds the latest run. ``keep`` leaves them (resuming)."""
+    unless ``overwrite``. The default folder always holds the latest run. ``keep`` leaves them (resuming);
+    ``appendable``: the refusal also offers ``--append`` (the command can continue the earlier run)."""
     found = sorted(p for pattern in patterns for p in out.glob(pattern) if p.is_file())
     if keep or not found:
         return
     if named and not overwrite:
-        raise UserError(f"{out} holds the output of an earlier run ({found[0].name}, ...); pass --overwrite to "
-                        "replace it, or choose another --out")  # fmt: skip
+        options = "--overwrite to replace it, --append to continue it," if appendable else "--overwrite to replace it,"
+        raise UserError(f"{out} holds the output of an earlier run ({found[0].name}, ...); pass {options} or "
+                        "choose another --out")  # fmt: skip
     for p in found:
         p.unlink()
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    import gymnasium as gym
-
     from agentgym.registry import list_envs
     from agentgym.runner import GENERIC_AGENTS, builtin_agents
 
     for env_id in list_envs():
-        agents = builtin_agents(gym.make(env_id, **_kv(args.env_arg))) if args.agents else []
+        agents = builtin_agents(_make_env(env_id, _kv(args.env_arg))) if args.agents else []
         suffix = f"  agents: {', '.join([*agents, *GENERIC_AGENTS])}" if agents else ""
         print(f"{env_id}{suffix}")
     return 0
@@ -106,6 +257,8 @@ BENCH_OUTPUTS = ("report.md", "results.json", "*.png", "trajectories/*.jsonl")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from agentgym.agents.base import AgentError
+    from agentgym.registry import unavailable_reason
     from agentgym.runner import RunAborted, format_table, make_agent, run_to_file
 
     out = Path(args.out or DEFAULT_RUN_OUT)
@@ -113,19 +266,31 @@ def cmd_run(args: argparse.Namespace) -> int:
     env_kwargs, agent_kwargs = _kv(args.env_arg), _kv(args.agent_arg)
     probe = _make_env(args.env_id, env_kwargs)
     try:
-        make_agent(args.agent, probe, **agent_kwargs).close()
-    except (TypeError, ValueError) as e:
+        if reason := unavailable_reason(probe):  # e.g. TextWorld without game_file=: say that, not "unknown agent"
+            raise UserError(" ".join(reason.split()))
+        agent = make_agent(args.agent, probe, **agent_kwargs)
+        try:
+            agent.preflight()  # e.g. nothing listens at the openai agent's base_url: say so now, not after retries
+        finally:
+            agent.close()
+    except (TypeError, ValueError, AgentError) as e:
         probe.close()
         raise UserError(" ".join(str(e).split())) from None
     made = [probe]
     factory = lambda: made.pop() if made else _make_env(args.env_id, env_kwargs)  # the probe env first
-    _prepare_out(out, RUN_OUTPUTS, named=args.out is not None, overwrite=args.overwrite, keep=args.append)
+    _prepare_out(out, RUN_OUTPUTS, named=args.out is not None, overwrite=args.overwrite, keep=args.append,
+                 appendable=True)  # fmt: skip
     try:
         summary = run_to_file(
             args.env_id, args.agent, args.episodes, path, resume=args.append, progress=not args.quiet,
             seed=args.seed, env_kwargs=env_kwargs, agent_kwargs=agent_kwargs, tasks=args.tasks,
             group_size=args.group_size, workers=args.workers, make_env=factory,
         )  # fmt: skip
+    except KeyboardInterrupt:
+        from agentgym.trajectory import count_records
+
+        raise KeyboardInterrupt(f"{count_records(path)} records written to {path} (continue the run: the same "
+                                "command plus --append)") from None  # fmt: skip
     except RunAborted as e:
         print(f"agentgym run: {e}; the episodes played so far are in {path}", file=sys.stderr)
         return 1
@@ -150,7 +315,31 @@ def _print_report(table_text: str, skipped: dict[str, str], report: Path | None,
         print(f"plot:   {p}")
 
 
+def _bench_selection(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """The envs ``bench`` plays, each with its ``--env-arg`` kwargs, after checking the ids, the kwargs and the
+    ``--agent`` names (against the built-in agents of those envs' classes): every mistake is a ``UserError`` before
+    the output folder is touched."""
+    from agentgym.registry import list_envs
+
+    for env_id in args.env:
+        check_env_id(env_id)
+    env_ids = args.env or list_envs()
+    env_kwargs = _kv(args.env_arg)
+    for env_id in env_ids:
+        try:
+            check_env_kwargs(env_id, env_kwargs)
+        except UserError as e:
+            raise UserError(f"{e}; --env-arg goes to every env of the bench: pick envs with --env") from None
+    known = {a for env_id in env_ids for a in getattr(_entry_point(env_id), "agents", {})}
+    for agent in args.agent:
+        if agent not in known:
+            raise UserError(f"unknown agent {agent!r}{did_you_mean(agent, known)} (the bench plays the envs' "
+                            f"built-in agents: {', '.join(sorted(known))})")  # fmt: skip
+    return {env_id: dict(env_kwargs) for env_id in env_ids}
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
+    selection = _bench_selection(args)
     if args.rewards:
         from agentgym.reward_bench import reward_bench
         from agentgym.reward_bench import table as reward_table
@@ -158,8 +347,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         out = Path(args.out or DEFAULT_REWARDS_OUT)
         _prepare_out(out, BENCH_OUTPUTS, named=args.out is not None, overwrite=args.overwrite)
         rewards = reward_bench(
-            args.env or None, episodes=args.episodes, seed=args.seed, out=out, agents=args.agent or None
-        )
+            args.env or None, episodes=args.episodes, seed=args.seed, out=out, agents=args.agent or None,
+            env_kwargs=selection,
+        )  # fmt: skip
         _print_report(reward_table(rewards.rows), rewards.skipped, rewards.report_path, rewards.plots)
         return 0
     from agentgym.bench import bench, table
@@ -167,10 +357,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     _prepare_out(Path(args.out or DEFAULT_BENCH_OUT), BENCH_OUTPUTS, named=args.out is not None,
                  overwrite=args.overwrite)  # fmt: skip
     result = bench(
-        episodes=args.episodes, seed=args.seed, out=args.out or DEFAULT_BENCH_OUT, envs=args.env or None,
+        episodes=args.episodes, seed=args.seed, out=args.out or DEFAULT_BENCH_OUT, envs=list(selection),
         agents=args.agent or None, workers=args.workers, progress=not args.quiet, trials=args.trials,
+        env_kwargs=selection,
     )  # fmt: skip
     _print_report(table(result.rows), result.skipped, result.report_path, result.plots)
+    if not result.rows:
+        print("agentgym bench: nothing ran (every selected env was skipped: see above)", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -242,7 +436,6 @@ def _check_recorded_args(path: str, env_args: Mapping[str, Any]) -> None:
         raise UserError(f"cannot read {path}: {e.strerror or e}") from None
 
 
-
 def _printable(text: str) -> str:
     """``text`` from a file, safe to print on one line: control characters and lone surrogates escaped."""
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
@@ -259,10 +452,15 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"agentgym serve-retriever: error: {exc}", file=sys.stderr)
         return 2
-    serve_retriever(
-        args.corpus, retriever=args.retriever, host=args.host, port=args.port, cache_dir=args.cache_dir,
-        token=token, header_timeout=args.header_timeout,
-    )  # fmt: skip
+    try:
+        serve_retriever(
+            args.corpus, retriever=args.retriever, host=args.host, port=args.port, cache_dir=args.cache_dir,
+            token=token, header_timeout=args.header_timeout,
+        )  # fmt: skip
+    except FileNotFoundError:
+        raise UserError(f"no corpus file at {args.corpus} (JSONL, one id and contents per line)") from None
+    except (OSError, ValueError) as exc:  # the corpus or --retriever given: unreadable, not JSONL, an unknown spec
+        raise UserError(f"{type(exc).__name__}: {exc}" if isinstance(exc, OSError) else str(exc)) from None
     return 0
 
 
@@ -316,9 +514,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def build_parser(plugins: Mapping[str, EntryPoint] | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="agentgym", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = OneLineParser(prog="agentgym", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     command = functools.partial(sub.add_parser, formatter_class=DefaultsFormatter)
 
@@ -362,6 +558,10 @@ def build_parser(plugins: Mapping[str, EntryPoint] | None = None) -> argparse.Ar
     p.add_argument("--overwrite", action="store_true", help="replace the output of an earlier bench in --out")
     p.add_argument("--env", action="append", default=[], help="restrict to these env ids")
     p.add_argument("--agent", action="append", default=[], help="restrict to these agents")
+    p.add_argument(
+        "--env-arg", action="append", default=[], metavar="KEY=VALUE",
+        help="env constructor argument, given to every env of the bench (pick them with --env)",
+    )  # fmt: skip
     p.add_argument("--workers", type=int, default=1, help="parallel episodes (threads); output is identical")
     p.add_argument(
         "--trials",
@@ -483,7 +683,23 @@ def run_plugin(ep: EntryPoint, argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command. A ``UserError`` (from any command, plugins included) is one line and exit 2; Ctrl-C is one
+    line and exit 130: ``interrupted``, plus what the command had written when it re-raises ``KeyboardInterrupt``
+    with a note (``agentgym run``: how many records, and how to continue)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    name = f"agentgym {argv[0]}" if argv[:1] and not argv[0].startswith("-") else "agentgym"
+    try:
+        return _dispatch(argv)
+    except UserError as e:
+        print(f"{name}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as e:
+        note = " ".join(str(e).split())
+        print(f"{name}: interrupted" + (f"; {note}" if note else ""), file=sys.stderr)
+        return 130
+
+
+def _dispatch(argv: list[str]) -> int:
     plugins = plugin_commands()
     if argv[:1] and argv[0] in plugins:  # a plugin has its own parser: hand it every other argument, --help included
         return run_plugin(plugins[argv[0]], argv[1:])
@@ -495,11 +711,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--episodes ({args.episodes}) must be a positive multiple of --group-size ({args.group_size})")
     import agentgym  # noqa: F401  (registers the envs)
 
-    try:
-        return int(args.fn(args) or 0)
-    except UserError as e:
-        print(f"agentgym {args.command}: error: {e}", file=sys.stderr)
-        return 2
+    return int(args.fn(args) or 0)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ checkpoint reproduces the uninterrupted run exactly (on CPU with deterministic k
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import time
@@ -302,16 +301,27 @@ def train(config: TrainConfig) -> dict[str, Any]:
     }
 
 
+#: What a run writes into its ``out_dir``: a folder holding any of them holds a run.
+RUN_FILES = ("checkpoint.pt", "metrics.jsonl", "config.json", "metrics.png")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI: ``--preset NAME`` and/or ``--config FILE`` (JSON/TOML), ``--set key=value`` overrides (JSON values)."""
-    parser = argparse.ArgumentParser(prog="agentgym train", description=__doc__.splitlines()[0])
+    """CLI: ``--preset NAME`` and/or ``--config FILE`` (JSON/TOML), ``--set key=value`` overrides (JSON values).
+
+    Usage errors (a missing model folder, a run folder that holds a run without ``--resume`` or ``--overwrite``)
+    are one line and exit 2; Ctrl-C says where the last checkpoint is (``agentgym.cli.main`` prints it, exit 130).
+    """
+    from agentgym.cli import OneLineParser, UserError
+
+    parser = OneLineParser(prog="agentgym train", description=__doc__.splitlines()[0])
     parser.add_argument("--preset", choices=sorted(PRESETS))
     parser.add_argument("--config", dest="config_file")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--model", help="local model directory (overrides the preset's model)")
     parser.add_argument("--out-dir")
     parser.add_argument("--iterations", type=int)
-    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--resume", action="store_true", help="continue the run in the output folder")
+    parser.add_argument("--overwrite", action="store_true", help="replace the run in the output folder")
     args = parser.parse_args(argv)
     if args.preset is None and args.config_file is None:
         parser.error("give --preset or --config")
@@ -330,11 +340,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = load_config(args.preset, args.config_file, overrides)
     except (ValueError, KeyError, OSError) as exc:
         parser.error(str(exc.args[0]) if isinstance(exc, KeyError) else str(exc))
-    summary = train(config)
+    if not config.model:
+        raise UserError("no model: give a local model directory with --model PATH (nothing is downloaded)")
+    if config.model != "tiny" and not Path(config.model).is_dir():
+        raise UserError(f"no model directory at {config.model} (--model: a local folder with config.json, or tiny)")
+    out_dir = Path(config.out_dir)
+    found = [name for name in RUN_FILES if (out_dir / name).is_file()]
+    if found and config.resume and args.overwrite:
+        raise UserError("--resume continues the run in the output folder, --overwrite replaces it: give one")
+    if found and not config.resume:
+        if not args.overwrite:
+            raise UserError(f"{out_dir} holds a run ({', '.join(found)}); pass --resume to continue it, --overwrite "
+                            "to replace it, or choose another --out-dir")  # fmt: skip
+        for name in found:
+            (out_dir / name).unlink()
+    try:
+        summary = train(config)
+    except KeyboardInterrupt:
+        saved = out_dir / "checkpoint.pt"
+        where = f"the last checkpoint is {saved} (continue with --resume)" if saved.is_file() else "no checkpoint yet"
+        raise KeyboardInterrupt(where) from None
     print(json.dumps(jsonable(summary["last"] or {}), indent=2))
     print(json.dumps({k: summary[k] for k in ("iterations", "metrics_path", "checkpoint", "plot")}, indent=2))
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # the same messages and exit codes as ``agentgym train``
+    import sys
+
+    from agentgym.cli import main as cli_main
+
+    raise SystemExit(cli_main(["train", *sys.argv[1:]]))

@@ -45,6 +45,10 @@ class Agent:
         """Return the next action (the agent's whole turn as text)."""
         raise NotImplementedError
 
+    def preflight(self) -> None:
+        """Raise ``AgentError`` at once if the agent cannot play at all (e.g. nothing listens at its server), so a
+        run fails before its first episode with that reason instead of after retrying in every episode."""
+
     def close(self) -> None:
         """Release resources (HTTP clients, models)."""
 

@@ -67,6 +67,10 @@ class HFAgent(Agent):
         if (model_path is None) == (model is None):
             raise ValueError("give exactly one of model_path or model (+ tokenizer)")
         if model_path is not None:
+            if not os.path.isdir(model_path):
+                what = "a file, not a model folder" if os.path.exists(model_path) else "no such folder"
+                raise ValueError(f"hf agent: model_path={os.fspath(model_path)!r}: {what} (give a local model "
+                                 "directory with config.json; nothing is downloaded)")  # fmt: skip
             self.lm = LocalLM.from_pretrained(model_path, device=device, **(model_kwargs or {}))
         else:
             if tokenizer is None:

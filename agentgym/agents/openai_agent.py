@@ -26,8 +26,11 @@ from __future__ import annotations
 
 import json
 import re
+import socket
+import urllib.request
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 from agentgym.agents.base import Agent, AgentError, Message
 from agentgym.agents.tool_calls import (
@@ -37,7 +40,7 @@ from agentgym.agents.tool_calls import (
     listed_tools,
     to_openai_messages,
 )
-from agentgym.tools.llm import ChatResult, LLMClient, LLMError
+from agentgym.tools.llm import ChatResult, LLMClient, LLMConnectionError, LLMError
 
 #: Message keys forwarded to the server; env-specific extras are dropped.
 MESSAGE_KEYS = ("role", "content", "name", "tool_calls", "tool_call_id")
@@ -86,7 +89,9 @@ class OpenAIAgent(Agent):
     ``system_prompt`` is prepended when the conversation does not start with a system message. ``extra_body`` adds
     fields to every request (e.g. vLLM's ``{"top_k": 20}``). ``tool_format``: ``"text"`` or ``"native"`` (see the
     module docstring). ``last_result`` keeps the latest ``ChatResult``. Errors
-    after the client's retries raise ``AgentError`` whose ``__cause__`` is the ``LLMError``.
+    after the client's retries raise ``AgentError`` whose ``__cause__`` is the ``LLMError``; until the server has
+    accepted one connection, each request is preceded by ``preflight`` (one connect, no retries), so a server that is
+    not there fails at once (``LLMConnectionError`` cause) instead of after every retry.
     """
 
     name = "openai"
@@ -126,11 +131,37 @@ class OpenAIAgent(Agent):
         self.extra_body = dict(extra_body or {})
         self.last_result: ChatResult | None = None
         self._seeded = False
+        self._connect_timeout = min(float(timeout), 5.0)
+        self._reached = client is not None  # a client the caller built is theirs to check
 
     def reset(self, *, seed: int | None = None) -> None:
         super().reset(seed=seed)
         self._seeded = seed is not None
         self.last_result = None
+
+    def preflight(self) -> None:
+        """One TCP connect to the server (at most 5 s, no retries): ``AgentError`` when nothing listens there (a
+        refused connection is not worth the client's retries); once a connect succeeded the agent stops checking.
+        Behind an HTTP proxy (``*_proxy`` variables) the proxy connects, so nothing is checked here."""
+        if self._reached:
+            return
+        url = urlsplit(self.client.base_url)
+        try:
+            port = url.port or (443 if url.scheme == "https" else 80)
+            if url.scheme not in ("http", "https") or not url.hostname:
+                raise ValueError("it must start with http:// or https:// and name a host")
+        except ValueError as exc:
+            raise AgentError(f"openai agent: bad base_url {self.client.base_url!r}: {exc}") from None
+        if url.scheme in urllib.request.getproxies() and not urllib.request.proxy_bypass(url.hostname):
+            return
+        try:
+            socket.create_connection((url.hostname or "", port), timeout=self._connect_timeout).close()
+        except OSError as exc:
+            why = exc.strerror or str(exc) or type(exc).__name__
+            cause = LLMConnectionError(f"connect to {url.hostname}:{port} failed: {why}", url=self.client.base_url)
+            raise AgentError(f"openai agent: nothing answers at {self.client.base_url} ({why}); start the server "
+                             "there or pass another --agent-arg base_url=...") from cause  # fmt: skip
+        self._reached = True
 
     def _request_messages(self, messages: Sequence[Message]) -> list[Message]:
         if self.tool_format == "native":
@@ -141,6 +172,7 @@ class OpenAIAgent(Agent):
         return out
 
     def act(self, messages: list[Message], info: dict[str, Any]) -> str:
+        self.preflight()
         params: dict[str, Any] = {
             **self.extra_body,
             "model": self.model,
