@@ -207,6 +207,8 @@ def make_recorded_env(traj: Trajectory, env_args: Mapping[str, Any] | None = Non
 
 # --- a whole file ------------------------------------------------------------------------------------------------
 
+#: Envs replay keeps built at once (one per distinct env_id and env_kwargs, the least recently used closed first).
+MAX_ENVS = 8
 LEGACY_HINT = "pass allow_legacy (agentgym replay --allow-unverified) to replay it, reported as unverified"
 
 
@@ -219,6 +221,7 @@ class _Run:
     next: int = 0
     agent: Agent | None = None
     agent_note: str | None = None
+    agent_error: str | None = None
     agent_ready: bool = False
 
 
@@ -226,20 +229,23 @@ class _Run:
 class _Replayer:
     allow_legacy: bool
     env_args: Mapping[str, Any] = field(default_factory=dict)
-    envs: dict[str, gym.Env] = field(default_factory=dict)
-    agents: list[Agent] = field(default_factory=list)
+    envs: dict[str, gym.Env] = field(default_factory=dict)  # the most recently used, at most MAX_ENVS
     run: _Run | None = None
     episodes: int = 0  # episode lines so far (each record that is not a header)
 
     def env_for(self, traj: Trajectory) -> gym.Env:
         key = canonical([traj.env_id, traj.env_kwargs])
-        if key not in self.envs:
-            self.envs[key] = make_recorded_env(traj, self.env_args)
-        return self.envs[key]
+        env = self.envs.pop(key, None)
+        if env is None:
+            env = make_recorded_env(traj, self.env_args)
+            if len(self.envs) >= MAX_ENVS:  # a file of many env arguments: memory stays bounded
+                self.envs.pop(next(iter(self.envs))).close()
+        self.envs[key] = env
+        return env
 
     def close(self) -> None:
-        for agent in self.agents:
-            agent.close()
+        if self.run is not None and self.run.agent is not None:
+            self.run.agent.close()
         for env in self.envs.values():
             env.close()
 
@@ -262,6 +268,8 @@ class _Replayer:
 
     def end_run(self) -> Iterator[ReplayResult]:
         run, self.run = self.run, None
+        if run is not None and run.agent is not None:
+            run.agent.close()
         if run is not None and run.next < run.header.episodes:
             yield _problem(run.lineno, f"run {run.header.run_id} ({run.header.env_id}, agent {run.header.agent!r}) "
                            f"planned {run.header.episodes} episodes; the file holds {run.next} (a run cut short: "
@@ -288,6 +296,7 @@ class _Replayer:
                     env = self.env_for(traj)
                     result.divergence = _options_diff(traj, run.header, position, env)
                     agent = self.agent_of(run, env)
+                    result.divergence = result.divergence or run.agent_error
                     if result.divergence is None:
                         result.unverified = run.agent_note
                         self.replay(result, traj, env, agent, run.header.seed + position)
@@ -345,9 +354,11 @@ class _Replayer:
         except Exception as e:
             run.agent_note = f"the agent {h.agent_name!r} cannot be rebuilt ({type(e).__name__}: {e}): not rerun"
             return None
-        self.agents.append(agent)
         if agent.name != h.agent:
-            run.agent_note = f"the built-in agent {h.agent_name!r} is named {agent.name!r}, the run says {h.agent!r}"
+            agent.close()
+            run.agent_error = (
+                f"the run's agent {h.agent_name!r} is a built-in agent named {agent.name!r}, not {h.agent!r}"
+            )
             return None
         run.agent = agent
         return agent

@@ -136,6 +136,23 @@ def test_the_agent_relabelled_everywhere_is_caught_by_rerunning_the_built_in_age
     assert any("the agent 'oracle' plays" in (r.divergence or "") for r in results)
 
 
+def test_a_header_whose_built_in_agent_has_another_label(chain_run):
+    def mislabel(records):
+        records[0]["agent"] = "oracle"  # agent_name stays "random"
+        for r in records[1:]:
+            r["agent"] = "oracle"
+
+    results = forged(chain_run, mislabel)
+    assert all("is a built-in agent named 'random', not 'oracle'" in r.divergence for r in results)
+
+
+def test_many_env_arguments_keep_a_bounded_number_of_envs(tmp_path):
+    path = tmp_path / "t.jsonl"
+    for horizon in range(2, 14):
+        run(CHAIN, "random", 1, env_kwargs={"horizon": horizon}, out=path, progress=False)
+    assert [(r.ok, r.unverified) for r in replay_file(path)] == [(True, None)] * 12
+
+
 def test_an_agent_replay_cannot_rerun_is_unverified_not_identical(chain_run, capsys):
     def relabel(records):
         records[0].update(agent="gpt-9", agent_name="openai", agent_kwargs={})
