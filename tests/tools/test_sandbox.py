@@ -254,7 +254,8 @@ def test_no_network(box, caps):
 
 
 def workdirs() -> set[str]:
-    return set(glob.glob(os.path.join(tempfile.gettempdir(), "agentgym-sbx-*")))
+    """This process's run directories (other processes on the machine may be running sandboxes too)."""
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), f"agentgym-sbx-{os.getpid()}-*")))
 
 
 def test_no_state_leaks_between_calls(box):

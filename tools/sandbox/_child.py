@@ -60,18 +60,11 @@ def _enter_namespaces(libc: ctypes.CDLL, memory_bytes: int) -> bool:
     if os.geteuid() == 0:
         if libc.unshare(flags) != 0:
             return False
-    else:
+    else:  # the caller is root of the new user namespace (it owns the IPC namespace's limits); see _nest_user
         uid, gid = os.geteuid(), os.getegid()
         if libc.unshare(flags | CLONE_NEWUSER) != 0:
             return False
-        try:
-            with open("/proc/self/setgroups", "w") as f:
-                f.write("deny")
-            for name, ident in (("uid_map", uid), ("gid_map", gid)):
-                with open(f"/proc/self/{name}", "w") as f:
-                    f.write(f"{ident} {ident} 1")
-        except OSError:
-            pass
+        _map_ids(uid, gid, 0, 0)
     ipc = {
         "kernel/shmmax": memory_bytes,
         "kernel/shmall": max(1, memory_bytes // os.sysconf("SC_PAGE_SIZE")),
@@ -83,6 +76,24 @@ def _enter_namespaces(libc: ctypes.CDLL, memory_bytes: int) -> bool:
         with contextlib.suppress(OSError), open(f"/proc/sys/{name}", "w") as f:
             f.write(str(value))
     return True
+
+
+def _map_ids(outer_uid: int, outer_gid: int, uid: int, gid: int) -> None:
+    """Map ``uid``/``gid`` of the user namespace just entered to ``outer_uid``/``outer_gid`` of its parent."""
+    with contextlib.suppress(OSError):
+        with open("/proc/self/setgroups", "w") as f:
+            f.write("deny")
+        for name, inner, outer in (("uid_map", uid, outer_uid), ("gid_map", gid, outer_gid)):
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(f"{inner} {outer} 1")
+
+
+def _nest_user(libc: ctypes.CDLL, uid: int, gid: int) -> None:
+    """As non-root, the code's process leaves the supervisor's user namespace (where it is uid 0) for one of its
+    own where it has the caller's uid and gid again. That namespace owns none of the others (mount, PID, IPC,
+    network): even a capability there could not touch them."""
+    if libc.unshare(CLONE_NEWUSER) == 0:
+        _map_ids(0, 0, uid, gid)
 
 
 def _read_tree(workdir: str) -> dict[str, bytes | None]:
@@ -120,7 +131,7 @@ def _readonly_mounts(libc: ctypes.CDLL) -> None:
 
 
 def _private_fs(libc: ctypes.CDLL, spec: dict) -> str:
-    """Fresh /proc; ``MASKED`` directories empty (tmpfs); every mount read-only; the working directory a fresh tmpfs
+    """``MASKED`` directories empty (tmpfs); every mount read-only; a fresh /proc; the working directory a fresh tmpfs
     of ``disk_bytes`` holding the run's files, at the path ``fixed_workdir`` when that lies in a masked directory
     (every run then sees the same path). Returns where the working directory is. A step the kernel refuses is
     skipped (``capabilities()`` measures what took effect), except filling the working directory: that failing
@@ -130,8 +141,6 @@ def _private_fs(libc: ctypes.CDLL, spec: dict) -> str:
         _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
     except OSError:
         return workdir
-    with contextlib.suppress(OSError):
-        _mount(libc, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     tree = _read_tree(workdir)
     # The interpreter's prefixes may lie under a masked directory (a virtualenv under /tmp): bound back, read-only.
     kept = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in sorted({sys.prefix, sys.base_prefix}) if _masked(p)}
@@ -158,6 +167,8 @@ def _private_fs(libc: ctypes.CDLL, spec: dict) -> str:
     _expose_python(libc)
     with contextlib.suppress(OSError):
         _readonly_mounts(libc)
+    with contextlib.suppress(OSError):  # after: the code may write its own /proc/self (a user namespace's maps)
+        _mount(libc, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     disk = int(spec.get("disk_bytes") or 64 << 20)
     owner = f",uid={uid},gid={uid}" if uid else ""
     _mount(libc, "tmpfs", where, "tmpfs", MS_NOSUID | MS_NODEV, f"size={disk},nr_inodes=4096,mode=700{owner}")
@@ -259,6 +270,8 @@ def _run_code(spec: dict, libc: ctypes.CDLL, namespaces: bool, alive_fd: int) ->
         if namespaces:
             workdir = _private_fs(libc, spec)
         os.chdir(workdir)
+        if namespaces and spec.get("outer_ids"):
+            _nest_user(libc, *spec["outer_ids"])
         _drop_privileges(libc, spec.get("uid"))
         _die_with_parent(libc, alive_fd)
         os.environ.clear()
@@ -331,6 +344,8 @@ def supervise(spec: dict) -> None:
         libc = _libc()
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if os.geteuid() != 0:
+            spec["outer_ids"] = [os.geteuid(), os.getegid()]
         namespaces = spec["namespaces"] and _enter_namespaces(libc, spec["limits"]["RLIMIT_AS"])
         alive_r, alive_w = os.pipe()
         pid = os.fork()
@@ -396,6 +411,8 @@ def serve(fd: int) -> None:
                 os.killpg(pid, signal.SIGKILL)
             if pidfd in ready:
                 _, status = os.waitpid(pid, 0)
+                with contextlib.suppress(ProcessLookupError):  # what the code left in its group (no namespaces)
+                    os.killpg(pid, signal.SIGKILL)
                 os.close(pidfd)
                 sock.send(json.dumps({"status": status}).encode())
                 break

@@ -93,12 +93,14 @@ def _spec(workdir: str, uid: int | None, limits: Limits, timeout: float, namespa
 
 def _refusal(code: str, stdin: str, files: Files | None, limits: Limits) -> tuple[dict[str, bytes], str | None]:
     """``files`` checked (``ValueError`` for a bad name or type, as ``check_files``), and why the run cannot start
-    (text that is not UTF-8, more than ``disk_bytes`` in all), or None."""
+    (text that is not UTF-8, more than ``disk_bytes`` in all, counted in pages as a tmpfs does), or None."""
     problem = unencodable(code, stdin, files)
     if problem is not None:
         return {}, problem
     checked = check_files(files, limits.file_bytes)
-    total = len(code.encode("utf-8")) + sum(map(len, checked.values()))
+    page = os.sysconf("SC_PAGE_SIZE")  # what a tmpfs counts: whole pages, one at least per file
+    sizes = [len(code.encode("utf-8")), *map(len, checked.values())]
+    total = sum(max(1, -(-n // page)) * page for n in sizes)
     if total > limits.disk_bytes:
         return checked, f"the code and files hold {total} bytes, over the disk limit of {limits.disk_bytes}"
     return checked, None
@@ -108,7 +110,8 @@ def _workdir(code: str, stdin: str, uid: int | None, files: dict[str, bytes]) ->
     """A fresh temporary directory holding ``main.py`` and ``files`` (owned by ``uid`` if given; its parent is a
     directory of our own, so ``..`` is not a shared /tmp), and an fd reading ``stdin``. Removes what it made if it
     fails; else remove with ``_remove(workdir)``."""
-    base = tempfile.mkdtemp(prefix="agentgym-sbx-")  # 0o700, ours: its parent (a shared /tmp) is out of reach
+    # 0o700, ours: its parent (a shared /tmp) is out of reach; named by our pid, so what a process left is its own
+    base = tempfile.mkdtemp(prefix=f"agentgym-sbx-{os.getpid()}-")
     try:
         return _fill(os.path.join(base, "work"), code, stdin, uid, files)
     except BaseException:
@@ -338,8 +341,11 @@ class SubprocessSandbox(Sandbox):
             outs, timed_out, overflow = _collect(fds, start + timeout, self.limits.output_bytes, kill)
             exit_code = proc.wait(timeout=REAP_GRACE)
         finally:
-            if proc.returncode is None:  # not reaped: the group id is still ours to kill
+            # Reaped or not, the group id is still ours (a group's id is not reused while it has members): kill
+            # what the code left in it (without namespaces, as non-root, nothing else would).
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
+            if proc.returncode is None:
                 proc.wait()
         return _result(outs, exit_code, timed_out, overflow, self.limits.output_bytes, start)
 
