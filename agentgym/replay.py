@@ -43,7 +43,7 @@ import gymnasium as gym
 
 from agentgym.agents.base import Agent
 from agentgym.core import AgentEnv
-from agentgym.trajectory import Record, RunHeader, Trajectory, canonical, read_records
+from agentgym.trajectory import KEY_ENV, Record, RunHeader, Trajectory, canonical, read_records
 from agentgym.trust import checked_kwargs, operator_args_for
 
 
@@ -207,6 +207,7 @@ def make_recorded_env(traj: Trajectory, env_args: Mapping[str, Any] | None = Non
 
 # --- a whole file ------------------------------------------------------------------------------------------------
 
+UNSIGNED = f"not signed with the operator's key (${KEY_ENV}): written without it, or altered by someone without it"
 #: Envs replay keeps built at once (one per distinct env_id and env_kwargs, the least recently used closed first).
 MAX_ENVS = 8
 LEGACY_HINT = "pass allow_legacy (agentgym replay --allow-unverified) to replay it, reported as unverified"
@@ -229,6 +230,7 @@ class _Run:
 class _Replayer:
     allow_legacy: bool
     env_args: Mapping[str, Any] = field(default_factory=dict)
+    key: bytes | None = None
     envs: dict[str, gym.Env] = field(default_factory=dict)  # the most recently used, at most MAX_ENVS
     run: _Run | None = None
     episodes: int = 0  # episode lines so far (each record that is not a header)
@@ -252,9 +254,9 @@ class _Replayer:
     def header(self, rec: Record) -> Iterator[ReplayResult]:
         h = rec.header
         assert h is not None
-        if rec.altered:
+        if rec.altered or rec.signed is False:
             yield from self.end_run()
-            yield _problem(rec.lineno, f"the run header: {rec.altered}")
+            yield _problem(rec.lineno, f"the run header: {rec.altered or UNSIGNED}")
             return
         if self.run is not None and h.run_id == self.run.header.run_id and h.start == self.run.next:
             self.run.header, self.run.lineno = h, rec.lineno  # the run continues with another episode count
@@ -298,12 +300,15 @@ class _Replayer:
                     agent = self.agent_of(run, env)
                     result.divergence = result.divergence or run.agent_error
                     if result.divergence is None:
-                        result.unverified = run.agent_note
+                        result.unverified = None if rec.signed else run.agent_note
                         self.replay(result, traj, env, agent, run.header.seed + position)
         except ValueError as e:  # e.g. an env that cannot be made from the record: reported, replay goes on
             result.divergence = str(e)
         except Exception as e:
             result.divergence = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
+        if rec.signed is False:
+            result.divergence = f"line {rec.lineno}: {UNSIGNED}" + (f"; and {result.divergence}" if result.divergence
+                                                                    else "")  # fmt: skip
         if rec.altered:
             result.divergence = f"line {rec.lineno}: {rec.altered}" + (
                 f"; and {result.divergence}" if result.divergence else ""
@@ -404,15 +409,21 @@ def _options_diff(traj: Trajectory, h: RunHeader, position: int, env: gym.Env) -
 
 
 def replay_file(
-    path: str | os.PathLike[str], *, allow_legacy: bool = False, env_args: Mapping[str, Any] | None = None
+    path: str | os.PathLike[str],
+    *,
+    allow_legacy: bool = False,
+    env_args: Mapping[str, Any] | None = None,
+    key: bytes | None = None,
 ) -> Iterator[ReplayResult]:
     """Replay every record of a JSONL file, streamed, reusing one env per (env_id, env_kwargs), and check each run
     as a whole: one result per episode record (bad or altered ones included), plus a ``kind == "run"`` result for
     each problem of a run (cut short, a header out of place). Nothing in the file makes this raise. ``env_args``:
-    the operator's constructor arguments (see :func:`make_recorded_env`)."""
-    replayer = _Replayer(allow_legacy, dict(env_args or {}))
+    the operator's constructor arguments (see :func:`make_recorded_env`). With ``key`` (the operator's, as
+    ``$AGENTGYM_TRAJECTORY_KEY`` held when the run was written) every record must carry a valid signature, and an
+    agent label replay cannot rerun counts as vouched for by the key holder, not unverified."""
+    replayer = _Replayer(allow_legacy, dict(env_args or {}), key)
     try:
-        for rec in read_records(path, verify=False):
+        for rec in read_records(path, verify=False, key=key):
             if rec.header is not None:
                 yield from replayer.header(rec)
             elif rec.trajectory is not None:

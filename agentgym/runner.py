@@ -49,6 +49,7 @@ from agentgym.trajectory import (
     cut_torn_tail,
     normalize,
     read_records,
+    trajectory_key,
 )
 
 if TYPE_CHECKING:
@@ -366,7 +367,8 @@ def run(
     **options: Any,
 ) -> list[Trajectory]:
     """Play ``episodes`` episodes and return their records; optionally append them to the JSONL file ``out``
-    (a run header, then the episodes: a new run after whatever the file holds).
+    (a run header, then the episodes: a new run after whatever the file holds), each record signed when
+    ``$AGENTGYM_TRAJECTORY_KEY`` holds a key.
 
     ``options`` are those of ``iter_episodes`` (``seed``, ``env_kwargs``, ``agent_kwargs``, ``tasks``,
     ``group_size``, ``workers``, ``make_env``, ``max_errors``). This keeps every record in memory:
@@ -374,7 +376,8 @@ def run(
     """
     trajs: list[Trajectory] = []
     spec = _spec(env_id, episodes, options)
-    with TrajectoryWriter(out) if out is not None else contextlib.nullcontext() as writer:
+    key = trajectory_key()  # the operator's signing key, if $AGENTGYM_TRAJECTORY_KEY is set
+    with TrajectoryWriter(out, key=key) if out is not None else contextlib.nullcontext() as writer:
         log = _RunLog(writer, spec, agent, options)
         for traj in _progress(iter_episodes(env_id, agent, episodes, **options), episodes, 0, env_id, agent, progress):
             log.add(traj)
@@ -408,7 +411,7 @@ def run_to_file(
         with open(out, "ab+") as f:
             cut_torn_tail(f)
         header, start, summary = _resume_point(out, spec, agent, options.get("agent_kwargs"))
-    with TrajectoryWriter(out) as writer:
+    with TrajectoryWriter(out, key=trajectory_key()) as writer:
         if header is not None and header.episodes != episodes:
             header = dataclasses.replace(header, episodes=episodes, start=start)
             writer.write(header)

@@ -31,12 +31,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import hmac
 import json
 import math
 import os
 import re
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO
 
@@ -50,6 +51,9 @@ READABLE_VERSIONS = (1, 2, 3)
 MAX_RECORD_BYTES = 32 << 20
 #: The ``kind`` of a run header record (episode records have no ``kind``).
 RUN_KIND = "run"
+#: The environment variable holding the operator's secret key: with it, ``agentgym run`` signs each record (an
+#: HMAC-SHA256 in its ``mac`` field) and ``agentgym replay`` checks the signatures.
+KEY_ENV = "AGENTGYM_TRAJECTORY_KEY"
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -196,7 +200,7 @@ class RunHeader:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunHeader:
         """The header of a record's fields; ``ValueError`` names a missing, unknown or mistyped field."""
-        d = {k: v for k, v in d.items() if k not in ("kind", "version", "checksum")}
+        d = {k: v for k, v in d.items() if k not in ("kind", "version", "checksum", "mac")}
         unknown = sorted(set(d) - _HEADER_FIELDS)
         if unknown:
             raise ValueError(f"unknown field(s) {unknown} in the run header")
@@ -353,24 +357,40 @@ def checksum(d: dict[str, Any], version: int = FORMAT_VERSION) -> str:
     return hashlib.sha256(data).hexdigest()[:32]
 
 
-def _line(d: dict[str, Any]) -> str:
-    """The record ``d`` with its checksum, as one line of JSON (no newline)."""
-    d = {k: v for k, v in d.items() if k != "checksum"}
+def trajectory_key(environ: Mapping[str, str] | None = None) -> bytes | None:
+    """The operator's signing key from ``$AGENTGYM_TRAJECTORY_KEY`` (``environ``: ``os.environ``), or None."""
+    value = (os.environ if environ is None else environ).get(KEY_ENV, "")
+    return value.encode("utf-8", "surrogateescape") if value else None
+
+
+def signature(d: dict[str, Any], key: bytes) -> str:
+    """The record's HMAC-SHA256 under ``key`` (hex): of its canonical JSON without ``checksum`` and ``mac``. Unlike
+    the checksum, only a holder of the key can make it."""
+    body = {k: v for k, v in d.items() if k not in ("checksum", "mac")}
+    return hmac.new(key, _text(body, sort_keys=True).encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def _line(d: dict[str, Any], key: bytes | None = None) -> str:
+    """The record ``d`` with its checksum (and, with ``key``, its signature), as one line of JSON (no newline)."""
+    d = {k: v for k, v in d.items() if k not in ("checksum", "mac")}
     text = _raw_json(d)
-    if not text.isascii() and _SURROGATE.search(text):  # the checksum is of what will be read back: surrogate pairs joined
+    if not text.isascii() and _SURROGATE.search(text):  # what is signed and summed is what will be read back
         text = _escape_surrogates(text)
         d = json.loads(text)
+    if key is not None:
+        d["mac"] = signature(d, key)
+        text = f'{text[:-1]},"mac":"{d["mac"]}"}}'
     return f'{text[:-1]},"checksum":"{checksum(d)}"}}'  # the same as dumping d with its checksum, once
 
 
-def dumps(traj: Trajectory | RunHeader) -> str:
-    """The canonical one-line JSON form of a record, checksum included (deterministic, UTF-8, no newline);
-    ``ValueError`` if it has no JSON form."""
+def dumps(traj: Trajectory | RunHeader, *, key: bytes | None = None) -> str:
+    """The canonical one-line JSON form of a record, checksum (and with ``key`` its signature) included
+    (deterministic, UTF-8, no newline); ``ValueError`` if it has no JSON form."""
     try:
         d = traj.to_dict()
     except RecursionError:
         raise ValueError("the record is nested too deeply to be written as JSON") from None
-    return _line(d)
+    return _line(d, key)
 
 
 # --- reading ---------------------------------------------------------------------------------------------------
@@ -384,6 +404,8 @@ class Parsed:
     header: RunHeader | None
     version: int
     altered: str | None
+    #: With a key: whether the record carries a valid signature under it; None without a key.
+    signed: bool | None = None
 
 
 def loads(line: str | bytes, *, verify: bool = True) -> Trajectory:
@@ -397,17 +419,18 @@ def loads(line: str | bytes, *, verify: bool = True) -> Trajectory:
     return parsed.trajectory
 
 
-def parse(line: str | bytes) -> Parsed:
-    """Parse one record (episode or run header). Never raises anything but ``ValueError``, whatever the line."""
+def parse(line: str | bytes, key: bytes | None = None) -> Parsed:
+    """Parse one record (episode or run header), checking its signature with ``key``. Never raises anything but
+    ``ValueError``, whatever the line."""
     try:
-        return _parse(line)
+        return _parse(line, key)
     except RecursionError:
         raise ValueError("nested too deeply") from None
     except MemoryError:
         raise ValueError("too large to parse") from None
 
 
-def _parse(line: str | bytes) -> Parsed:
+def _parse(line: str | bytes, key: bytes | None) -> Parsed:
     if isinstance(line, bytes):
         try:
             line = line.decode("utf-8")
@@ -427,17 +450,26 @@ def _parse(line: str | bytes) -> Parsed:
         altered = "the record has no checksum"
     elif version >= 2 and d["checksum"] != checksum(d, version):
         altered = "checksum mismatch: the record was altered after it was written"
+    signed = None
+    if key is not None:
+        mac = d.get("mac")
+        signed = isinstance(mac, str) and hmac.compare_digest(
+            mac.encode("utf-8", "replace"), signature(d, key).encode()
+        )
     kind = d.get("kind")
     try:
         if kind == RUN_KIND:
             if version < 3:
                 raise ValueError(f"a run header in format {version} (headers start with format 3)")
-            return Parsed(None, RunHeader.from_dict(d), version, altered)
+            return Parsed(None, RunHeader.from_dict(d), version, altered, signed)
         if "kind" in d:
             raise ValueError(f"unknown record kind {str(kind)[:40]!r}")
         if version < 3 and ("run_id" in d or "index" in d):
             raise ValueError(f"unknown field(s) {sorted({'run_id', 'index'} & set(d))} for format {version}")
-        return Parsed(Trajectory.from_dict({k: v for k, v in d.items() if k != "checksum"}), None, version, altered)
+        if version < 3 and "mac" in d:
+            raise ValueError(f"unknown field(s) ['mac'] for format {version}")
+        traj = Trajectory.from_dict({k: v for k, v in d.items() if k not in ("checksum", "mac")})
+        return Parsed(traj, None, version, altered, signed)
     except (TypeError, ValueError, AttributeError) as e:
         raise ValueError(f"malformed record ({' '.join(str(e).split())[:300]})") from None
 
@@ -453,6 +485,7 @@ class Record:
     altered: str | None = None
     header: RunHeader | None = None
     version: int = 0
+    signed: bool | None = None
 
 
 TORN = "torn final record (a crash mid-write)"
@@ -478,13 +511,18 @@ def _lines(f: BinaryIO, limit: int) -> Iterator[tuple[bytes | None, bool, int]]:
 
 
 def read_records(
-    path: str | os.PathLike[str], *, verify: bool = True, max_record_bytes: int = MAX_RECORD_BYTES
+    path: str | os.PathLike[str],
+    *,
+    verify: bool = True,
+    max_record_bytes: int = MAX_RECORD_BYTES,
+    key: bytes | None = None,
 ) -> Iterator[Record]:
     """Every record of a JSONL file, streamed, each parsed or with the reason it could not be; blank lines are
     skipped and a torn final line (a crash mid-write) is reported as such. With ``verify`` an altered record is
     an error; without, it is parsed and ``Record.altered`` says so. A record in an older format than the file's
     first record (a format-1 record without a checksum in a format-3 file) is an error: formats never go down.
-    Nothing in the file makes this raise (only a file that cannot be opened does)."""
+    With ``key``, ``Record.signed`` says whether each record's signature is valid. Nothing in the file makes this
+    raise (only a file that cannot be opened does)."""
     with open(path, "rb") as f:
         lineno = 0
         file_version = 0
@@ -496,7 +534,7 @@ def read_records(
             if not raw.strip():
                 continue
             try:
-                parsed = parse(raw)
+                parsed = parse(raw, key)
             except ValueError as e:
                 yield Record(lineno, None, TORN if not whole else str(e))
                 continue
@@ -508,7 +546,8 @@ def read_records(
             if parsed.altered and verify:
                 yield Record(lineno, None, parsed.altered, version=parsed.version)
             else:
-                yield Record(lineno, parsed.trajectory, None, parsed.altered, parsed.header, parsed.version)
+                yield Record(lineno, parsed.trajectory, None, parsed.altered, parsed.header, parsed.version,
+                             parsed.signed)  # fmt: skip
 
 
 _HEADER_PREFIX = b'{"kind":"run",'
@@ -557,14 +596,16 @@ class TrajectoryWriter:
 
     The file is created on the first ``write`` (a run that fails before its first episode leaves no file). An
     existing file whose last line was cut by a crash mid-write has that torn tail removed first (with a warning),
-    so new records never glue onto it. A record that cannot be written (no JSON form, longer than
-    ``MAX_RECORD_BYTES``) raises ``ValueError`` before the file is touched; a write that fails on the way (a full
-    disk) is cut back off, so the file never holds a torn or empty record of this writer.
+    so new records never glue onto it. With ``key`` each record is signed (``signature``). A record that cannot be
+    written (no JSON form, longer than ``MAX_RECORD_BYTES``) raises ``ValueError`` before the file is touched; a write
+    that fails on the way (a full disk) is cut back off, so the file never holds a torn or empty record of this
+    writer.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False):
+    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False, key: bytes | None = None):
         self.path = os.fspath(path)
         self.fsync = fsync
+        self.key = key  # signs each record (``signature``) when given
         self._f: BinaryIO | None = None
 
     def _open(self) -> BinaryIO:
@@ -579,7 +620,7 @@ class TrajectoryWriter:
 
     def write(self, record: Trajectory | RunHeader) -> None:
         """Append one record (an episode, or a run header)."""
-        data = (dumps(record) + "\n").encode("utf-8")
+        data = (dumps(record, key=self.key) + "\n").encode("utf-8")
         if len(data) - 1 > MAX_RECORD_BYTES:
             raise ValueError(f"a record of {len(data) - 1} bytes is longer than the {MAX_RECORD_BYTES} allowed")
         if self._f is None:

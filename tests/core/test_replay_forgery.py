@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from agentgym.cli import main
 from agentgym.replay import replay_file
 from agentgym.runner import run, run_to_file
-from agentgym.trajectory import RunHeader, checksum, read_trajectories
+from agentgym.trajectory import KEY_ENV, RunHeader, checksum, read_trajectories, trajectory_key
 
 CHAIN = "agentgym/Chain-v0"
 
@@ -28,7 +28,7 @@ def reseal(records: list[dict]) -> str:
     for r in records:
         r = {k: v for k, v in r.items() if k != "checksum"}
         if r.get("kind") == "run":
-            fields = {k: v for k, v in r.items() if k not in ("kind", "version", "run_id")}
+            fields = {k: v for k, v in r.items() if k not in ("kind", "version", "run_id", "mac")}
             r["run_id"] = run_id = RunHeader(**fields).plan_digest()
         elif run_id is not None and r.get("run_id") is not None:
             r["run_id"] = run_id
@@ -345,3 +345,39 @@ def test_any_line_level_forgery_is_caught(tmp_path_factory, data):
         json.dumps(r) + "\n" for r in [records[0], *episodes])  # fmt: skip
     path.write_text(text, encoding="utf-8")
     assert not all(r.ok for r in replay_file(path)), what
+
+
+# --- with the operator's key: records are signed, and a forger without the key cannot re-sign them ----------------
+
+
+def test_signed_runs_check_their_signatures_and_vouch_for_agent_labels(tmp_path, monkeypatch, capsys):
+    def always_left(messages, info):
+        return "left"
+
+    path = tmp_path / "run" / "trajectories.jsonl"
+    monkeypatch.setenv(KEY_ENV, "operator secret")
+    run(CHAIN, always_left, 3, out=path, progress=False)
+    again = tmp_path / "again.jsonl"
+    run(CHAIN, always_left, 3, out=again, progress=False)
+    assert path.read_bytes() == again.read_bytes()  # deterministic with a key too
+    assert all("mac" in r for r in lines_of(path))
+    key = trajectory_key()
+    assert [(r.ok, r.unverified) for r in replay_file(path, key=key)] == [(True, None)] * 3  # the label is vouched for
+    assert main(["replay", str(path)]) == 0
+    assert "3 identical, 0 diverged (signatures checked with $AGENTGYM_TRAJECTORY_KEY)" in capsys.readouterr().out
+
+    def relabel(records):
+        for r in records:
+            r["agent"] = "gpt-9"
+            r.pop("mac")
+
+    results = forged(path, relabel)  # resealed, but not re-signed: the forger has no key
+    assert [r.ok for r in results] == [True] * 3  # without the key, replay sees a consistent unsigned run
+    assert all(not r.ok and "not signed with the operator's key" in r.divergence
+               for r in replay_file(path.with_name("forged.jsonl"), key=key))  # fmt: skip
+    assert [r.ok for r in replay_file(path, key=b"another key")].count(False) >= 3
+    monkeypatch.delenv(KEY_ENV)
+    assert [(r.ok, r.unverified is not None) for r in replay_file(path)] == [(True, True)] * 3  # no key: as before
+    unsigned = tmp_path / "unsigned.jsonl"
+    run(CHAIN, always_left, 3, out=unsigned, progress=False)
+    assert not any("mac" in r for r in lines_of(unsigned))
