@@ -397,3 +397,29 @@ def test_serve_retriever_bad_corpus_or_retriever(tmp_path):
     assert_one_line_error(agentgym_cli("serve-retriever", "bad.jsonl", "--port", port, cwd=tmp_path), "not valid JSON")
     res = agentgym_cli("serve-retriever", "c.jsonl", "--retriever", "bm52", "--port", port, cwd=tmp_path)
     assert_one_line_error(res, "unknown retriever spec 'bm52'")
+
+
+OUT_OF_RANGE = [
+    ["run", "agentgym/Chain-v0", "--agent", "random", "--episodes", "-5"],
+    ["run", "agentgym/Chain-v0", "--agent", "random", "--seed", "-1"],
+    ["run", "agentgym/Chain-v0", "--agent", "random", "--workers", "0"],
+    ["run", "agentgym/Chain-v0", "--agent", "random", "--group-size", "0"],
+    ["bench", "--episodes", "-1"],
+    ["bench", "--workers", "-2"],
+    ["bench", "--trials", "0"],
+    ["check", "agentgym/Chain-v0", "--seed", "-1"],
+    ["serve", "--port", "99999"],
+    ["serve-retriever", "corpus.jsonl", "--port", "-1"],
+]
+
+
+@pytest.mark.parametrize("argv", OUT_OF_RANGE, ids=lambda argv: " ".join(argv[-3:]))
+def test_numbers_out_of_range_are_usage_errors(argv, capsys, tmp_path, monkeypatch):
+    """``bench --episodes -1`` was a traceback deep in the runner; every count, seed and port is checked when parsed."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"argument {argv[-2]}: must be" in err, err
+    assert list(tmp_path.iterdir()) == []
