@@ -25,7 +25,7 @@ import os
 import sys
 import types
 import typing
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,27 @@ class OneLineParser(argparse.ArgumentParser):
 def _kv_pairs(pairs: Sequence[str]) -> list[tuple[str, Any]]:
     """``key=value`` pairs in order (a key may repeat); values are JSON when they parse as JSON, else strings."""
     return [(k, v) for pair in pairs for k, v in _kv([pair]).items()]
+
+
+def int_in(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type``: an int in ``low..high`` (a one-line usage error otherwise).
+
+    >>> int_in(1)("3")
+    3
+    """
+
+    def parse(text: str) -> int:
+        value = int(text)  # argparse reports a ValueError as "invalid int value"
+        if value < low or (high is not None and value > high):
+            bound = f">= {low}" if high is None else f"in {low}..{high}"
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
+        return value
+
+    parse.__name__ = "int"
+    return parse
+
+
+POSITIVE, NON_NEGATIVE, PORT = int_in(1), int_in(0), int_in(0, 65535)
 
 
 def _kv(pairs: Sequence[str]) -> dict[str, Any]:
@@ -528,21 +549,21 @@ def build_parser(plugins: Mapping[str, EntryPoint] | None = None) -> argparse.Ar
     p = command("run", help="run an agent on an env and write trajectories")
     p.add_argument("env_id", help="a registered env id, e.g. agentgym/SearchQA-v0 (see agentgym list)")
     p.add_argument("--agent", required=True, help="a built-in agent (oracle, heuristic, random) or openai / hf")
-    p.add_argument("--episodes", type=int, default=10, help="episodes in the run (with --append: in all)")
-    p.add_argument("--seed", type=int, default=0, help="episode i (group g) is reset with seed + g")
+    p.add_argument("--episodes", type=POSITIVE, default=10, help="episodes in the run (with --append: in all)")
+    p.add_argument("--seed", type=NON_NEGATIVE, default=0, help="episode i (group g) is reset with seed + g")
     p.add_argument("--out", default=None, help=f"output folder (default {DEFAULT_RUN_OUT}, which each run replaces)")
     p.add_argument(
         "--append", action="store_true",
         help="continue the run in --out: its records count as the first episodes (after a crash or a kill)",
     )  # fmt: skip
     p.add_argument("--overwrite", action="store_true", help="replace the output of an earlier run in --out")
-    p.add_argument("--workers", type=int, default=1, help="parallel episodes (threads); output is identical")
+    p.add_argument("--workers", type=POSITIVE, default=1, help="parallel episodes (threads); output is identical")
     p.add_argument(
         "--tasks", choices=["sequential", "random"], default="sequential",
         help="sequential: group g plays task g (mod the number of tasks); random: the seed picks the task",
     )  # fmt: skip
     p.add_argument(
-        "--group-size", type=int, default=1, metavar="K",
+        "--group-size", type=POSITIVE, default=1, metavar="K",
         help="play each task K times in a row with one seed (GRPO-style groups; --episodes must be a multiple of K)",
     )  # fmt: skip
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env constructor argument")
@@ -551,8 +572,8 @@ def build_parser(plugins: Mapping[str, EntryPoint] | None = None) -> argparse.Ar
     p.set_defaults(fn=cmd_run)
 
     p = command("bench", help="every env x built-in agents: table, Markdown report, PNG plots")
-    p.add_argument("--episodes", type=int, default=100, help="episodes per env and agent (some envs cap it)")
-    p.add_argument("--seed", type=int, default=0, help="episode i plays task i with seed + i")
+    p.add_argument("--episodes", type=POSITIVE, default=100, help="episodes per env and agent (some envs cap it)")
+    p.add_argument("--seed", type=NON_NEGATIVE, default=0, help="episode i plays task i with seed + i")
     p.add_argument(
         "--out", default=None,
         help=f"output folder (default {DEFAULT_BENCH_OUT}, or {DEFAULT_REWARDS_OUT} with --rewards; replaced each run)",
@@ -564,10 +585,10 @@ def build_parser(plugins: Mapping[str, EntryPoint] | None = None) -> argparse.Ar
         "--env-arg", action="append", default=[], metavar="KEY=VALUE",
         help="env constructor argument, given to every env of the bench (pick them with --env)",
     )  # fmt: skip
-    p.add_argument("--workers", type=int, default=1, help="parallel episodes (threads); output is identical")
+    p.add_argument("--workers", type=POSITIVE, default=1, help="parallel episodes (threads); output is identical")
     p.add_argument(
         "--trials",
-        type=int,
+        type=POSITIVE,
         default=1,
         metavar="K",
         help="play each task K times (agent seeds differ) and report pass^k (tau-bench's reliability)",
@@ -578,7 +599,7 @@ def build_parser(plugins: Mapping[str, EntryPoint] | None = None) -> argparse.Ar
 
     p = command("check", help="run the env checker (Gymnasium + text-env contract)")
     p.add_argument("env_id", help="a registered env id, e.g. agentgym/SearchQA-v0")
-    p.add_argument("--seed", type=int, default=0, help="seed of the checked episodes")
+    p.add_argument("--seed", type=NON_NEGATIVE, default=0, help="seed of the checked episodes")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env constructor argument")
     p.set_defaults(fn=cmd_check)
 
@@ -601,7 +622,7 @@ def build_parser(plugins: Mapping[str, EntryPoint] | None = None) -> argparse.Ar
     p.add_argument("corpus", help='corpus JSONL: {"id", "contents"} per line')
     p.add_argument("--retriever", default="bm25", help="bm25, bm25:rank_bm25, dense or hybrid")
     p.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default; others need a token)")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=PORT, default=8000)
     p.add_argument("--cache-dir", default=None, help="where indexes persist")
     p.add_argument(
         "--token", default=None,
@@ -636,7 +657,7 @@ def build_parser(plugins: Mapping[str, EntryPoint] | None = None) -> argparse.Ar
     )  # fmt: skip
     p.add_argument("--max-sessions-per-client", type=int, default=None, help="(default --max-sessions)")
     p.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default; others need a token)")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=PORT, default=8000)
     p.add_argument(
         "--token", default=None,
         help="bearer token clients must send (default: $AGENTGYM_TOKEN; prefer it, a token here shows in ps)",
