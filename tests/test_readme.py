@@ -325,3 +325,16 @@ def test_bench_trials_prints_every_pass_k_column(command_runs):
     assert [c for c in header if c.startswith("pass^")] == ["pass^1", "pass^2", "pass^3", "pass^4"]
     assert header.index("pass^4") < header.index("seconds")
     assert all(r["pass^1"] == pytest.approx(r["success"]) for r in results)
+
+
+@pytest.mark.parametrize("preset", ["tiny", "small", pytest.param("100k", marks=pytest.mark.slow)])
+def test_searchqa_preset_table_counts(preset):
+    """The SearchQA preset table's docs and train / test questions are what ``build_dataset`` makes (the tiny
+    corpus has 446 docs, the 100k one 111,178: the table said 448 and 111,210)."""
+    from agentgym.envs.search_qa.data import build_dataset
+
+    table = readme_table("python bench/bench_search_qa.py --preset NAME")
+    row = next(r for r in table if r["preset"].startswith(f"`{preset}`"))
+    ds = build_dataset(preset)
+    assert shown_values(row["docs"]) == [(len(ds.corpus), 0)]
+    assert shown_values(row["train / test questions"]) == [(len(ds.train), 0), (len(ds.test), 0)]

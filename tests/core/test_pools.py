@@ -45,6 +45,9 @@ SLOW = "pooltest/Slow-v0"
 HANG = 300.0
 #: Hang guard of every wait for a marker file (it appears at once unless something is broken).
 GUARD = 120.0
+#: How long Ray actors may take to start (``RayPool``'s ``start_timeout``): a worker process that imports agentgym
+#: took over 120 s, the default, on a 2-core machine at load 20.
+START = 400.0
 
 
 def wait_for(path: Path, guard: float = GUARD) -> None:
@@ -241,7 +244,7 @@ def marks(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def slow_pool(ray_session, marks):
     """Four SlowEnv actors at a quarter CPU each (one CPU of the two), leaving markers in ``marks``."""
-    pool = RayPool(SLOW, 4, num_cpus=0.25, env_kwargs={"marks": str(marks)})
+    pool = RayPool(SLOW, 4, num_cpus=0.25, env_kwargs={"marks": str(marks)}, start_timeout=START)
     yield pool
     pool.close()
 
@@ -250,7 +253,8 @@ def slow_pool(ray_session, marks):
 @pytest.mark.parametrize("case", [(SEARCH, SEARCH_ACTIONS), (HOUSEHOLD, HOUSEHOLD_ACTIONS)], ids=["sqa", "hh"])
 def test_ray_and_serial_pools_give_identical_trajectories(ray_session, case):
     (env_id, kwargs, agent), actions = case
-    with SerialPool(env_id, 4, env_kwargs=kwargs) as serial, RayPool(env_id, 4, env_kwargs=kwargs, num_cpus=0.25) as rp:
+    ray_pool = RayPool(env_id, 4, env_kwargs=kwargs, num_cpus=0.25, start_timeout=START)
+    with SerialPool(env_id, 4, env_kwargs=kwargs) as serial, ray_pool as rp:
         assert records(rp, agent, 8, group_size=2) == records(serial, agent, 8, group_size=2)
         assert scripted(rp, actions) == scripted(serial, actions)
         members = rp.reset_groups([9, 10], group_size=2)  # group members get the same reset
@@ -343,11 +347,12 @@ from agentgym.pool import RayPool
 cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
 env_node = cluster.add_node(num_cpus=2, resources={"envs": 2})  # a node started with --resources='{"envs": 2}'
 cluster.wait_for_nodes()
-pool = RayPool("agentgym/Household-v0", 4, address=cluster.address, num_cpus=0.25, resources={"envs": 0.5})
+pool = RayPool("agentgym/Household-v0", 4, address=cluster.address, num_cpus=0.25, resources={"envs": 0.5},
+               start_timeout=400)
 placed = {w.node for w in pool.workers()}
 pool.close()  # it joined the cluster itself, so it disconnects
 owned = not ray.is_initialized()
-with RayPool("agentgym/Household-v0", 4, address=cluster.address, num_cpus=0.25) as pool:  # SPREAD by default
+with RayPool("agentgym/Household-v0", 4, address=cluster.address, num_cpus=0.25, start_timeout=400) as pool:  # SPREAD
     spread = sorted(collections.Counter(w.node for w in pool.workers()).values())
     errors = [o.error for o in pool.reset([0, 1, 2, 3])]
 cluster.shutdown()
@@ -361,7 +366,7 @@ def test_ray_pool_joins_a_cluster_by_address_and_spreads_over_its_nodes(tmp_path
     """A two-node cluster (``ray.cluster_utils.Cluster``), in a subprocess: this process is the module's driver."""
     script = tmp_path / "multinode.py"
     script.write_text(MULTINODE, encoding="utf-8")
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=590)
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result == {"envs_only": True, "owned": True, "spread": [2, 2], "errors": [None] * 4}
