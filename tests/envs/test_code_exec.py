@@ -7,6 +7,7 @@ import json
 import math
 import pickle
 import random
+import re
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
@@ -426,3 +427,15 @@ def test_hostile_calls_are_invalid_and_do_not_end_the_episode(envs, action, phra
     obs, _, terminated, truncated, info = env.step(action)
     assert info["action_valid"] is False and phrase in info["parse_error"] and phrase in obs[0]["content"]
     assert (info["turn"], terminated, truncated) == (1, False, False) and env.transcript[-2]["content"] == action
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.text(st.characters(codec=None, categories=["Cs", "Ll", "Nd", "So"]), max_size=12))
+def test_any_surrogates_in_code_reach_the_program_as_replacement_characters(envs, text):
+    env = envs["numbers"]
+    env.reset(options={"task_index": 0})
+    code = f"print(ascii('{text}'))"  # the characters themselves in the source (no quotes or backslashes drawn)
+    obs, _, _, _, info = env.step(call("python", code=code))  # json.dumps writes each surrogate as an escape
+    expected = ascii(re.sub("[\ud800-\udfff]", "\ufffd", text))
+    assert info["action_valid"] and info["run_statuses"] == ["ok"], obs
+    assert obs[0]["content"] == expected + "\n"
