@@ -1,6 +1,7 @@
 """What users hit in long runs: records stream to disk, memory stays flat, failures stop a run, a killed run
 continues with ``--append``, outputs never mix runs, user errors are one line, and replay checks every field."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -362,7 +363,9 @@ def test_a_run_whose_env_echoes_surrogates_writes_a_valid_file_that_replays(tmp_
         assert len(trajs) == 3 and count_records(path) == 3
         path.read_bytes().decode("utf-8")  # strict
         back = list(read_trajectories(path))
-        assert [normalize(t.to_dict()) for t in trajs] == [t.to_dict() for t in back]
+        assert [t.index for t in back] == [0, 1, 2]  # the file's records carry their run and position
+        written = [dataclasses.replace(t, run_id=b.run_id, index=b.index) for t, b in zip(trajs, back, strict=True)]
+        assert [normalize(t.to_dict()) for t in written] == [t.to_dict() for t in back]
         assert main(["replay", str(path)]) == 0
         assert "replayed 3 episode(s): 0 identical, 3 unverified, 0 diverged" in capsys.readouterr().out
     finally:
