@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from agentgym.replay import replay_file
 from agentgym.trajectory import (
     MAX_RECORD_BYTES,
+    RunHeader,
     Trajectory,
     TrajectoryWriter,
     Turn,
@@ -285,6 +286,27 @@ def wrong_types() -> list[tuple[str, bytes]]:
     return cases
 
 
+def header_wrong_types() -> list[tuple[str, bytes]]:
+    """A run header with each field given a value of a wrong type (or an impossible one), one at a time."""
+    good = RunHeader(env_id="e", env_kwargs={}, agent="a", agent_name="a", agent_kwargs={}, seed=0,
+                     tasks="sequential", group_size=2, episodes=4).to_dict()  # fmt: skip
+    cases = []
+    for key in good:
+        for value in ([1], "x", 5, None, {"a": 1}, True, -3, 10**400):
+            if value == good[key] or (value is None and key in ("agent_name", "agent_kwargs")):
+                continue
+            if type(value) is type(good[key]) and key in ("env_id", "agent", "agent_name", "env_kwargs", "seed"):
+                continue  # any string, object or integer is a valid value of these (only the digest then differs)
+            if key == "episodes" and value == 10**400:
+                continue  # an even number of episodes, as valid as absurd
+            h = {**good, key: value}
+            if key not in ("run_id", "kind", "version"):
+                h["run_id"] = good["run_id"]
+            h["checksum"] = checksum(h)
+            cases.append((f"{key}={value!r}"[:40], json.dumps(h).encode()))
+    return cases
+
+
 DEEP_KEY = b'"reset_info":{"x":' + b"[" * 100_000 + b"]" * 100_000 + b","
 HOSTILE = {
     "a list nested 100,000 deep": b"[" * 100_000 + b"]" * 100_000,
@@ -304,6 +326,7 @@ HOSTILE = {
     "a run header with a bad plan": b'{"kind":"run","version":3,"episodes":-1}',
     "an unknown kind": b'{"kind":"nonsense","version":3}',
     **{f"wrong type: {name}": line for name, line in wrong_types()},
+    **{f"run header: {name}": line for name, line in header_wrong_types()},
 }
 
 
