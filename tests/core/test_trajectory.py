@@ -16,6 +16,7 @@ from agentgym.trajectory import (
     Turn,
     canonical,
     checksum,
+    count_records,
     dumps,
     normalize,
     read_records,
@@ -385,3 +386,15 @@ def test_key_order_never_matters(tmp_path):
     path.write_text(json.dumps(reverse(json.loads(dumps(make_traj(0))))) + "\n", encoding="utf-8")
     [back] = read_trajectories(path)  # the checksum verifies
     assert canonical(back.to_dict()) == canonical(make_traj(0).to_dict())
+
+
+@pytest.mark.parametrize("pad", [0, 1, 5, 13, 14, 15, 100])
+def test_count_records_counts_episode_lines_not_headers_across_chunk_boundaries(tmp_path, pad):
+    header = RunHeader(env_id="e", env_kwargs={}, agent="a", agent_name=None, agent_kwargs=None, seed=0,
+                       tasks="sequential", group_size=1, episodes=3)  # fmt: skip
+    filler = b'{"x":"' + b"y" * ((1 << 20) - pad - 9) + b'"}\n'  # the header's first bytes straddle a 1 MiB read
+    data = filler + (dumps(header) + "\n").encode() + good_line(0) + good_line(1) + b'{"kind":"run","ver'
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(data)
+    assert count_records(path) == 3  # the filler and two episodes; the header and the torn line are not counted
+    assert count_records(tmp_path / "none.jsonl") == 0
