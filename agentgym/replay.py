@@ -18,7 +18,8 @@ they are replayed one by one and reported as unverified.
 The checksum of each record is a digest anyone can recompute, not a signature: it catches accidental corruption;
 re-execution catches any edit that changes what the env would do and the run-level check any missing, duplicated
 or reordered episode. Neither stops someone who rewrites a record's agent label or actions (for an agent replay
-cannot rerun) and recomputes its checksum.
+cannot rerun) and recomputes its checksum; signatures do (``key``: records written with ``$AGENTGYM_TRAJECTORY_KEY``
+set carry an HMAC that only a holder of the key can make).
 
 A bad record (unreadable, an unknown field or format version, an env that is not registered or does not accept the
 recorded arguments) is reported and replay goes on: nothing in the file makes replay raise. Only registered envs

@@ -6,7 +6,8 @@ line and reports it, and the next writer cuts it off before appending. A run (``
 *run header* (``RunHeader``: what was played, by which agent, with which seeds, how many episodes), and each of
 its episode records names the run and its position in it, so ``agentgym replay`` checks the file as a whole.
 Each record carries a checksum of its other fields (format 3: SHA-256 of the canonical JSON, keys sorted), so an
-accidental change is detected; the checksum is a digest anyone can recompute, not a signature. Records hold no
+accidental change is detected; the checksum is a digest anyone can recompute, not a signature (with the operator's
+key in ``$AGENTGYM_TRAJECTORY_KEY`` a run also signs each record: ``signature``). Records hold no
 timestamps, so the same seeds give byte-identical files. Reading streams: a file of a million episodes is never
 loaded whole, and a line longer than ``MAX_RECORD_BYTES`` is reported without being held in memory.
 
