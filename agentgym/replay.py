@@ -274,8 +274,9 @@ class _Replayer:
         if run is not None and run.agent is not None:
             run.agent.close()
         if run is not None and run.next < run.header.episodes:
-            yield _problem(run.lineno, f"run {run.header.run_id} ({run.header.env_id}, agent {run.header.agent!r}) "
-                           f"planned {run.header.episodes} episodes; the file holds {run.next} (a run cut short: "
+            h = run.header
+            yield _problem(run.lineno, f"run {h.run_id} ({h.env_id[:80]}, agent {h.agent[:80]!r}) "
+                           f"planned {h.episodes} episodes; the file holds {run.next} (a run cut short: "
                            "continue it with agentgym run ... --append)")  # fmt: skip
 
     def episode(self, rec: Record) -> ReplayResult:
@@ -358,12 +359,13 @@ class _Replayer:
         try:
             agent = make_agent(h.agent_name, env, **h.agent_kwargs)
         except Exception as e:
-            run.agent_note = f"the agent {h.agent_name!r} cannot be rebuilt ({type(e).__name__}: {e}): not rerun"
+            why = f"{type(e).__name__}: {str(e)[:200]}"
+            run.agent_note = f"the agent {h.agent_name!r} cannot be rebuilt ({why}): not rerun"
             return None
         if agent.name != h.agent:
             agent.close()
             run.agent_error = (
-                f"the run's agent {h.agent_name!r} is a built-in agent named {agent.name!r}, not {h.agent!r}"
+                f"the run's agent {h.agent_name!r} is a built-in agent named {agent.name!r}, not {h.agent[:80]!r}"
             )
             return None
         run.agent = agent
