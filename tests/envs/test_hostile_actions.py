@@ -271,3 +271,30 @@ def test_a_step_that_raises_is_undone_and_the_episode_can_go_on():
     assert (env.turn, env.transcript) == before  # the turn counter did not advance past an unrecorded turn
     obs, *_, info = env.step("ok")
     assert obs == [{"role": "user", "content": "turn 2"}] and info["turn"] == 2
+
+
+@pytest.mark.parametrize(
+    "block",
+    ["[" * 100_000, '{"type": "function", "function": {"name": "f", "x": ' + "9" * 5000 + "}}", '{"a": NaN}'],
+)
+def test_tool_listings_and_native_conversion_skip_hostile_json(block):
+    """An agent reads ``<tools>`` listings out of user messages (which a user or env may echo) and turns past
+    assistant turns into native messages: hostile JSON there is skipped, never raised (RecursionError before)."""
+    from agentgym.agents.tool_calls import to_openai_messages
+
+    good = '{"type": "function", "function": {"name": "ls", "parameters": {}}}'
+    messages = [
+        {"role": "user", "content": f"<tools>\n{block}\n{good}\n</tools>"},
+        {
+            "role": "assistant",
+            "content": '{"tool_calls": [{"function": {"name": "ls", "arguments": "{\\"p\\": \\"\\\\ud800\\"}"}}]}',
+        },
+        {
+            "role": "assistant",
+            "content": '{"tool_calls": [{"function": {"name": "ls", "arguments": "' + "[" * 5000 + '"}}]}',
+        },
+    ]
+    assert [t["function"]["name"] for t in listed_tools(messages)] == ["ls"]
+    native = to_openai_messages(messages)
+    assert json.loads(native[1]["tool_calls"][0]["function"]["arguments"]) == {"p": "\ufffd"}
+    assert native[2] == messages[2]  # not a parseable call: left as it was
