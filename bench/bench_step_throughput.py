@@ -109,6 +109,7 @@ def run_round(tree: Path | None, tasks: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--old", default="70136f3", help="the revision to compare against")
+    parser.add_argument("--new", default=None, help="a revision to measure instead of this working tree")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tasks", type=int, default=40, help="episodes per workload per round")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -116,14 +117,18 @@ def main() -> None:
     if args.worker:
         print(json.dumps(worker(args.tasks)))
         return
-    with tempfile.TemporaryDirectory(prefix="agentgym-old-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="agentgym-old-") as tmp, tempfile.TemporaryDirectory() as tmp_new:
         old = export(args.old, Path(tmp))
+        new = export(args.new, Path(tmp_new)) if args.new else None
         rounds: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
         for r in range(args.rounds):
             rounds["old"].append(run_round(old, args.tasks))
-            rounds["new"].append(run_round(None, args.tasks))
+            rounds["new"].append(run_round(new, args.tasks))
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
-    print(f"env steps/s, median of {args.rounds} alternating rounds ({args.tasks} episodes each); old = {args.old}")
+    print(
+        f"env steps/s, median of {args.rounds} alternating rounds ({args.tasks} episodes each); old = {args.old}, "
+        f"new = {args.new or 'this working tree'}"
+    )
     print("wall: elapsed time in env.step; cpu: the env process's CPU time in it (sandbox children not counted)")
     print(f"| {'workload':<34} | clock | {'old':>9} | {'new':>9} | new/old (median of paired ratios) |")
     print(f"|{'-' * 36}|-------|{'-' * 11}|{'-' * 11}|{'-' * 35}|")
