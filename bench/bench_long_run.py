@@ -10,12 +10,14 @@ It starts ``agentgym run agentgym/Household-v0 --agent oracle --episodes N --out
 the record count and the process's RSS (``/proc/PID/status``, VmRSS) every 0.2 s, and prints the time of the
 first record and the RSS when the run passes 1k, 10k, 100k, ... records. With ``--kill-at K`` it sends SIGKILL
 once K records are on disk, restarts the same command with ``--append``, and checks that the file then holds N
-records whose task indices run in order (``--replay M`` also replays the last M records).
+episodes whose task indices run in order (``--replay M`` also replays the run header and the first M episodes:
+replay then reports the rest of the run as cut short, which the result counts apart).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import signal
@@ -24,7 +26,7 @@ import sys
 import tempfile
 import time
 
-from agentgym.trajectory import count_records
+from agentgym.trajectory import count_records, read_trajectories
 
 
 def rss_mb(pid: int) -> float:
@@ -70,7 +72,7 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=100_000)
     parser.add_argument("--agent", default="oracle")
     parser.add_argument("--kill-at", type=int, default=None, help="SIGKILL once this many records are on disk")
-    parser.add_argument("--replay", type=int, default=0, help="replay the last N records at the end")
+    parser.add_argument("--replay", type=int, default=0, help="replay the header and the first N episodes at the end")
     parser.add_argument("--out", default=None, help="run folder (default: a temporary one, removed at the end)")
     args = parser.parse_args()
     out = args.out or tempfile.mkdtemp(prefix="agentgym-long-run-")
@@ -83,19 +85,19 @@ def main() -> None:
         print(f"killed at {result['run']['records']:,} records; continuing with --append")
         result["append"] = watch([*cmd[:-1], "--append"], path, None)
     records = count_records(path)
-    with open(path, "rb") as f:  # the task index of every record, streamed
-        order_ok = all(json.loads(line)["options"]["task_index"] == i % 140 for i, line in enumerate(f))
+    # the task index of every episode, streamed (the run header is skipped)
+    order_ok = all(t.options["task_index"] == i % 140 for i, t in enumerate(read_trajectories(path)))
     result["final"] = {"records": records, "task_indices_in_order": order_ok, "bytes": os.path.getsize(path)}
     if args.replay:
         from agentgym.replay import replay_file
 
-        tail = os.path.join(out, "tail.jsonl")
-        with open(path, "rb") as f, open(tail, "wb") as g:
-            for i, line in enumerate(f):
-                if i >= records - args.replay:
-                    g.write(line)
-        results = list(replay_file(tail))
-        result["final"]["replayed_ok"] = f"{sum(r.ok for r in results)}/{len(results)}"
+        head = os.path.join(out, "head.jsonl")  # the run header and the first M episodes: a prefix of the run
+        with open(path, "rb") as f, open(head, "wb") as g:
+            g.writelines(itertools.islice(f, args.replay + 1))
+        results = list(replay_file(head))
+        episodes = [r for r in results if r.kind == "episode"]
+        result["final"]["replayed_ok"] = f"{sum(r.ok for r in episodes)}/{len(episodes)}"
+        result["final"]["run_problems"] = [r.divergence for r in results if r.kind == "run"]  # "cut short" expected
     print(json.dumps(result, indent=2))
     if args.out is None:
         import shutil
