@@ -338,3 +338,31 @@ def test_searchqa_preset_table_counts(preset):
     ds = build_dataset(preset)
     assert shown_values(row["docs"]) == [(len(ds.corpus), 0)]
     assert shown_values(row["train / test questions"]) == [(len(ds.train), 0), (len(ds.test), 0)]
+
+
+@pytest.mark.slow
+def test_searching_the_question_rarely_finds_the_last_hop():
+    """The README's share of bridge and 3-4-hop test questions (``small``) whose last supporting document is in the
+    top 3 when the agent searches the question itself."""
+    import gymnasium as gym
+
+    import agentgym  # noqa: F401  (registers the envs)
+
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    claim = re.search(r"last hop's document in the top 3 for only ([\d.]+)% of bridge and ([\d.]+)% of 3-4-hop", text)
+    assert claim is not None, "README.md no longer states the shares"
+    env = gym.make("agentgym/SearchQA-v0").unwrapped
+    hits = {"bridge": 0, "multihop": 0}
+    totals = dict.fromkeys(hits, 0)
+    for i in range(env.num_tasks):
+        obs, info = env.reset(options={"task_index": i})
+        kind = info["gold"]["hop_type"]
+        if kind in hits:
+            question = obs[0]["content"].rpartition("Question: ")[2].strip()
+            _, _, _, _, after = env.step(f"<search> {question} </search>")
+            hits[kind] += info["gold"]["supporting_doc_ids"][-1] in after["retrieved_doc_ids"]
+            totals[kind] += 1
+    assert totals == {"bridge": 500, "multihop": 500}
+    for kind, shown in zip(hits, claim.groups(), strict=True):
+        decimals = len(shown.partition(".")[2])
+        assert agrees(100 * hits[kind] / totals[kind], float(shown), decimals), (kind, hits[kind], shown)
