@@ -325,7 +325,12 @@ def test_pool_is_fast_when_warm(boxes):
 
 # --- docker ------------------------------------------------------------------------------------------------------
 
-DOCKER_OK, DOCKER_WHY = DockerSandbox.available()
+DOCKER_IMAGE = os.environ.get("AGENTGYM_DOCKER_IMAGE")
+DOCKER_OK, DOCKER_WHY = (
+    DockerSandbox.available(DOCKER_IMAGE)
+    if DOCKER_IMAGE
+    else (False, "AGENTGYM_DOCKER_IMAGE is not set (`make sandbox-image` builds the image; .ci/run sets it)")
+)
 
 
 @pytest.mark.slow

@@ -33,16 +33,8 @@ def docker_reason() -> str | None:
     image = os.environ.get("AGENTGYM_DOCKER_IMAGE")
     if not image:
         return "AGENTGYM_DOCKER_IMAGE is not set (`make sandbox-image` builds the image; .ci/run sets it)"
-    ok, why = sandbox.DockerSandbox.available()
-    if not ok:
-        return why
-    import docker
-
-    try:
-        docker.from_env(timeout=10).images.get(image)
-    except Exception as e:
-        return f"image {image} not found: {e}"
-    return None
+    ok, why = sandbox.DockerSandbox.available(image)
+    return None if ok else why
 
 
 def host_dir_parent() -> str:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the Docker image DockerSandbox runs (default agentgym-sandbox:bookworm), offline from the Debian packages of
-# the mirror apt already uses: debootstrap --variant=minbase --include=python3, then `docker import`. No
-# image registry is needed. Idempotent: does nothing when the image exists. Needs root, debootstrap and an engine.
+# the mirror apt already uses: debootstrap --variant=minbase --include=python3 (python3-minimal lacks json), then
+# `docker import`. No image registry is needed. Idempotent: does nothing when the image exists. Needs root,
+# debootstrap and an engine.
 #   bash tools/sandbox/build_image.sh [IMAGE]      (or: make sandbox-image)
 set -euo pipefail
 IMAGE=${1:-${AGENTGYM_DOCKER_IMAGE:-agentgym-sandbox:bookworm}}

@@ -41,8 +41,7 @@ DEFAULT_IMAGE = "agentgym-sandbox:bookworm"
 PYTHONS = ("python3", "python")
 
 #: Bytes of files and stdin one Docker run may receive: they travel base64-encoded in the command line, split into
-#: arguments
-#: under Linux's 128 KiB per argument and well under its ~2 MiB for all of them.
+#: arguments under Linux's 128 KiB per argument and well under its ~2 MiB for all of them.
 DOCKER_FILE_BYTES = 1 << 20
 _ARG_CHUNK = 100_000
 #: The program the container runs (``python -I -c BOOT CODE CHUNK...``): writes the files, then the code as
@@ -120,16 +119,24 @@ class DockerSandbox(Sandbox):
             return self.python
 
     @staticmethod
-    def available() -> tuple[bool, str]:
-        """Whether the SDK is installed and an engine answers, and why not."""
+    def available(image: str | None = None) -> tuple[bool, str]:
+        """Whether the SDK is installed, an engine answers and (if given) it has ``image``; and why not."""
         try:
             import docker
         except ImportError:
             return False, "the docker SDK is not installed (pip install docker)"
         try:
-            docker.from_env(timeout=5).ping()
+            client = docker.from_env(timeout=10)
+            client.ping()
         except Exception as e:
             return False, f"no docker engine reachable: {type(e).__name__}: {e}"
+        try:
+            if image is not None:
+                client.images.get(image)
+        except Exception as e:
+            return False, f"image {image} not found ({type(e).__name__}): make sandbox-image builds it"
+        finally:
+            client.close()
         return True, ""
 
     def run(
