@@ -48,9 +48,9 @@ from agentgym.trust import declare, integer, one_of
 #: BFCL force-quits the task, which then fails.
 MAX_STEPS_PER_TURN = 20
 MAX_CALLS_PER_STEP = 16
-#: Integer arguments that would make a call run for minutes (mpmath/decimal precision, integer powers); BFCL has no
-#: such limit, but an env must not hang on one call.
-ARGUMENT_LIMITS = {"precision": 1000, "exponent": 10_000}
+#: Integer arguments that would make a call run for minutes (mpmath/decimal precision, integer powers, rounding an
+#: integer to -2**63 places builds 10**(2**63)); BFCL has no such limit, but an env must not hang on one call.
+ARGUMENT_LIMITS = {"precision": 1000, "exponent": 10_000, "decimal_places": 1000}
 #: The most digits an integer result may have: Python prints no longer integer (``sys.get_int_max_str_digits``).
 MAX_RESULT_DIGITS = 4300
 #: Serialises tool calls across threads: ``MathAPI.logarithm`` sets mpmath's process-wide precision before computing.

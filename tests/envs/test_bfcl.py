@@ -389,6 +389,7 @@ def _raw(name: str, arguments: str) -> str:
         (_raw("add", '{"a": Infinity, "b": 1}'), "Infinity"),
         (_raw("tail", '{"file_name": "a", "lines": ' + str(2**63) + "}"), "out of range"),
         (_raw("power", '{"base": ' + "9" * 99 + ', "exponent": 10000}'), "more than 4300 digits"),
+        (_raw("round_number", '{"number": 5, "decimal_places": ' + str(-(2**63)) + "}"), "at most 1000"),  # a hang
         (json.dumps({"tool_calls": [{"function": {"name": "add", "arguments": '{"a": NaN, "b": 1}'}}]}), "NaN"),
     ],
 )
