@@ -232,13 +232,15 @@ def test_arguments_of_any_depth_parse_exactly_or_name_the_depth_limit(value, wra
         assert got.arguments == json.loads(text)
 
 
-def test_readme_states_the_checkers_count_of_malformed_actions():
+def test_readme_and_docs_state_the_checkers_count_of_malformed_actions():
     from pathlib import Path
 
     from agentgym.checker import MALFORMED_ACTIONS
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    assert f"{len(MALFORMED_ACTIONS)} malformed actions" in readme
+    root = Path(__file__).resolve().parents[2]
+    for doc in ("README.md", "docs/architecture.md"):
+        text = (root / doc).read_text(encoding="utf-8")
+        assert f"{len(MALFORMED_ACTIONS)} malformed actions" in text, doc
     labels = {label for label, _ in MALFORMED_ACTIONS}
     hostile = {"deep JSON arguments string", "4,301-digit integer", "NaN and Infinity", "escaped lone surrogates"}
     assert hostile <= labels
