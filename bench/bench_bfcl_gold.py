@@ -38,6 +38,7 @@ from agentgym.agents.base import Agent
 from agentgym.envs.bfcl import data
 from agentgym.envs.bfcl.agents import OracleAgent, RandomAgent
 from agentgym.envs.bfcl.env import BFCLEnv, gold_replay
+from agentgym.envs.tool_use.tools import ArgumentError
 from agentgym.parsing import parse_tool_turn
 
 UTILS = "bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils"
@@ -80,7 +81,7 @@ def audit(task: data.Task, index: int) -> list[str]:
             else:
                 try:
                     data.check_arguments(docs[call["name"]], call["arguments"])
-                except data.ArgumentError as e:
+                except ArgumentError as e:
                     problems.append(f"turn {k}: gold call {text} does not fit the doc: {e}")
         results, instances = utils.execute_multi_turn_func_call(
             list(turn), task.initial_config, list(task.involved_classes), "agentgym_bench_audit", task.id,
@@ -141,7 +142,7 @@ def play(env: BFCLEnv, index: int, agent: Agent) -> tuple[dict[str, Any], list[d
         step = []
         for call in parse_tool_turn(action).calls or ():
             if call.name in offered:
-                with contextlib.suppress(data.ArgumentError):  # a rejected call is not executed
+                with contextlib.suppress(ArgumentError):  # a rejected call is not executed
                     arguments = data.check_arguments(offered[call.name]["function"], call.arguments)
                     step.append(python_call(call.name, arguments))
         if step:
