@@ -602,6 +602,7 @@ def create_app(
     call_timeout: float = 300.0,
     max_calls_per_client: int | None = None,
     max_sessions_per_client: int | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> FastAPI:
     """The FastAPI app of the env server.
 
@@ -625,6 +626,7 @@ def create_app(
         max_calls_per_client: env calls one client (peer address) may have running, stuck ones included (default
             a quarter of ``workers``).
         max_sessions_per_client: open sessions per client (default ``max_sessions``).
+        clock: the seconds idle sessions are measured in (``time.monotonic``; a test may drive its own).
     """
     from agentgym.registry import list_envs
 
@@ -651,7 +653,7 @@ def create_app(
         return Response(dumps(exc.body()), status_code=exc.status, media_type="application/json")
 
     async def sweep() -> None:
-        stale = table.sweep(time.monotonic())
+        stale = table.sweep(clock())
         if stale:
             await run_in_threadpool(_close, stale)
 
@@ -669,7 +671,7 @@ def create_app(
     async def use(session_id: str) -> AsyncIterator[Session]:
         """The session, marked busy (never evicted while in use) and locked for one env call at a time."""
         await sweep()
-        now = time.monotonic()
+        now = clock()
         try:
             s = table.get(session_id, now)
         except ApiError:
@@ -687,7 +689,7 @@ def create_app(
                 yield s
         finally:
             s.busy -= 1
-            s.last_used = time.monotonic()
+            s.last_used = clock()
 
     @app.get("/health")
     async def health() -> Response:
@@ -725,7 +727,7 @@ def create_app(
         if not isinstance(env.unwrapped, AgentEnv):
             await run_in_threadpool(_close, [env])
             raise ApiError(422, "invalid_argument", f"{req.env_id} is not an agentgym env (AgentEnv)")
-        s = Session(id=secrets.token_urlsafe(16), env_id=req.env_id, env=env, last_used=time.monotonic(),
+        s = Session(id=secrets.token_urlsafe(16), env_id=req.env_id, env=env, last_used=clock(),
                     client=client)  # fmt: skip
         table.sessions[s.id] = s
         return _json_response({"session_id": s.id, "server": server_id, "env": _describe_env(env)}, 201)

