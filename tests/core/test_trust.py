@@ -24,14 +24,14 @@ from hypothesis import strategies as st
 import agentgym
 from agentgym.cli import main
 from agentgym.core import AgentEnv, StepResult
-from agentgym.registry import list_envs
+from agentgym.registry import BUILTIN_ENVS
 from agentgym.replay import make_recorded_env
 from agentgym.server import ServerProcess, create_app
 from agentgym.tools.serving import BackgroundServer
 from agentgym.trajectory import Trajectory
 from agentgym.trust import Arg, UntrustedArgumentError, checked_kwargs, constructor_params, env_class, public_args
 
-ENVS = list_envs()
+ENVS = [env.id for env in BUILTIN_ENVS]  # not list_envs(): other test modules register test-only envs
 DANGEROUS_NAME = re.compile(
     r"path|file|dir|url|uri|key|token|secret|cache|module|class|callable|endpoint|host|llm|game"
 )

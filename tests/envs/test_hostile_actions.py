@@ -19,9 +19,9 @@ import agentgym
 from agentgym.agents.tool_calls import listed_tools
 from agentgym.core import sanitize_action
 from agentgym.parsing import MAX_INT_DIGITS, MAX_JSON_DEPTH, JSONLimitError, ParseError, parse_tool_turn
-from agentgym.registry import unavailable_reason
+from agentgym.registry import BUILTIN_ENVS, unavailable_reason
 
-ENV_IDS = agentgym.list_envs()
+ENV_IDS = [env.id for env in BUILTIN_ENVS]  # not list_envs(): other test modules register test-only envs
 RESET_EVERY = 10
 
 #: Hostile JSON values by name, and the phrase the parse error must hold when the value reaches a parser intact
