@@ -182,26 +182,19 @@ def _entry_point(env_id: str) -> Any:
 
 
 def _constructor(env_id: str) -> tuple[dict[str, inspect.Parameter], dict[str, Any], bool]:
-    """The constructor's keyword parameters of a registered env (following ``**kwargs`` up the class hierarchy),
-    their resolved annotations, and whether it still takes any keyword (a ``**kwargs`` at the top)."""
-    entry = _entry_point(env_id)
-    params: dict[str, inspect.Parameter] = {}
-    hints: dict[str, Any] = {}
-    inits = [k.__dict__["__init__"] for k in entry.__mro__ if k is not object and "__init__" in k.__dict__]
-    for fn in inits if isinstance(entry, type) else [entry]:
+    """The constructor's keyword parameters of a registered env (``agentgym.trust.constructor_signature``), their
+    resolved annotations, and whether it still takes any keyword (a ``**kwargs`` at the top)."""
+    from agentgym.trust import constructor_signature
+
+    params, owners, open_ended = constructor_signature(_entry_point(env_id))
+    resolved: dict[Any, dict[str, Any]] = {}
+    for fn in dict.fromkeys(owners.values()):
         try:
-            found = typing.get_type_hints(fn)
+            resolved[fn] = typing.get_type_hints(fn)
         except Exception:  # an annotation that does not resolve here (a TYPE_CHECKING import): not judged
-            found = {}
-        own = inspect.signature(fn).parameters
-        for name, p in own.items():
-            if name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name not in params:
-                params[name] = p
-                if name in found:
-                    hints[name] = found[name]
-        if not any(p.kind == p.VAR_KEYWORD for p in own.values()):
-            return params, hints, False
-    return params, hints, True
+            resolved[fn] = {}
+    hints = {name: resolved[fn][name] for name, fn in owners.items() if name in resolved[fn]}
+    return params, hints, open_ended
 
 
 #: ``gymnasium.make``'s own keyword arguments, which ``--env-arg`` may set too (e.g. ``max_episode_steps``).

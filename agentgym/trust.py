@@ -28,7 +28,7 @@ from __future__ import annotations
 import inspect
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -41,6 +41,7 @@ __all__ = [
     "UntrustedArgumentError",
     "checked_kwargs",
     "constructor_params",
+    "constructor_signature",
     "declare",
     "env_class",
     "flag",
@@ -224,20 +225,25 @@ def env_class(env_id: str) -> type | None:
     return entry if isinstance(entry, type) else None
 
 
+def constructor_signature(entry: Callable[..., Any]) -> tuple[dict[str, inspect.Parameter], dict[str, Callable], bool]:
+    """The keyword parameters of a constructor (a class, following ``**kwargs`` up its hierarchy, or a factory
+    function), the function that declares each, and whether it still takes any keyword (``**kwargs`` at the top)."""
+    params: dict[str, inspect.Parameter] = {}
+    owners: dict[str, Callable] = {}
+    inits = [k.__dict__["__init__"] for k in entry.__mro__ if k is not object and "__init__" in k.__dict__]
+    for fn in inits if isinstance(entry, type) else [entry]:
+        own = inspect.signature(fn).parameters
+        for name, p in own.items():
+            if name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name not in params:
+                params[name], owners[name] = p, fn
+        if not any(p.kind == p.VAR_KEYWORD for p in own.values()):
+            return params, owners, False
+    return params, owners, True
+
+
 def constructor_params(cls: type) -> dict[str, inspect.Parameter]:
     """The keyword parameters of ``cls``'s constructor, following ``**kwargs`` up the class hierarchy."""
-    out: dict[str, inspect.Parameter] = {}
-    for klass in cls.__mro__:
-        init = klass.__dict__.get("__init__")
-        if init is None:
-            continue
-        params = inspect.signature(init).parameters
-        for name, p in params.items():
-            if name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
-                out.setdefault(name, p)
-        if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
-            break
-    return out
+    return constructor_signature(cls)[0]
 
 
 def public_args(cls: type | None) -> dict[str, Arg]:
