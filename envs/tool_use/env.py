@@ -42,6 +42,7 @@ from agentgym.envs.tool_use.agents import OracleAgent, RandomAgent
 from agentgym.envs.tool_use.tasks import build_world, make_task, replay
 from agentgym.envs.tool_use.tools import ArgumentError, ToolError, validate_arguments
 from agentgym.envs.tool_use.worlds import WORLDS, World
+from agentgym.facts import states
 from agentgym.parsing import ParseError, ToolCall, is_blank, parse_tool_turn
 from agentgym.trust import declare, one_of
 
@@ -68,8 +69,11 @@ def world_state_diff(state: Mapping[str, Any], gold: Mapping[str, Any]) -> list[
     return sorted(k for k in {*state, *gold} if state.get(k) != gold.get(k))
 
 
-def _normalise(text: str) -> str:
-    return " ".join(text.replace(",", "").replace("$", "").split()).lower()
+def facts_stated(text: str, facts: list[str]) -> bool:
+    """Whether a reply states every fact, each compared by value (``agentgym.facts.states``; its kind read from its
+    canonical form: ``2610.50`` is money, so ``$2,610.5`` states it; ``08:00`` a time, so ``8am`` does; anything
+    else a whole phrase, any case)."""
+    return all(states(text, f) for f in facts)
 
 
 class ToolUseEnv(AgentEnv):
@@ -264,7 +268,7 @@ class ToolUseEnv(AgentEnv):
         state = self._world.state()
         diff = world_state_diff(state, ep["gold_states"][k])
         facts = ep["task"]["instructions"][k]["facts"]
-        told = all(_normalise(f) in _normalise(text) for f in facts)
+        told = facts_stated(text, facts)
         check = {"instruction": k, "state_match": not diff, "mismatched": diff, "facts_told": told}
         ep["checks"].append(check)
         ep["instruction"] = k + 1
