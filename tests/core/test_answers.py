@@ -1,4 +1,4 @@
-"""agentgym.answers: SQuAD normalisation, EM, substring EM, token F1."""
+"""agentgym.answers: SQuAD normalisation, EM, substring EM, token F1, and extracting the answer from free text."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentgym.answers import exact_match, f1_score, normalize_answer, score_answer, sub_exact_match
+from agentgym.answers import exact_match, extract_answer, f1_score, normalize_answer, score_answer, sub_exact_match
 
 texts = st.text(max_size=40) | st.sampled_from(["the", "a", "An", "The Hemlo City", "hemlo", "1,234", "", " . "])
 gold_lists = st.lists(texts, min_size=1, max_size=4)
@@ -89,3 +89,85 @@ def test_more_golds_never_lower_a_score(pred, golds, extra):
 @given(texts, texts)
 def test_f1_is_symmetric(a, b):
     assert f1_score(a, [b]) == pytest.approx(f1_score(b, [a]))
+
+
+# -- extract_answer ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "answer"),
+    [
+        ("**3464999702**", "3464999702"),  # issue 20: CodeExec rejected these two
+        ("The answer is 3464999702", "3464999702"),
+        ("The answer is **3464999702**.", "3464999702"),
+        ("Final answer: `17:00`", "17:00"),
+        ("Answer: 42", "42"),
+        ("**Answer:** 42", "42"),
+        ("After running the program, the final answer is: 42.", "42"),
+        ("My guess: Zed Ka", "Zed Ka"),
+        ("Here you go: order_pizza(size='large')", "order_pizza(size='large')"),  # issue 20: Clarify
+        ("Here you go:\n```python\norder_pizza(size='large')\n```", "order_pizza(size='large')"),
+        ("```\n42\n```", "42"),
+        ("```42```", "42"),
+        ("Some reasoning.\n```text\nfirst\n```\nthen\n```\nsecond\n```", "second"),  # the last fence counts
+        ("It is Oru River.", "Oru River"),  # issue 20: TwentyQuestions
+        ("I think it's *The Road to Velkrond*!", "The Road to Velkrond"),
+        ("So, it is Zed!", "Zed"),
+        ('"North".', "North"),
+        ("“North”", "North"),
+        ("__bold__ and _it_", "bold and it"),
+        ("snake_case_name", "snake_case_name"),  # underscores inside a word are no italics
+        ("/static/app_main.js", "/static/app_main.js"),
+        ("  42 ", "42"),
+        ("Maybe.", "Maybe"),
+        ("The answer is", "The answer is"),  # a lead-in with nothing after it is left alone
+        ("", ""),
+    ],
+)
+def test_extract_answer_cases(text, answer):
+    assert extract_answer(text) == answer
+
+
+@pytest.mark.parametrize("text", ["The answer is not 42, it is 43", "42 or 43", "Answer: 4 2"])
+def test_extract_answer_keeps_what_is_not_wrapping(text):
+    """Only wrapping goes: a hedge or a second value stays in, so a parser sees it and rejects it."""
+    assert extract_answer(text) not in ("42", "43")
+
+
+# Answers as the envs hold them: numbers, times, names, calls, paths (no markup characters of their own).
+plain_answers = st.one_of(
+    st.integers(-(10**12), 10**12).map(str),
+    st.decimals(-1e6, 1e6, places=2, allow_nan=False, allow_infinity=False).map(str),
+    st.sampled_from(["17:00", "North", "Oru River", "The Road to Velkrond", "/api/orders", "10.0.0.7",
+                     "order_pizza(size=large, crust=thin)", "book_table(cuisine='thai', people=4)"]),
+    st.from_regex(r"[A-Z][a-z]{2,8}( [A-Z][a-z]{2,8}){0,2}", fullmatch=True),
+)  # fmt: skip
+LEAD_INS = ["", "The answer is ", "Answer: ", "Final answer: ", "Here you go: ", "It is ", "I think it's ",
+            "So the final answer is: ", "My guess is ", "After some work, the answer is "]  # fmt: skip
+MARKUP = [("", ""), ("**", "**"), ("*", "*"), ("`", "`"), ("__", "__"), ('"', '"'), ("“", "”"), ("**`", "`**")]
+FENCES = [("", ""), ("```\n", "\n```"), ("```python\n", "\n```"), ("```text\n", "\n```"), ("```", "```")]
+
+
+def wrap(answer: str, data: st.DataObject) -> str:
+    """``answer`` as a model might write it: markup, a lead-in, a final period, a code fence, spaces."""
+    left, right = data.draw(st.sampled_from(MARKUP))
+    text = data.draw(st.sampled_from(LEAD_INS)) + left + answer + right + data.draw(st.sampled_from(["", ".", "!"]))
+    fence_left, fence_right = data.draw(st.sampled_from(FENCES))
+    if fence_left:
+        text = fence_left + left + answer + right + fence_right  # code holds the value, not a sentence
+    return data.draw(st.sampled_from(["", " ", "\n"])) + text + data.draw(st.sampled_from(["", " ", "\n"]))
+
+
+@given(plain_answers, st.data())
+def test_extract_answer_unwraps_any_wrapping(answer, data):
+    assert extract_answer(wrap(answer, data)) == answer
+
+
+@given(plain_answers, plain_answers, st.data())
+def test_extract_answer_never_turns_one_answer_into_another(answer, other, data):
+    if other != answer:
+        assert extract_answer(wrap(other, data)) != answer
+
+
+@given(st.text(max_size=200))
+def test_extract_answer_is_total(text):
+    out = extract_answer(text)
+    assert isinstance(out, str) and len(out) <= len(text)
