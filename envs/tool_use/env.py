@@ -15,8 +15,10 @@ Variants (constructor ``variant`` or reset option ``variant``): ``"base"``; ``"m
 leaves out a value; ``"miss_func"``: a function one instruction needs is withheld from the tool list; ``"mixed"``:
 each task plays the variant its generator drew for it (a third each). In the two held variants the right move is
 to ask the user (a plain-text reply); the simulated user then gives the value or re-enables the function. Success:
-the final state (every public attribute of the world) equals the gold replay's, and the agent's replies state the
-required facts (a balance, a path, a file's content, an event's start time).
+the outcome after every instruction equals the gold replay's, and the agent's replies state the required facts (a
+balance, a path, a file's content, an event's start time). The outcome (``World.outcome``) is what the user asked
+for, not the path: balances and accounts, files and their contents, events and to-dos by their fields; not the
+bank's history, the order of the calls or the ids handed out.
 
 >>> import gymnasium as gym, agentgym
 >>> env = gym.make("agentgym/ToolUse-v0", world="bank")
@@ -64,9 +66,11 @@ SYSTEM = (
 )
 
 
-def world_state_diff(state: Mapping[str, Any], gold: Mapping[str, Any]) -> list[str]:
-    """The public attributes whose values differ between two world states (BFCL-style state check)."""
-    return sorted(k for k in {*state, *gold} if state.get(k) != gold.get(k))
+def world_state_diff(state: Mapping[str, Any], gold: Mapping[str, Any], world: type[World] = World) -> list[str]:
+    """The attributes whose outcomes (``world.outcome``: what the user asked for, not the path) differ between two
+    world states."""
+    mine, theirs = world.outcome(state), world.outcome(gold)
+    return sorted(k for k in {*mine, *theirs} if mine.get(k) != theirs.get(k))
 
 
 def facts_stated(text: str, facts: list[str]) -> bool:
@@ -266,7 +270,7 @@ class ToolUseEnv(AgentEnv):
             return StepResult([{"role": "user", "content": answer}], info=self._info())
         ep["replies"].append(text)
         state = self._world.state()
-        diff = world_state_diff(state, ep["gold_states"][k])
+        diff = world_state_diff(state, ep["gold_states"][k], type(self._world))
         facts = ep["task"]["instructions"][k]["facts"]
         told = facts_stated(text, facts)
         check = {"instruction": k, "state_match": not diff, "mismatched": diff, "facts_told": told}
@@ -276,9 +280,10 @@ class ToolUseEnv(AgentEnv):
         info = {**self._info(), "state_check": check}
         if k + 1 < len(ep["task"]["instructions"]):
             return StepResult([{"role": "user", "content": self._instruction_text(k + 1)}], info=info)
-        # The final state is the gold replay's, every fact was told, and a held instruction was asked about
-        # before the agent changed anything.
-        success = check["state_match"] and all(c["facts_told"] for c in ep["checks"]) and ep["asked_first"] is not False
+        # Every instruction's outcome was the gold replay's (a wrong effect undone by a later instruction still
+        # failed its own), every fact was told, and a held instruction was asked about before the agent acted.
+        outcomes = all(c["state_match"] for c in ep["checks"])
+        success = outcomes and all(c["facts_told"] for c in ep["checks"]) and ep["asked_first"] is not False
         info["metrics"] = self._metrics(success)
         return StepResult([], {"outcome": float(success)}, terminated=True, success=success, info=info)
 

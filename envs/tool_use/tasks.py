@@ -294,8 +294,9 @@ def _cal_init(rng: random.Random) -> dict[str, Any]:
 
 
 def _unique_event(rng: random.Random, cal: Calendar) -> tuple[str, dict[str, Any]] | None:
-    """An event whose title finds only itself, as (id, event)."""
-    ok = [(e, ev) for e, ev in sorted(cal.events.items()) if len(cal.find_events(ev["title"])) == 1]
+    """An event whose title finds only itself, as (id, event); candidates in date and time order."""
+    by_time = sorted(cal.events.items(), key=lambda item: (item[1]["date"], item[1]["start"]))
+    ok = [(e, ev) for e, ev in by_time if len(cal.find_events(ev["title"])) == 1]
     return rng.choice(ok) if ok else None
 
 

@@ -1,8 +1,10 @@
 """Stateful tool worlds over in-memory state: a file system, a bank, and a calendar with a to-do list.
 
-A world's *state* is its public attributes (BFCL-style state checks compare every one of them); private ones
-(``_cwd``) are session details. Tools are ``@tool`` methods; each validates its inputs and raises ``ToolError``
-before it changes anything, and everything is deterministic.
+A world's *state* is its public attributes; private ones (``_cwd``) are session details. The state check judges a
+state's *outcome* (``World.outcome``): what the user can ask for (files and their contents, accounts and their
+balances, events and to-dos by their fields), not the path that reached it (the bank's ``history``, the order of
+operations, the ids handed out). Tools are ``@tool`` methods; each validates its inputs and raises ``ToolError``
+before it changes anything, and everything is deterministic; no id or value depends on a clock or a counter.
 
 >>> fs = FileSystem({"/home/ann": None, "/home/ann/a.txt": "hi"})
 >>> fs.cat("/home/ann/a.txt"), fs.ls("/home/ann")
@@ -12,6 +14,11 @@ before it changes anything, and everything is deterministic.
 Traceback (most recent call last):
 ...
 agentgym.envs.tool_use.tools.ToolError: insufficient funds: checking holds 50.00, cannot withdraw 80.00
+>>> one, two = (Bank({"a": ("checking", 50.0), "b": ("savings", 0.0)}) for _ in range(2))
+>>> one.transfer("a", "b", 50.0), two.transfer("a", "b", 20.0), two.transfer("a", "b", 30.0)
+('moved 50.00 from a to b', 'moved 20.00 from a to b', 'moved 30.00 from a to b')
+>>> one.state() == two.state(), Bank.outcome(one.state()) == Bank.outcome(two.state())
+(False, True)
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import functools
 import hashlib
 import posixpath
 import re
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 from agentgym.envs.tool_use.tools import ToolError, schema_of, tool, tool_names
@@ -53,8 +61,15 @@ class World:
         return _schemas(cls)
 
     def state(self) -> dict[str, Any]:
-        """A deep copy of every public attribute (the state a BFCL-style check compares)."""
+        """A deep copy of every public attribute (``outcome`` reads the part a state check compares)."""
         return {k: copy.deepcopy(v) for k, v in sorted(vars(self).items()) if not k.startswith("_")}
+
+    @classmethod
+    def outcome(cls, state: Mapping[str, Any]) -> dict[str, Any]:
+        """The part of a ``state`` the user asked for, in a canonical form: two states that differ only in the path
+        that reached them (the order of operations, a history, the ids handed out) have equal outcomes. By
+        default every public attribute, as it is."""
+        return dict(state)
 
     def copy(self) -> World:
         return copy.deepcopy(self)
@@ -100,6 +115,11 @@ class FileSystem(World):
 
     def context(self) -> str:
         return f"The current directory is {self._cwd}."
+
+    @classmethod
+    def outcome(cls, state: Mapping[str, Any]) -> dict[str, Any]:
+        """The directories (as a sorted list) and the files with their contents."""
+        return {"dirs": sorted(state["dirs"]), "files": dict(state["files"])}
 
     def _path(self, p: str) -> str:
         if not p.strip():
@@ -255,7 +275,12 @@ class FileSystem(World):
 
 
 class Bank(World):
-    """Accounts with balances: ``balances``, ``kinds`` and the ``history`` of every movement."""
+    """Accounts with balances: ``balances``, ``kinds`` and the ``history`` of every movement.
+
+    The outcome is the accounts (their kinds) and their balances in cents; the ``history`` is the path (no task's
+    instruction is about it: ``get_statement`` reads it, no gold trace asks for it), so two transfers that add up to
+    one, or a wrong transfer and its reversal, reach the same outcome.
+    """
 
     name = "bank"
     description = "bank accounts"
@@ -268,6 +293,11 @@ class Bank(World):
     @classmethod
     def from_init(cls, init: dict[str, Any]) -> Bank:
         return cls({k: (v[0], v[1]) for k, v in init["accounts"].items()})
+
+    @classmethod
+    def outcome(cls, state: Mapping[str, Any]) -> dict[str, Any]:
+        """The accounts' kinds and their balances in whole cents (``history`` left out)."""
+        return {"balances": {a: round(b * 100) for a, b in state["balances"].items()}, "kinds": dict(state["kinds"])}
 
     def _account(self, account: str) -> str:
         if account not in self.balances:
@@ -407,15 +437,30 @@ def to_hhmm(minutes: int) -> str:
 
 
 def item_id(prefix: str, *key: str) -> str:
-    """A stable id derived from an item's identifying fields (so replays and agents make the same ids)."""
+    """A stable id derived from an item's name (so replays and agents make the same ids, whatever the path)."""
     return prefix + hashlib.blake2b("|".join(key).encode(), digest_size=3).hexdigest()
+
+
+def _records(items: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Records without their ids, in a canonical order (attendee lists as sorted lists)."""
+    out = [{k: sorted(v) if k == "attendees" else v for k, v in rec.items()} for rec in items.values()]
+    return sorted(out, key=lambda r: repr(sorted(r.items())))
 
 
 class Calendar(World):
     """A calendar and a to-do list: ``events`` and ``todos`` map ids to records; ``today`` is the session's date.
 
     Events may not overlap, and are booked between 08:00 and 20:00 in 15-minute steps. Ids are opaque, so acting
-    on an existing event or to-do needs a lookup first (``find_events``, ``list_todos``).
+    on an existing event or to-do needs a lookup first (``find_events``, ``list_todos``). An id comes from the
+    item's title alone (an ordinal tells apart events of the same title), so it does not depend on when or at what
+    time the item was made, and a move keeps it. The outcome compares events and to-dos by their fields, ids left
+    out.
+
+    >>> cal = Calendar("2026-03-02", {}, {})
+    >>> eid = cal.create_event("Dentist", "2026-03-03", "09:00")["id"]
+    >>> cal.move_event(eid, "2026-03-04", "10:00")["id"] == eid == Calendar("2026-03-02", {}, {}).create_event(
+    ...     "Dentist", "2026-03-04", "10:00")["id"]
+    True
     """
 
     name = "calendar"
@@ -429,6 +474,11 @@ class Calendar(World):
     @classmethod
     def from_init(cls, init: dict[str, Any]) -> Calendar:
         return cls(init["today"], init["events"], init["todos"])
+
+    @classmethod
+    def outcome(cls, state: Mapping[str, Any]) -> dict[str, Any]:
+        """The events and the to-dos as canonically ordered records, without their ids."""
+        return {"events": _records(state["events"]), "todos": _records(state["todos"])}
 
     @property
     def today(self) -> str:
@@ -535,12 +585,17 @@ class Calendar(World):
         day = self._date(date)
         begin, end = self._slot(start, duration_minutes)
         self._free(day, begin, end)
-        eid = item_id("ev", title, day, start)
-        if eid in self.events:
-            raise ToolError(f"event {title!r} already exists at {day} {start}")
+        eid = self._new_event_id(title)
         people = sorted(set(attendees or []))
         self.events[eid] = {"title": title, "date": day, "start": start, "end": to_hhmm(end), "attendees": people}
         return self._public(eid)
+
+    def _new_event_id(self, title: str) -> str:
+        """``item_id("ev", title)``, or with the first ordinal (2, 3, ...) that no event holds yet."""
+        n = 1
+        while (eid := item_id("ev", title, *([str(n)] if n > 1 else []))) in self.events:
+            n += 1
+        return eid
 
     @tool
     def move_event(self, event_id: str, date: str, start: str) -> dict[str, Any]:
