@@ -69,6 +69,8 @@ SYSTEM = (
 def world_state_diff(state: Mapping[str, Any], gold: Mapping[str, Any], world: type[World] = World) -> list[str]:
     """The attributes whose outcomes (``world.outcome``: what the user asked for, not the path) differ between two
     world states."""
+    if state == gold:  # the same state has the same outcome
+        return []
     mine, theirs = world.outcome(state), world.outcome(gold)
     return sorted(k for k in {*mine, *theirs} if mine.get(k) != theirs.get(k))
 

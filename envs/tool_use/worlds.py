@@ -442,9 +442,16 @@ def item_id(prefix: str, *key: str) -> str:
 
 
 def _records(items: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Records without their ids, in a canonical order (attendee lists as sorted lists)."""
-    out = [{k: sorted(v) if k == "attendees" else v for k, v in rec.items()} for rec in items.values()]
-    return sorted(out, key=lambda r: repr(sorted(r.items())))
+    """Records without their ids (attendees sorted), ordered by title, date and start or due date: no two events
+    the tools make share all three (events may not overlap), nor two to-dos a title."""
+    out = []
+    for rec in items.values():
+        r = dict(rec)
+        if "attendees" in r:
+            r["attendees"] = sorted(r["attendees"])
+        out.append(r)
+    out.sort(key=lambda r: (r["title"], r.get("date") or "", r.get("start") or "", r.get("due") or ""))
+    return out
 
 
 class Calendar(World):
