@@ -35,6 +35,7 @@ from typing import Any, Literal
 from agentgym.envs.tool_use.tools import ToolError, tool
 from agentgym.envs.tool_use.worlds import World
 from agentgym.envs.user_sim.users import find_word
+from agentgym.facts import states
 
 DIFFICULTIES = ("easy", "medium", "hard")
 TASKS_PER_LEVEL = 10_000
@@ -216,20 +217,20 @@ def order_ids_in(text: str) -> set[str]:
 
 
 def told(alternatives: list[str], text: str) -> bool:
-    """Whether normalised ``text`` states one of a fact's alternative wordings."""
-    return any(says(text, alt) for alt in alternatives)
+    """Whether ``text`` states one of a fact's values, compared by value (``agentgym.facts.states``, the kind read
+    from the canonical form: an amount ``161.50``, a date ``2026-05-08``, a card's last four digits, a status word).
+
+    >>> told(["161.50"], "$161.5 has been refunded"), told(["2026-05-08"], "It was delivered on the 8th of May.")
+    (True, True)
+    >>> told(["0.45"], "45 cents"), told(["0.45"], "$0.54"), told(["processed"], "It is already Processed.")
+    (True, False, True)
+    """
+    return any(states(text, alt) for alt in alternatives)
 
 
 def has_verb(text: str, name: str) -> bool:
     """Whether normalised ``text`` names write action ``name`` (a word starting with one of its ``VERBS``)."""
     return any(re.search(rf"(?<![\w-]){stem}", text) for stem in VERBS[name])
-
-
-def date_words(iso: str) -> list[str]:
-    """Ways to write a date: ``2026-01-05``, ``january 5``, ``5 january``, ``jan 5``."""
-    d = dt.date.fromisoformat(iso)
-    month = d.strftime("%B").lower()
-    return [iso, f"{month} {d.day}", f"{d.day} {month}", f"{month[:3]} {d.day}"]
 
 
 # -- the world ----------------------------------------------------------------------------------------------------
@@ -922,7 +923,7 @@ def _goal(b: _Builder, uid: str, kind: str, forbidden: str | None, knows_order: 
         if forbidden == "cancel_not_pending":
             goal["facts"] = [[status]]
         elif forbidden == "return_window":
-            goal["facts"] = [date_words(order["delivered"])]
+            goal["facts"] = [[order["delivered"]]]  # any written form of the date counts (``told``)
         else:  # the user wants the refund on another of their payment methods
             goal["payment_method_id"] = rng.choice([m for m in methods if m != pm])
             wanted = b.users[uid]["payment_methods"][goal["payment_method_id"]]["kind"]
