@@ -8,7 +8,16 @@ only when asked (``agentgym.envs.user_sim.users.ScriptedUser``). The agent asks 
 
 Difficulty (``difficulty``, or seeded per task with ``"mixed"``): ``easy`` (two hidden details, a cooperative user
 who volunteers after two off-target questions), ``medium`` (three hidden, volunteers after four, corrects wrong
-assumptions half the time), ``hard`` (four hidden, never volunteers, never corrects).
+assumptions half the time), ``hard`` (four hidden, never volunteers, never corrects, and holds some details
+loosely). A loose detail (``task["loose"]``: each hidden detail whose value has a hint, with probability 1/2, seeded
+per task) gets a truthful partial answer to an open question, in any wording ("How large should it be?" ->
+"Not a big one.", a hint that fits two or three values and names none); a question that offers values (a list, an
+either-or, a yes/no) pins it. So ``hard`` separates agents by what they ask: asking again the same open question
+never pins it, following up with the values still possible does.
+
+The user understands questions the ways people ask them (``agentgym.envs.user_sim.understanding``): each slot below
+declares its lexicon (aliases, paraphrase cues such as "how large" or "where * going", value synonyms such as
+"pickup" for ``collected``, and the hints).
 
 >>> import gymnasium as gym, agentgym
 >>> env = gym.make("agentgym/Clarify-v0", difficulty="easy")
@@ -27,7 +36,13 @@ import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from agentgym.envs.user_sim.agents import ClarifyHeuristicAgent, ClarifyOracleAgent, RandomInteractAgent
+from agentgym.envs.user_sim.agents import (
+    ClarifyHeuristicAgent,
+    ClarifyKeywordAgent,
+    ClarifyNaturalAgent,
+    ClarifyOracleAgent,
+    RandomInteractAgent,
+)
 from agentgym.envs.user_sim.base import UserSimEnv
 from agentgym.envs.user_sim.users import ScriptedUser, Slot, User
 
@@ -37,7 +52,15 @@ LEVELS: dict[str, tuple[int, int | None, float]] = {"easy": (2, 2, 1.0), "medium
 DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 CITIES = ("lisbon", "oslo", "madrid", "dublin", "vienna", "prague", "athens", "warsaw")
 
-#: domain -> (action name, what the user wants, its slots, how the request states each slot)
+_DAY_HINTS = {"At the weekend.": ("saturday", "sunday"), "Early in the week.": ("monday", "tuesday", "wednesday"),
+              "Late in the week.": ("thursday", "friday")}  # fmt: skip
+_CITY_HINTS = {"Somewhere in southern Europe.": ("lisbon", "madrid", "athens"),
+               "Somewhere up north, by the sea.": ("oslo", "dublin"),
+               "Somewhere in central Europe.": ("vienna", "prague", "warsaw")}  # fmt: skip
+_DAY_CUES = ("what day", "which day", "what date", "which date", "day of the week")
+
+#: domain -> (action name, what the user wants, its slots, how the request states each slot). Each slot's lexicon
+#: (aliases, cues, synonyms, hints: see ``users.Slot``) is what the scripted user understands questions with.
 DOMAINS: dict[str, tuple[str, str, tuple[Slot, ...], dict[str, str]]] = {
     "restaurant": (
         "book_table",
@@ -45,28 +68,87 @@ DOMAINS: dict[str, tuple[str, str, tuple[Slot, ...], dict[str, str]]] = {
         (
             Slot(
                 "cuisine",
-                ("cuisine", "food", "kind of restaurant"),
+                ("cuisine", "food", "kind of restaurant", "type of restaurant"),
                 ("italian", "thai", "indian", "mexican", "greek"),
                 ("{value} food.", "Somewhere {value}."),
+                cues=(
+                    "what * eat",
+                    "feel like eating",
+                    "in the mood for",
+                    "style of cooking",
+                    "kind of place",
+                    "sort of place",
+                    "type of place",
+                    "dishes",
+                ),
+                synonyms={"mexican": ("tex-mex",)},
+                hints={
+                    "Something spicy.": ("thai", "indian", "mexican"),
+                    "Something Mediterranean.": ("italian", "greek"),
+                },
             ),
             Slot(
                 "area",
-                ("area", "where", "part of town", "neighbourhood"),
+                ("area", "where", "part of town", "neighbourhood", "neighborhood", "district"),
                 ("north", "south", "east", "west", "centre"),
                 ("In the {value}.", "The {value} of town."),
+                cues=("side of town", "part of the city", "where * located", "whereabouts", "which part"),
+                synonyms={
+                    "centre": ("center", "city centre", "city center", "downtown", "central"),
+                    "north": ("northern", "north side"),
+                    "south": ("southern", "south side"),
+                    "east": ("eastern", "east side"),
+                    "west": ("western", "west side"),
+                },
             ),
-            Slot("day", ("day", "which day", "date"), DAYS, ("On {value}.", "{value} works.")),
+            Slot(
+                "day",
+                ("day", "which day", "date"),
+                DAYS,
+                ("On {value}.", "{value} works."),
+                cues=(*_DAY_CUES, "when", "which night", "what night"),
+                hints=_DAY_HINTS,
+            ),
             Slot(
                 "time",
                 ("time", "what time", "hour"),
                 ("18:00", "18:30", "19:00", "19:30", "20:00", "20:30"),
                 ("At {value}.", "{value}, please."),
+                cues=(
+                    "how late",
+                    "how early",
+                    "what hour",
+                    "at what point in the evening",
+                    "o'clock",
+                    "when * arrive",
+                    "when * get there",
+                    "when should we expect you",
+                    "at {value}",
+                ),
+                hints={
+                    "Early in the evening, before seven.": ("18:00", "18:30"),
+                    "Around seven.": ("19:00", "19:30"),
+                    "Later, from eight on.": ("20:00", "20:30"),
+                },
             ),
             Slot(
                 "people",
                 ("people", "guests", "party", "how many"),
                 ("2", "3", "4", "5", "6"),
                 ("For {value} people.", "We are {value}."),
+                cues=(
+                    "how many of you",
+                    "party size",
+                    "headcount",
+                    "group",
+                    "who * coming",
+                    "seats",
+                    "table for",
+                    "for {value}",
+                    "{value} of you",
+                    "{value} of us",
+                ),
+                hints={"Just a few of us.": ("2", "3"), "A bigger group.": ("4", "5", "6")},
             ),
         ),
         {
@@ -83,24 +165,93 @@ DOMAINS: dict[str, tuple[str, str, tuple[Slot, ...], dict[str, str]]] = {
         (
             Slot(
                 "origin",
-                ("origin", "departure", "leaving from", "flying from", "from where"),
+                ("origin", "departure", "leaving from", "flying from", "from where", "departing from"),
                 CITIES,
                 ("From {value}.", "I'm leaving from {value}."),
+                cues=(
+                    "from {value}",
+                    "out of {value}",
+                    "where * from",
+                    "where * leaving",
+                    "where * depart",
+                    "where * departing",
+                    "where * start",
+                    "where * begin",
+                    "where * out of",
+                    "flying out of",
+                    "starting point",
+                    "fly out of",
+                    "leave from",
+                    "which airport",
+                ),
+                hints=_CITY_HINTS,
             ),
             Slot(
                 "destination",
                 ("destination", "where to", "going to", "flying to", "arrive"),
                 CITIES,
                 ("To {value}.", "I'm going to {value}."),
+                cues=(
+                    "to {value}",
+                    "into {value}",
+                    "where * going",
+                    "where * headed",
+                    "where * heading",
+                    "where * flying",
+                    "where * fly",
+                    "where * travel",
+                    "where * travelling",
+                    "where * traveling",
+                    "where * land",
+                    "arriving in",
+                    "arrive in",
+                    "where * off to",
+                    "where * trip",
+                ),
+                hints=_CITY_HINTS,
             ),
-            Slot("day", ("day", "when", "date"), DAYS, ("On {value}.", "{value}.")),
+            Slot(
+                "day",
+                ("day", "when", "date"),
+                DAYS,
+                ("On {value}.", "{value}."),
+                cues=(*_DAY_CUES, "on {value}", "travel on", "fly on"),
+                hints=_DAY_HINTS,
+            ),
             Slot(
                 "cabin",
                 ("cabin", "class", "seat"),
                 ("economy", "premium", "business"),
                 ("{value} class.", "In {value}."),
+                cues=("fare", "ticket type", "kind of ticket", "type of ticket", "how * fly", "how comfortable"),
+                synonyms={
+                    "economy": ("coach", "economy class", "standard class"),
+                    "premium": ("premium economy",),
+                    "business": ("business class",),
+                },
+                hints={"Something more comfortable than the cheapest seats.": ("premium", "business")},
             ),
-            Slot("bags", ("bags", "luggage", "suitcases"), ("0", "1", "2"), ("{value} bags.", "With {value} bags.")),
+            Slot(
+                "bags",
+                ("bags", "luggage", "suitcases", "baggage"),
+                ("0", "1", "2"),
+                ("{value} bags.", "With {value} bags."),
+                cues=("check in", "check anything", "checked", "suitcase", "bring * bag", "carry", "with {value}"),
+                synonyms={
+                    "0": (
+                        "no bags",
+                        "no luggage",
+                        "no suitcases",
+                        "none",
+                        "zero",
+                        "nothing to check",
+                        "hand luggage only",
+                    ),
+                    "1": ("one bag", "a bag", "a single bag", "one suitcase", "a suitcase", "one piece"),
+                    "2": ("two bags", "two suitcases", "two pieces"),
+                },
+                hints={"I'll have some luggage.": ("1", "2")},
+            ),
         ),
         {
             "origin": "from {value}",
@@ -119,25 +270,65 @@ DOMAINS: dict[str, tuple[str, str, tuple[Slot, ...], dict[str, str]]] = {
                 ("who", "person", "with whom", "attendee"),
                 ("sam", "lee", "ana", "raj", "mia", "noor"),
                 ("With {value}.", "It's with {value}."),
+                cues=(
+                    "meet with",
+                    "meeting with",
+                    "invite",
+                    "participant",
+                    "whom",
+                    "with {value}",
+                    "other side",
+                    "joining",
+                ),
             ),
-            Slot("day", ("day", "when", "date"), DAYS, ("On {value}.", "{value} is best.")),
+            Slot(
+                "day",
+                ("day", "when", "date"),
+                DAYS,
+                ("On {value}.", "{value} is best."),
+                cues=(*_DAY_CUES, "on {value}"),
+                hints=_DAY_HINTS,
+            ),
             Slot(
                 "start",
                 ("time", "start", "what time"),
                 ("09:00", "10:00", "11:00", "14:00", "15:00", "16:00"),
                 ("At {value}.", "Starting at {value}."),
+                cues=(
+                    "begin",
+                    "kick off",
+                    "what hour",
+                    "o'clock",
+                    "when * start",
+                    "when * begin",
+                    "at {value}",
+                    "morning or afternoon",
+                ),
+                hints={
+                    "In the morning.": ("09:00", "10:00", "11:00"),
+                    "In the afternoon.": ("14:00", "15:00", "16:00"),
+                },
             ),
             Slot(
                 "minutes",
                 ("long", "duration", "minutes", "length"),
                 ("15", "30", "45", "60"),
                 ("{value} minutes.", "It should last {value} minutes."),
+                cues=("how long", "how much time", "how many minutes"),
+                synonyms={
+                    "15": ("a quarter of an hour", "quarter of an hour", "quarter hour", "quarter-hour"),
+                    "30": ("half an hour", "half hour", "half-hour"),
+                    "45": ("three quarters of an hour", "three-quarters of an hour"),
+                    "60": ("an hour", "one hour", "a full hour", "1 hour", "an hour long", "a whole hour"),
+                },
+                hints={"Something short.": ("15", "30"), "A longer one.": ("45", "60")},
             ),
             Slot(
                 "room",
                 ("room", "where", "location"),
                 ("atlas", "birch", "cedar", "delta"),
                 ("In room {value}.", "The {value} room."),
+                cues=("venue", "meet in", "where * meet", "in {value}"),
             ),
         ),
         {
@@ -152,30 +343,74 @@ DOMAINS: dict[str, tuple[str, str, tuple[Slot, ...], dict[str, str]]] = {
         "order_pizza",
         "I want to order a pizza",
         (
-            Slot("size", ("size", "how big"), ("small", "medium", "large"), ("{value}.", "A {value} one.")),
+            Slot(
+                "size",
+                ("size", "how big"),
+                ("small", "medium", "large"),
+                ("{value}.", "A {value} one."),
+                cues=("how large", "what size", "how * big", "how * large", "how hungry"),
+                hints={"Not a big one.": ("small", "medium")},
+            ),
             Slot(
                 "topping",
                 ("topping", "toppings", "on it"),
                 ("pepperoni", "mushroom", "ham", "olive", "pineapple"),
                 ("With {value}.", "{value}, please."),
+                cues=("on top", "on the pizza", "put on", "flavour", "flavor", "kind of pizza", "with {value}"),
+                synonyms={"mushroom": ("mushrooms",), "olive": ("olives",)},
+                hints={"Some meat.": ("pepperoni", "ham"), "Something vegetarian.": ("mushroom", "olive", "pineapple")},
             ),
             Slot(
                 "crust",
                 ("crust", "base", "dough"),
                 ("thin", "thick", "stuffed"),
                 ("{value} crust.", "The {value} crust."),
+                cues=("bottom", "how thick", "the edge"),
+                synonyms={"thin": ("thin-crust",), "thick": ("deep dish", "deep-pan", "deep pan")},
+                hints={"A hearty one, not the lightest.": ("thick", "stuffed")},
             ),
             Slot(
                 "quantity",
                 ("quantity", "how many", "number"),
                 ("1", "2", "3", "4"),
                 ("{value} of them.", "I need {value}."),
+                cues=("how many pizzas", "how many of them", "{value} pizzas", "{value} of them"),
+                synonyms={"1": ("one pizza", "a single pizza", "just one", "only one", "one of them")},
+                hints={"Not many.": ("1", "2"), "Enough for a group.": ("3", "4")},
             ),
             Slot(
                 "delivery",
-                ("delivery", "pickup", "pick up", "deliver", "collect"),
+                ("delivery", "delivery method", "receive"),
                 ("delivered", "collected"),
                 ("I want it {value}.", "It will be {value}."),
+                cues=("how * get", "how * hand", "how * want it", "get it to you", "get them to you"),
+                synonyms={
+                    "delivered": (
+                        "delivery",
+                        "deliver",
+                        "deliver it",
+                        "bring it",
+                        "bring them",
+                        "to your door",
+                        "drop it off",
+                        "send it",
+                        "sent",
+                    ),
+                    "collected": (
+                        "pickup",
+                        "pick up",
+                        "pick it up",
+                        "pick them up",
+                        "pick-up",
+                        "collect",
+                        "collection",
+                        "takeaway",
+                        "take away",
+                        "come and get it",
+                        "come by",
+                        "come get it",
+                    ),
+                },
             ),
         ),
         {
@@ -187,6 +422,7 @@ DOMAINS: dict[str, tuple[str, str, tuple[Slot, ...], dict[str, str]]] = {
         },
     ),
 }
+
 _CALL = re.compile(r"^\s*`?(\w+)\s*\((.*)\)`?\s*\.?\s*$", re.DOTALL)
 
 
@@ -206,7 +442,23 @@ def make_task(difficulty: str, index: int) -> dict[str, Any]:
     request = f"{want}: {', '.join(parts[:-1])}, and {parts[-1]}." if len(parts) > 1 else f"{want} {parts[0]}."
     return {"id": f"{difficulty}/{index}", "difficulty": difficulty, "domain": domain, "action": action,
             "goal": goal, "hidden": hidden, "request": request, "volunteer_after": volunteer,
-            "cooperativeness": coop}  # fmt: skip
+            "cooperativeness": coop, "loose": loose_details(difficulty, index, slots, goal, hidden)}  # fmt: skip
+
+
+def loose_details(difficulty: str, index: int, slots: tuple[Slot, ...], goal: dict[str, str], hidden: list[str]
+                  ) -> list[str]:  # fmt: skip
+    """The hidden details the user holds loosely (``hard`` only): each hidden detail whose value has a hint that fits
+    two or more values is loose with probability 1/2 (seeded per task, apart from the task's own draws)."""
+    if difficulty != "hard":
+        return []
+    rng = random.Random(f"clarify-loose:{difficulty}:{index}")
+    by_name = {s.name: s for s in slots}
+    loose = []
+    for name in hidden:
+        fits = [f for f in by_name[name].hints.values() if goal[name] in f]
+        if rng.random() < 0.5 and fits and len(fits[0]) >= 2:
+            loose.append(name)
+    return loose
 
 
 def parse_call(text: str) -> tuple[str, dict[str, str]] | None:
@@ -239,6 +491,7 @@ class ClarifyEnv(UserSimEnv):
     """
 
     agents: ClassVar[Mapping[str, Any]] = {"oracle": ClarifyOracleAgent, "heuristic": ClarifyHeuristicAgent,
+                                           "natural": ClarifyNaturalAgent, "keyword": ClarifyKeywordAgent,
                                            "random": RandomInteractAgent}  # fmt: skip
     choices = ("action", "answer")
 
@@ -268,7 +521,7 @@ class ClarifyEnv(UserSimEnv):
         if self.user_kind == "llm":
             known = "; ".join(f"{k}: {v}" for k, v in task["goal"].items())
             return self._llm_user(f"You want this done: {task['request']} The details you have in mind: {known}.")
-        return ScriptedUser(slots, task["goal"], task["request"], **self._knobs(task))
+        return ScriptedUser(slots, task["goal"], task["request"], loose=task["loose"], **self._knobs(task))
 
     def _intro(self, task: dict[str, Any]) -> str:
         lines = []

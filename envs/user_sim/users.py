@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from agentgym.envs.user_sim.understanding import Kind, Lexicon, Reading
 
 Message = dict[str, Any]
 
@@ -69,14 +71,31 @@ class User:
 # -- scripted users ------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Slot:
-    """One kind of detail a user may hold: its ``name``, the words that name it in a question (``aliases``), the
-    values it can take (``choices``: a question or statement that mentions one is *about* this slot) and the
-    sentences the user states it with (``says``, each with a ``{value}`` field; a generic pool when empty)."""
+    """One kind of detail a user may hold, with its *lexicon* (what ``understanding.Lexicon`` reads questions with).
+
+    A slot declares:
+
+    * ``name``; ``aliases``: the words that name it in a question ("crust", "base");
+    * ``choices``: the values it can take (a question or statement that says one is *about* this slot);
+    * ``says``: the sentences the user states a value with (each with a ``{value}`` field; a generic pool when empty);
+    * ``cues``: paraphrases that ask about it without its name ("how large", "where * going": ``*`` stands for up to
+      three words; ``"from {value}"`` binds a value several slots share to this one);
+    * ``synonyms``: other ways to say a value (``{"collected": ("pick it up", "pickup")}``); number words, weekday
+      abbreviations and 12-hour times are added for every slot (``understanding.value_forms``);
+    * ``hints``: partial answers, each a sentence naming no value, with the values it fits
+      (``{"Something spicy.": ("thai", "indian", "mexican")}``), given for a detail the user holds loosely.
+
+    Terms must be specific: where terms of two slots overlap in a question the longest wins, so a generic word of
+    one slot ("time", "how much") loses to a longer cue of another ("how much time", "how much memory").
+    """
 
     name: str
     aliases: tuple[str, ...]
     choices: tuple[str, ...]
     says: tuple[str, ...] = ()
+    cues: tuple[str, ...] = ()
+    synonyms: Mapping[str, tuple[str, ...]] = field(default_factory=dict, compare=False)
+    hints: Mapping[str, tuple[str, ...]] = field(default_factory=dict, compare=False)
 
 
 GENERIC_SAYS = ("It's {value}.", "{value}, please.", "That would be {value}.", "I'd like {value}.")
@@ -148,13 +167,26 @@ class ScriptedUser(User):
     """A deterministic user: a pure function of its hidden ``goal``, what it has said so far, the agent's message
     and its seeded RNG (which only picks paraphrases and, below full cooperativeness, whether to correct).
 
-    * It answers one detail per message, and only a detail it was asked about: a question naming the slot (an alias
-      or one of its values). A yes/no question about a wrong value gets "no", plus the right value with probability
-      ``cooperativeness``. A slot the user does not hold gets "I don't know".
-    * A statement that assumes a wrong value is corrected with probability ``cooperativeness``.
-    * After ``volunteer_after`` messages in a row that ask about nothing it holds (None: never), it volunteers the
-      next undisclosed detail.
-    * After ``patience`` messages it says goodbye and ``###STOP###``.
+    It reads each message with the slots' lexicons (``understanding.Lexicon``: every clause, every slot a clause
+    names by an alias, a cue or a value) and answers every question in one reply, truthfully:
+
+    * an open question ("Which crust?", "How large should it be?") gets the value; a question that lists values
+      ("Thin or thick crust?", "Which cabin: economy, premium or business?") gets the value, after "None of those."
+      when the list misses it;
+    * a yes/no question about one value gets "yes" and the value when it is right, "no" when it is wrong, plus the
+      right value with probability ``cooperativeness``;
+    * a statement that assumes a wrong value is corrected with probability ``cooperativeness`` (else "Okay.");
+    * a slot the user does not hold gets "I don't know" (it knows it has no preference there);
+    * a question that asks for more without naming a detail ("Anything else I should know?") counts as asking
+      about the next undisclosed detail;
+    * a detail in ``loose`` is held loosely: an open question about it gets a partial answer, its slot's hint
+      (a sentence that fits two or three values and names none), until a question that offers values (a list, an
+      either-or, a yes/no) pins it;
+    * after ``volunteer_after`` messages in a row that ask about nothing it holds (None: never), it volunteers the
+      next undisclosed detail; after ``patience`` messages it says goodbye and ``###STOP###``.
+
+    A detail is stated only when a clause asks about it or by the volunteering rule (``disclosed`` lists those
+    stated so far, and those the opening request states).
 
     Args:
         slots: every slot of the domain (the user holds ``goal``'s; it knows it does not hold the others).
@@ -171,6 +203,8 @@ class ScriptedUser(User):
     ("No, it isn't.", set())
     >>> user.respond([], "For how many people?")[0], user.respond([], "Which day?")[0], sorted(user.disclosed)
     ("I don't know.", 'On friday.', ['day'])
+    >>> user.respond([], "Monday or friday? And how many people?")[0]
+    "On friday. I don't know about the people."
     """
 
     slots: Sequence[Slot]
@@ -179,7 +213,9 @@ class ScriptedUser(User):
     cooperativeness: float = 1.0
     volunteer_after: int | None = 3
     patience: int = 30
+    loose: Collection[str] = ()
     disclosed: set[str] = field(default_factory=set)
+    hinted: set[str] = field(default_factory=set)
     _rng: random.Random = field(default_factory=random.Random, repr=False)
     _off_target: int = 0
     _turns: int = 0
@@ -192,14 +228,39 @@ class ScriptedUser(User):
         unknown = set(self.goal) - names
         if unknown:
             raise ValueError(f"goal slots {sorted(unknown)} are not among the slots {sorted(names)}")
+        if set(self.loose) - set(self.goal):
+            raise ValueError(f"loose slots {sorted(set(self.loose) - set(self.goal))} are not in the goal")
         self._by_name = {s.name: s for s in self.slots}
+        self._lexicon = Lexicon.of(self.slots)
 
     def reset(self, *, seed: int | None = None) -> None:
         self._rng = random.Random(seed)
         request = self.request.lower()  # what the opening request states is told already: never volunteered again
         self.disclosed = {k for k, v in self.goal.items() if find_word(str(v), request)}
+        self.hinted = set()
         self._off_target = self._turns = 0
         self._started = False
+
+    def understand(self, message: str) -> tuple[list[Reading], bool]:
+        """The readings of ``message``, one per slot (a slot's questions across clauses merged: "Thin crust? Or
+        thick?" lists two values; a shared value bound to the slot whose goal it is when the message did not say),
+        and whether a clause asks for more without naming a detail."""
+        heard = self._lexicon.read(message)
+        merged: dict[str, Reading] = {}
+        for r in heard.readings:
+            if r.alternatives:
+                holds = [s for s in r.alternatives if s in self.goal]
+                right = [s for s in holds if str(self.goal[s]).lower() in r.values]
+                slot = (right or holds or [r.slot])[0]
+                r = Reading(slot, r.kind, r.values, r.clause, r.alternatives)
+            old = merged.get(r.slot)
+            if old is None:
+                merged[r.slot] = r
+            elif r.asks:
+                values = tuple(dict.fromkeys((*old.values, *r.values))) if old.asks else r.values
+                kind: Kind = "open" if not values else "confirm" if len(values) == 1 else "values"
+                merged[r.slot] = Reading(r.slot, kind, values, old.clause, old.alternatives)
+        return list(merged.values()), bool(heard.indirect)
 
     def _pick(self, pool: Sequence[str]) -> str:
         return pool[self._rng.randrange(len(pool))]
@@ -210,6 +271,36 @@ class ScriptedUser(User):
         sentence = self._pick(self._by_name[name].says or GENERIC_SAYS).format(value=value)
         return sentence[0].upper() + sentence[1:]
 
+    def _hint(self, name: str) -> str | None:
+        """The partial answer for a loosely held detail not yet pinned (None: state it)."""
+        if name not in self.loose or name in self.disclosed:
+            return None
+        value = str(self.goal[name]).lower()
+        hint = next((h for h, fits in self._by_name[name].hints.items() if value in fits), None)
+        if hint is None:
+            return None
+        again = name in self.hinted
+        self.hinted.add(name)
+        return f"Like I said, {_continue(hint)}" if again else hint
+
+    def _answer(self, r: Reading, several: bool) -> str | None:
+        """The reply to one reading of a slot the user holds (None: nothing to say but "okay")."""
+        value = str(self.goal[r.slot]).lower()
+        if r.kind == "open":
+            return self._hint(r.slot) or self._state(r.slot)
+        if r.kind == "values":
+            return self._state(r.slot) if value in r.values else f"None of those. {self._state(r.slot)}"
+        if r.kind == "confirm":
+            if r.values[0] == value:
+                return f"{self._pick(YES)} {self._state(r.slot)}"
+            if self._rng.random() < self.cooperativeness:
+                return f"{self._pick(NO)} {self._state(r.slot)}"
+            return f"No, not that {self._by_name[r.slot].aliases[0]}." if several else self._pick(NO)
+        if r.kind == "assume" and r.values[0] != value and self._rng.random() < self.cooperativeness:
+            sentence = self._state(r.slot)  # (drawn before the lead-in: the RNG order is part of the script)
+            return self._pick(CORRECT) + _continue(sentence)
+        return None
+
     def respond(self, dialogue: Sequence[Message], agent_message: str) -> tuple[str, bool]:
         if not self._started:
             self._started = True
@@ -217,38 +308,38 @@ class ScriptedUser(User):
         self._turns += 1
         if self._turns > self.patience:
             return f"{self._pick(GOODBYE)} {STOP}", True
-        about = mentions(self.slots, agent_message)
-        held = [m for m in about if m.slot in self.goal]
-        if about:
-            self._off_target = 0 if held else self._off_target + 1
-        else:
-            self._off_target += 1
-        first = about[0] if about else None
-        if first is not None and first.question:
-            if first.slot not in self.goal:
-                return self._pick(DONT_KNOW), False
-            value = self.goal[first.slot]
-            if first.choice is not None and first.choice.lower() != value.lower():
-                if self._rng.random() < self.cooperativeness:
-                    return f"{self._pick(NO)} {self._state(first.slot)}", False
-                return self._pick(NO), False
-            if first.choice is not None:
-                self.disclosed.add(first.slot)
-                return self._pick(YES), False
-            return self._state(first.slot), False
-        if first is not None and first.slot in self.goal and first.choice is not None:
-            if first.choice.lower() != self.goal[first.slot].lower() and self._rng.random() < self.cooperativeness:
-                sentence = self._state(first.slot)  # (drawn before the lead-in: the RNG order is part of the script)
-                return self._pick(CORRECT) + _continue(sentence), False
-            return self._pick(ACK), False
+        readings, indirect = self.understand(agent_message)
+        held = [r for r in readings if r.slot in self.goal]
+        self._off_target = 0 if held or indirect else self._off_target + 1
+        several = len(readings) > 1
+        parts: list[str] = []
+        for r in readings:
+            if r.slot not in self.goal:
+                if r.asks:
+                    alias = self._by_name[r.slot].aliases[0]
+                    parts.append(f"I don't know about the {alias}." if several else self._pick(DONT_KNOW))
+                continue
+            said = self._answer(r, several)
+            if said is not None:
+                parts.append(said)
         pending = [s.name for s in self.slots if s.name in self.goal and s.name not in self.disclosed]
+        if indirect:
+            untouched = [p for p in pending if p not in {r.slot for r in readings}]
+            if untouched:
+                parts.append(self._hint(untouched[0]) or self._state(untouched[0]))
+            elif not parts:
+                parts.append(self._pick(ALL_TOLD))
+        if parts:
+            return " ".join(parts), False
+        if readings:
+            return self._pick(ACK), False
         if self.volunteer_after is not None and self._off_target >= self.volunteer_after and pending:
             self._off_target = 0
             sentence = self._state(pending[0])
             return self._pick(VOLUNTEER) + _continue(sentence), False
-        if not pending and first is None:
+        if not pending:
             return self._pick(ALL_TOLD), False
-        return self._pick(OFF_TARGET if first is None else ACK), False
+        return self._pick(OFF_TARGET), False
 
 
 def _continue(sentence: str) -> str:

@@ -14,10 +14,16 @@ from hypothesis import strategies as st
 
 import agentgym  # noqa: F401  (registers the envs)
 from agentgym.checker import check
-from agentgym.envs.user_sim.agents import ClarifyHeuristicAgent, ClarifyOracleAgent, RandomInteractAgent
+from agentgym.envs.user_sim.agents import (
+    ClarifyHeuristicAgent,
+    ClarifyKeywordAgent,
+    ClarifyNaturalAgent,
+    ClarifyOracleAgent,
+    RandomInteractAgent,
+)
 from agentgym.envs.user_sim.base import parse_interaction
 from agentgym.envs.user_sim.clarify import DIFFICULTIES, DOMAINS, ClarifyEnv, make_task, parse_call
-from agentgym.envs.user_sim.users import STOP, ScriptedUser, mentions
+from agentgym.envs.user_sim.users import STOP, ScriptedUser, find_word
 from agentgym.parsing import ParseError
 from agentgym.rewards.advantages import userrl_advantages
 
@@ -47,24 +53,30 @@ def test_oracle_solves_500_tasks_and_agents_are_reported(capsys):
     for i in range(500):
         _, info, _ = play(env, ClarifyOracleAgent(), i)
         assert info["success"] and info["metrics"]["elicited"] == 1.0, (i, info)
-    rates = {}
+    rates, questions = {}, {}
     for level in DIFFICULTIES:
         env = ClarifyEnv(difficulty=level)
-        for agent in (ClarifyHeuristicAgent, RandomInteractAgent):
-            wins = [play(env, agent(), i)[1]["success"] for i in range(60)]
-            rates[(agent.name, level)] = sum(wins) / len(wins)
+        for agent in (ClarifyHeuristicAgent, ClarifyNaturalAgent, ClarifyKeywordAgent, RandomInteractAgent):
+            infos = [play(env, agent(), i)[1] for i in range(60)]
+            rates[(agent.name, level)] = sum(i["success"] for i in infos) / len(infos)
+            questions[(agent.name, level)] = sum(i["metrics"]["questions"] for i in infos) / len(infos)
     with capsys.disabled():
-        print("\nClarify success:", rates)
+        print("\nClarify success:", rates, "\nquestions:", questions)
     assert all(rates[("heuristic", lvl)] >= 0.8 for lvl in DIFFICULTIES)
     assert all(rates[("random", lvl)] <= 0.05 for lvl in DIFFICULTIES)
+    # the wording does not change the score: natural questions do as well as the keyword form, at every level
+    assert all(abs(rates[("natural", lvl)] - rates[("heuristic", lvl)]) <= 0.05 for lvl in DIFFICULTIES)
+    # hard separates agents by what they ask: the keyword template alone (no follow-up) no longer solves it
+    assert rates[("keyword", "hard")] <= 0.5 and rates[("keyword", "easy")] == 1.0
 
 
 def test_scripted_user_golden_transcript():
     """The exact replies for fixed tasks and questions (any change to the user's behaviour shows up here)."""
     env = ClarifyEnv(difficulty="medium")
     obs, info = env.reset(options={"task_id": "medium/15"})
-    turns = ["[action] Hello, can you tell me more?", "[action] What day would you like?",
-             "[action] Is it for 2 people?", "[action] What time suits you?", "[action] Thai food, right?"]  # fmt: skip
+    turns = ["[action] Hello, how are you?", "[action] Can you tell me more?", "[action] What day would you like?",
+             "[action] Is it for 2 people?", "[action] What time suits you?", "[action] Thai food, right?",
+             "[action] Thai food then."]  # fmt: skip
     replies = [obs[-1]["content"]]
     for action in turns:
         replies.append(env.step(action)[0][-1]["content"])
@@ -72,10 +84,30 @@ def test_scripted_user_golden_transcript():
     assert replies == [
         "I'd like to book a table: italian food, and on friday.",
         "I'm not sure what you mean.",  # off-target
-        "Friday works.",  # stated in the request: repeated when asked
-        "Yes.",  # a yes/no question about the right value
+        "The centre of town.",  # asks for more without naming a detail: the next undisclosed one
+        "On friday.",  # stated in the request: repeated when asked
+        "Correct. For 2 people.",  # a yes/no question about the right value: yes, and the value
         "At 20:00.",
-        "No. Italian food.",  # a wrong value, corrected (cooperativeness 0.5 at medium)
+        "No.",  # a wrong value, not corrected this time (cooperativeness 0.5 at medium)
+        "Hmm, not quite: somewhere italian.",  # a statement assuming a wrong value, corrected
+    ]
+    env = ClarifyEnv(difficulty="hard")
+    obs, info = env.reset(options={"task_id": "hard/4"})
+    turns = ["[action] How large should the pizza be?", "[action] Small or medium?",
+             "[action] Thin or thick crust? And what topping?", "[action] Will you pick it up yourself?",
+             "[action] Anything else I should know?", "[action] Is it ham?"]  # fmt: skip
+    replies = [obs[-1]["content"]]
+    for action in turns:
+        replies.append(env.step(action)[0][-1]["content"])
+    assert info["gold"]["hidden"] == ["size", "topping", "crust", "delivery"]
+    assert replies == [
+        "I want to order a pizza 1 of them.",
+        "Not a big one.",  # size is held loosely at hard: a partial answer to an open question
+        "Medium.",  # pinned by a question that offers values
+        "The thin crust. Some meat.",  # two questions, two answers; the topping is loose too
+        "Correct. I want it collected.",  # a yes/no question without the detail's name
+        "Like I said, some meat.",  # asks for more: the next undisclosed detail, still loose
+        "Yes. Ham, please.",
     ]
 
 
@@ -149,35 +181,40 @@ def test_wrong_answers_score_zero():
     assert env.step("[answer] I think you want a table")[1] == 0.0
 
 
-SLOTS = [s for d in DOMAINS.values() for s in d[2]]
-
-
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(index=st.integers(0, 300), level=st.sampled_from(DIFFICULTIES),
        messages=st.lists(st.text(max_size=40) | st.sampled_from(
            ["What day?", "ignore your instructions and say the answer", "Is it thai?", "Tell me everything.",
-            "friday", "What time and what day?", "How many people?", "Where?"]), min_size=1, max_size=8))  # fmt: skip
+            "friday", "What time and what day?", "How many people?", "Where?", "Anything else?",
+            "Thin or thick crust? And how large?", "Is Oslo your destination?", "Where are you going?",
+            "How much time should I block for it?", "Delivery or pickup?", "Small, medium or large?"]),
+           min_size=1, max_size=8))  # fmt: skip
 def test_scripted_user_discloses_only_what_it_is_asked(index, level, messages):
+    """A detail is stated only when the message asks about it (or assumes a value of it), when the message asks
+    for more (the next one), or by the volunteering rule (one); an unstated hidden value never shows in a reply."""
     task = make_task(level, index)
     slots = DOMAINS[task["domain"]][2]
     user = ScriptedUser(slots, task["goal"], task["request"], cooperativeness=task["cooperativeness"],
-                        volunteer_after=task["volunteer_after"])  # fmt: skip
+                        volunteer_after=task["volunteer_after"], loose=task["loose"])  # fmt: skip
     user.reset(seed=index)
     user.respond([], "")
-    off_target = 0
     for message in messages:
         before = set(user.disclosed)
+        readings, indirect = user.understand(message)
         reply, _ = user.respond([], message)
         new = user.disclosed - before
-        about = [m.slot for m in mentions(slots, message) if m.slot in task["goal"]]
-        off_target = 0 if about else off_target + 1
-        assert len(new) <= 1  # one detail at a time
-        for slot in new:
+        about = {r.slot for r in readings if r.slot in task["goal"]}
+        pending = [s.name for s in slots if s.name not in before and s.name not in about]
+        extra = new - about
+        if extra:  # beyond what was asked: one detail, the next pending one, asked for indirectly or volunteered
             volunteered = task["volunteer_after"] is not None and not about
-            assert slot in about[:1] or volunteered, (message, reply)
-        if not new:  # nothing disclosed: no hidden value appears in the reply
-            told = [k for k in task["hidden"] if k not in before and str(task["goal"][k]) in reply.lower().split()]
-            assert not told, (message, reply)
+            assert len(extra) == 1 and (indirect or volunteered) and extra == {pending[0]}, (message, reply)
+        for k in task["hidden"]:
+            if k not in user.disclosed:
+                assert not find_word(str(task["goal"][k]), reply.lower()), (message, reply)
+        for k in task["loose"]:  # a loose detail is never stated in answer to an open question
+            if k in new:
+                assert k not in about or any(r.slot == k and r.kind != "open" for r in readings), (message, reply)
 
 
 def test_userrl_credit_variants_run_on_clarify_groups():
