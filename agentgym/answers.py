@@ -16,10 +16,15 @@ answer and the best score counts.
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import re
 import string
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from decimal import Decimal
+
+from agentgym.facts import parse_number, parse_time
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = frozenset(string.punctuation)
@@ -132,7 +137,7 @@ def extract_answer(text: str) -> str:
         text = fenced[-1]
     for _ in range(4):  # a few rounds: "**Answer:** `42`." unwraps in layers
         before = text
-        text = _unemphasise(text).strip()
+        text = _unquote(_unemphasise(text).strip())
         lead = next(reversed(list(_STRONG_LEAD_IN.finditer(text))), None)  # the last one
         if lead is not None and _WORD.search(text, lead.end()):
             text = text[lead.end() :].strip()
@@ -161,7 +166,184 @@ def _unemphasise(text: str) -> str:
 
 
 def _unquote(text: str) -> str:
+    """``text`` without wrapping quotes, or a quote at one end whose partner was cut off with a lead-in or a final
+    period (``"The answer is 7".``)."""
     for left, right in _QUOTES:
         if len(text) >= 2 and text.startswith(left) and text.endswith(right) and left not in text[1:-1]:
             return text[1:-1].strip()
+        if text.endswith(right) and text.count(right) == 1 and (left == right or left not in text):
+            return text[:-1].strip()
+        if text.startswith(left) and text.count(left) == 1 and (left == right or right not in text):
+            return text[1:].strip()
     return text
+
+
+# -- calls and choices ---------------------------------------------------------------------------------------------
+_CALL_START = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\s*\(")
+_CALL_LIMIT = 4_000  # characters of a call's arguments looked at (a call longer than this is no answer)
+
+
+def find_call(text: str) -> tuple[str, dict[str, str]] | None:
+    """The one call ``name(key=value, ...)`` the answer ``text`` gives, as ``(name, {key: value})`` (values
+    unquoted and stripped, as written), or None when there is none or several different ones. The call may stand
+    alone or in a sentence ("Here you go: ...", "I'll book it: ... Enjoy!"), in a code fence, bold or inline code;
+    its arguments may be ``key=value`` or ``key: value`` pairs, quoted or not, or one JSON object.
+
+    >>> find_call("Here you go: `order_pizza(size='large', delivery=pickup)`.")
+    ('order_pizza', {'size': 'large', 'delivery': 'pickup'})
+    >>> find_call('```json\\nbook_table({"people": 6, "day": "thu"})\\n```')
+    ('book_table', {'people': '6', 'day': 'thu'})
+    >>> find_call("Which crust (thin, thick or stuffed)?"), find_call("f(a=1) or f(a=2)")
+    (None, None)
+    """
+    candidates = [extract_answer(text), text]
+    for source in candidates:
+        found: dict[str, tuple[str, dict[str, str]]] = {}
+        for m in _CALL_START.finditer(source):
+            close = _closing(source, m.end())
+            if close is None:  # an unpaired quote ("time=8 o'clock") quotes nothing
+                close = _closing(source, m.end(), quotes="")
+            if close is None:
+                continue
+            args = _arguments(source[m.end() : close])
+            if args is not None:
+                call = (m.group(1), args)
+                found.setdefault(repr(call), call)
+        if len(found) == 1:
+            return next(iter(found.values()))
+        if len(found) > 1:
+            return None
+    return None
+
+
+def _closing(text: str, start: int, quotes: str = "\"'") -> int | None:
+    """The index of the ``)`` that closes the parenthesis opened just before ``start`` (inside ``quotes`` a
+    parenthesis does not count)."""
+    depth, quote = 1, ""
+    for i in range(start, min(len(text), start + _CALL_LIMIT)):
+        ch = text[i]
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in quotes:
+            quote = ch
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+    return None
+
+
+_PAIR = re.compile(r"""\s*["']?([A-Za-z_]\w*)["']?\s*[=:]\s*("[^"]*"|'[^']*'|[^,]*?)\s*(?:,|$)""")
+
+
+def _arguments(body: str) -> dict[str, str] | None:
+    """``key=value, ...`` (or one JSON object) as ``{key: value}``; None if ``body`` is not that."""
+    body = body.strip()
+    if body.startswith("{") and body.endswith("}"):
+        try:
+            obj = json.loads(body)
+        except ValueError:
+            obj = None
+        if isinstance(obj, dict):
+            return {str(k): _json_text(v) for k, v in obj.items()}
+        body = body[1:-1].strip()
+    args: dict[str, str] = {}
+    pos = 0
+    while pos < len(body):
+        m = _PAIR.match(body, pos)
+        if m is None or m.end() == pos:
+            return None
+        value = m.group(2).strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        args[m.group(1)] = value.strip()
+        pos = m.end()
+    return args
+
+
+def _json_text(value: object) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value)
+
+
+_DAY_ABBREVIATIONS = {"mon": "monday", "tue": "tuesday", "tues": "tuesday", "wed": "wednesday", "weds": "wednesday",
+                      "thu": "thursday", "thur": "thursday", "thurs": "thursday", "fri": "friday", "sat": "saturday",
+                      "sun": "sunday"}  # fmt: skip
+_CLOCK = re.compile(r"\d{2}:\d{2}")
+_HOUR_WORDS = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve")
+_CLOCK_WORD = re.compile(r"^(?:" + "|".join(_HOUR_WORDS) + r")\b(?=\s*(?:a\.?m|p\.?m|o'clock|:))")
+_CONTINENTAL = re.compile(r"^(\d{1,2})(?:h|\.)(\d{2})?$")
+_HOURS = re.compile(r"(.+?)\s*(?:hours?|hrs?|h)")
+_ARTICLE = re.compile(r"^(?:a|an|the|on|at|in|for|by|with)\s+")
+
+
+def match_choice(
+    value: str,
+    choices: Sequence[str],
+    synonyms: Mapping[str, Iterable[str]] | None = None,
+    noise: Iterable[str] = (),
+) -> str | None:
+    """The one of ``choices`` that the answer ``value`` names, or None. A choice is named by itself (any case), by
+    one of its ``synonyms``, or by the same value written another way: a ``HH:MM`` choice by any time form
+    (``8pm``, ``8:00 p.m.``, ``20:00``; ``8 o'clock`` when only one half of the day is a choice), a number choice by
+    digits or a number word (``six``; ``1 hour`` for ``60`` when ``minutes`` is a noise word), a weekday by its
+    abbreviation (``thu``, ``Thurs.``). Words of ``noise`` (the slot's own words: ``crust`` in ``thin crust``) and a
+    leading article or preposition (``on friday``) are ignored.
+
+    >>> days = ("monday", "thursday")
+    >>> match_choice("Thurs.", days), match_choice("8pm", ("19:00", "20:00")), match_choice("six", ("2", "6"))
+    ('thursday', '20:00', '6')
+    >>> match_choice("thin crust", ("thin", "thick"), noise=["crust"]), match_choice("thick", ("thin",))
+    ('thin', None)
+    >>> match_choice("pickup", ("delivered", "collected"), {"collected": ["pickup", "pick up"]})
+    'collected'
+    """
+    noise_words = sorted({n.lower() for n in noise if n}, key=len, reverse=True)
+    by_form: dict[str, set[str]] = {}
+    for choice in choices:
+        for form in (choice, *(synonyms or {}).get(choice, ())):
+            by_form.setdefault(_plain(form), set()).add(choice)
+    readings = [_plain(value)]
+    stripped = readings[0]
+    for word in noise_words:
+        stripped = re.sub(rf"(?<!\w){re.escape(word)}(?!\w)", " ", stripped)
+    stripped = " ".join(stripped.split())
+    readings += [stripped, _ARTICLE.sub("", stripped)]
+    for reading in dict.fromkeys(r for r in readings if r):
+        named = by_form.get(reading, set())
+        if len(named) == 1:
+            return next(iter(named))
+        typed = _typed_choice(reading, choices, "minutes" in noise_words)
+        if typed is not None:
+            return typed
+    return None
+
+
+def _plain(text: str) -> str:
+    return " ".join(extract_answer(text).lower().replace("\u2019", "'").split()).rstrip(".")
+
+
+def _typed_choice(reading: str, choices: Sequence[str], minutes: bool) -> str | None:
+    """A choice ``reading`` names as a time, a number or a weekday."""
+    if choices and all(_CLOCK.fullmatch(c) for c in choices):
+        reading = _CLOCK_WORD.sub(lambda m: str(_HOUR_WORDS.index(m.group(0)) + 1), reading)  # "eight pm"
+        said = parse_time(_CONTINENTAL.sub(lambda m: f"{m.group(1)}:{m.group(2) or '00'}", reading))  # "20h30"
+        if said is None:
+            return None
+        named = [c for c in choices if said.matches(dt.time(int(c[:2]), int(c[3:])))]
+        return named[0] if len(named) == 1 else None
+    if choices and all(c.isdigit() for c in choices):
+        number = parse_number(reading)
+        if number is None and minutes and (h := _HOURS.fullmatch(reading)):
+            hours = parse_number(h.group(1)) if h.group(1) not in ("an", "a") else Decimal(1)
+            number = hours * 60 if hours is not None else None
+        if number is None or not number.is_finite() or number != number.to_integral_value():
+            return None
+        text = str(int(number))
+        return text if text in choices else None
+    day = _DAY_ABBREVIATIONS.get(reading, reading.removesuffix("s"))
+    return day if day in choices else None

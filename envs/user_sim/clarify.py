@@ -32,10 +32,10 @@ declares its lexicon (aliases, paraphrase cues such as "how large" or "where * g
 from __future__ import annotations
 
 import random
-import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from agentgym.answers import find_call, match_choice
 from agentgym.envs.user_sim.agents import (
     ClarifyHeuristicAgent,
     ClarifyKeywordAgent,
@@ -423,8 +423,6 @@ DOMAINS: dict[str, tuple[str, str, tuple[Slot, ...], dict[str, str]]] = {
     ),
 }
 
-_CALL = re.compile(r"^\s*`?(\w+)\s*\((.*)\)`?\s*\.?\s*$", re.DOTALL)
-
 
 def make_task(difficulty: str, index: int) -> dict[str, Any]:
     """Task ``index`` of a difficulty level (depends on nothing else)."""
@@ -462,21 +460,35 @@ def loose_details(difficulty: str, index: int, slots: tuple[Slot, ...], goal: di
 
 
 def parse_call(text: str) -> tuple[str, dict[str, str]] | None:
-    """``name(key=value, ...)`` -> ``(name, {key: value})`` (values unquoted, lower case); None if it is not one.
+    """The action call the answer ``text`` gives -> ``(name, {key: value})``; None if it holds no call (or several).
+
+    The call may stand in a sentence, a code fence or bold (``agentgym.answers.find_call``), its values quoted or
+    not. A value that names one of its slot's choices in another form comes back as that choice (lower case):
+    synonyms of the slot (``pickup`` for ``collected``), any time form (``8pm`` for ``20:00``), number words
+    (``six``), weekday abbreviations (``thu``), the slot's own words (``thin crust``) (``agentgym.answers.
+    match_choice``); any other value comes back as written, in lower case, and is wrong.
 
     >>> parse_call("book_table(cuisine='Thai', people=4)")
     ('book_table', {'cuisine': 'thai', 'people': '4'})
+    >>> parse_call("Here you go: ```book_table(time=8pm, people=six, day=thu, area=North)```")
+    ('book_table', {'time': '20:00', 'people': '6', 'day': 'thursday', 'area': 'north'})
     """
-    m = _CALL.match(text)
-    if m is None:
+    units = {"minutes": ("minute", "mins", "min"), "people": ("persons", "person", "guests", "pax"),
+             "quantity": ("pizzas", "pizza"), "bags": ("bag", "suitcases", "suitcase")}  # fmt: skip
+    call = find_call(text)
+    if call is None:
         return None
+    name, raw = call
+    slots = {s.name: s for action, _, domain_slots, _ in DOMAINS.values() if action == name for s in domain_slots}
     args: dict[str, str] = {}
-    for part in filter(None, (p.strip() for p in m.group(2).split(","))):
-        key, eq, value = part.partition("=")
-        if not eq or not key.strip().isidentifier():
-            return None
-        args[key.strip()] = value.strip().strip("'\"").strip().lower()
-    return m.group(1), args
+    for key, value in raw.items():
+        slot = slots.get(key.lower())
+        said = value.strip().lower()
+        if slot is not None:
+            noise = (slot.name, *slot.aliases, *units.get(slot.name, ()))
+            said = match_choice(said, slot.choices, getattr(slot, "synonyms", None), noise) or said
+        args[key.lower()] = said
+    return name, args
 
 
 class ClarifyEnv(UserSimEnv):

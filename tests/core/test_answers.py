@@ -151,8 +151,10 @@ def wrap(answer: str, data: st.DataObject) -> str:
     left, right = data.draw(st.sampled_from(MARKUP))
     text = data.draw(st.sampled_from(LEAD_INS)) + left + answer + right + data.draw(st.sampled_from(["", ".", "!"]))
     fence_left, fence_right = data.draw(st.sampled_from(FENCES))
-    if fence_left:
-        text = fence_left + left + answer + right + fence_right  # code holds the value, not a sentence
+    if fence_left:  # code holds the value, not a sentence (and no backticks touch a one-line fence's)
+        if "\n" not in fence_left and "`" in left + right:
+            left = right = ""
+        text = fence_left + left + answer + right + fence_right
     return data.draw(st.sampled_from(["", " ", "\n"])) + text + data.draw(st.sampled_from(["", " ", "\n"]))
 
 
