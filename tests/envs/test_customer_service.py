@@ -540,3 +540,118 @@ def test_escaped_lone_surrogates_reach_tools_and_the_user_as_replacement_charact
     )
     assert info["action_valid"] and obs
     json.dumps([obs, info, env.transcript], ensure_ascii=False).encode("utf-8")
+
+
+# -- facts told, compared by value (issue 20: "161.5 has been refunded", "$.45", "May 8th" were scored wrong) --------
+def _fact_task(level: str, pred: Callable[[dict], bool], fact: str) -> tuple[int, dict]:
+    """The first task of ``level`` whose first goal satisfies ``pred`` and must tell ``fact`` (the issue's value),
+    else the first whose goal satisfies ``pred`` (the generator changed)."""
+    try:
+        return find_task(level, lambda t: pred(t) and t["goals"][0]["facts"] == [[fact]])
+    except LookupError:  # pragma: no cover
+        return find_task(level, pred)
+
+
+def _report(level: str, index: int, text: str) -> dict:
+    """Play task ``index`` to its write (authenticated, confirmed, done), then tell the user ``text``; ``[finish]``
+    if the user did not end. The last info."""
+    env = CustomerServiceEnv(difficulty=level)
+    env.reset(options={"task_index": index})
+    task = env._ep["task"]
+    goal = task["goals"][0]
+    env.step(call("find_user_by_email", email=task["customer"]["email"]))
+    if goal["call"] is not None:
+        confirm(env, goal)
+        _, _, _, _, info = env.step(call(goal["call"]["name"], **goal["call"]["arguments"]))
+        assert info["writes"] == 1
+    _, _, terminated, _, info = env.step(text)
+    if not terminated:
+        _, _, terminated, _, info = env.step("[finish]")
+    assert terminated
+    return info
+
+
+def _told(info: dict) -> bool:
+    assert info["db_check"]["state_match"]
+    assert info["success"] == info["db_check"]["facts_told"]
+    return info["db_check"]["facts_told"]
+
+
+def test_amounts_in_any_form():
+    pred = lambda t: is_kind("cancel")(t) and t["variant"] != "two_requests"
+    index, task = _fact_task("hard", pred, "161.50")
+    amount = task["goals"][0]["facts"][0][0]
+    short = amount.rstrip("0").rstrip(".")
+    for form in (f"{short} has been refunded.", f"${amount} has been refunded.", f"You get USD {short} back."):
+        assert _told(_report("hard", index, f"Done: order cancelled. {form}")), form
+    wrong = f"{float(amount) + 0.01:.2f}"
+    for form in (f"{wrong} has been refunded.", f"{short}1 has been refunded.", "Your order is cancelled."):
+        assert not _told(_report("hard", index, f"Done: order cancelled. {form}")), form
+
+
+def test_cents_in_any_form():
+    index, task = _fact_task("easy", is_kind("exchange"), "0.45")
+    cents = round(float(task["goals"][0]["facts"][0][0]) * 100)
+    assert cents < 100, "an exchange between neighbouring notebook styles differs by 45 cents"
+    for form in (f"$.{cents:02d}", f"{cents} cents", f"$0.{cents:02d}", f"0.{cents:02d} dollars"):
+        assert _told(_report("easy", index, f"Done. The price difference is {form}.")), form
+    for form in (f"$.{cents + 9:02d}", f"{cents} dollars", f"{cents}", f"{cents + 1} cents"):
+        assert not _told(_report("easy", index, f"Done. The price difference is {form}.")), form
+
+
+def test_dates_in_any_form():
+    import datetime as dt
+
+    index, task = _fact_task("hard", is_kind("return", "return_window"), "2026-05-08")
+    d = dt.date.fromisoformat(task["goals"][0]["facts"][0][0])
+    month, day = d.strftime("%B"), d.day
+    suffix = "th" if 10 <= day <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(day % 10, "th")
+    refusal = "I'm sorry, I cannot accept this return: it was delivered on {}, more than 30 days ago."
+    for form in (f"{month} {day}{suffix}", f"the {day}{suffix} of {month}", f"{d:%m/%d/%Y}",
+                 f"{d:%A}, {month} {day}", f"{day} {month} {d.year}", d.isoformat()):  # fmt: skip
+        assert _told(_report("hard", index, refusal.format(form))), form
+    other = d + dt.timedelta(days=10)
+    swapped = f"{d:%d/%m/%Y}" if d.day <= 12 and d.day != d.month else "01/01/2000"  # US order: another date
+    for form in (f"{other:%B} {other.day}", swapped, f"{(d + dt.timedelta(days=1)):%A}, {month} {day}",
+                 f"{month} {day}, {d.year - 1}"):  # fmt: skip
+        assert not _told(_report("hard", index, refusal.format(form))), form
+
+
+def test_card_digits_and_statuses():
+    index, task = find_task("hard", is_kind("return", "refund_method"))
+    last4 = task["goals"][0]["facts"][0][0]
+    refusal = "I'm sorry, I cannot refund to another card: refunds go only to your card ending in {}."
+    assert _told(_report("hard", index, refusal.format(last4)))
+    assert _told(_report("hard", index, refusal.format(f"**{last4}**")))
+    assert not _told(_report("hard", index, refusal.format(str(int(last4) + 1))))
+    index, task = find_task("hard", is_kind("cancel", "cancel_not_pending"))
+    status = task["goals"][0]["facts"][0][0]
+    assert _told(_report("hard", index, f"I'm sorry, I cannot cancel it: it is already {status.upper()}."))
+    assert not _told(_report("hard", index, f"I'm sorry, I cannot cancel it: it is not {status}ish."))
+
+
+def test_every_fact_kind_the_generator_makes_is_covered():
+    """Walk the task generator: amounts (money), delivery dates, card digits (numbers) and statuses (text), each
+    tested above."""
+    from agentgym.facts import kind_of
+
+    kinds = {kind_of(f[0]) for level in DIFFICULTIES for i in range(300) for g in make_task(level, i)["goals"]
+             for f in g["facts"]}  # fmt: skip
+    assert kinds == {"money", "date", "number", "text"}
+
+
+def test_the_customer_answers_each_detail_asked_through_the_env():
+    """Several details in one message, and paraphrases, each answered truthfully (the old customer answered the
+    first detail named and "I'm not sure what you mean" to a paraphrase)."""
+    index, task = find_task("easy", is_kind("address"))
+    env = CustomerServiceEnv(difficulty="easy")
+    env.reset(options={"task_index": index})
+    c, goal = task["customer"], task["goals"][0]
+    obs, *_ = env.step("Could you give me your order id and the email address of your account?")
+    assert goal["order_id"] in obs[-1]["content"] and c["email"] in obs[-1]["content"]
+    obs, *_ = env.step("Thanks. Where should we send it?")
+    assert goal["address"]["street"] in obs[-1]["content"] and goal["address"]["zip"] in obs[-1]["content"]
+    obs, *_ = env.step("What's the number on your order?")
+    assert obs[-1]["content"].endswith(f"{goal['order_id']}.")
+    obs, *_ = env.step("I will look into it now.")  # a statement asks nothing: nothing is told
+    assert obs[-1]["content"] in ("Okay.", "Alright.", "Sure.")
