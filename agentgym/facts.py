@@ -171,7 +171,9 @@ _DAY = r"(?P<day>[0-3]?\d)(?:st|nd|rd|th)?"
 _YEAR = r"(?:,?\s+(?P<year>\d{4}))?"
 _DATE_FORMS = (
     # 2026-05-08, 2026/05/08
-    re.compile(r"(?<![\w.:/-])(?P<year>\d{4})(?P<sep>[-/])(?P<month>\d{1,2})(?P=sep)(?P<day>\d{1,2})(?![\w:/-]|\.\d)"),
+    re.compile(
+        r"(?<![\w.:/-])(?P<year>\d{4})(?P<sep>[-/])(?P<month>\d{1,2})(?P=sep)(?P<day>\d{1,2})(?!(?!T\d)[\w:/-]|\.\d)"
+    ),
     # 05/08/2026 or 5-8-2026 (the locale's order), and 05/08/26 is not read (two-digit years are too ambiguous)
     re.compile(r"(?<![\w.:/-])(?P<a>\d{1,2})(?P<sep>[/-])(?P<b>\d{1,2})(?P=sep)(?P<year>\d{4})(?![\w:/-]|\.\d)"),
     # (Friday,) May 8(th)(, 2026), May the 8th
@@ -244,16 +246,17 @@ _HALF = rf"(?:\s*(?:(?P<am>{_AM})|(?P<pm>{_PM})))?"
 _TIME_FORMS = (
     # 08:00, 8:00, 20:00:00, 8:30 pm
     re.compile(
-        rf"(?<![\w.:/-])(?P<hour>[01]?\d|2[0-3])(?P<sep>[:.])(?P<minute>[0-5]\d)(?::00)?(?!\d|[:.-]\d){_HALF}(?!\w)",
+        rf"(?:(?<=\dT)|(?<![\w.:/]))(?P<hour>[01]?\d|2[0-3])(?P<sep>[:.])(?P<minute>[0-5]\d)(?::00)?(?!\d|[:.]\d)"
+        rf"{_HALF}(?!\w)",
         re.IGNORECASE,
     ),
     # 8am, 8 p.m., 8 in the evening, 8 o'clock (in the evening)
     re.compile(
-        rf"(?<![\w.:/,-])(?P<hour>1[0-2]|0?[1-9])(?:\s*(?P<oclock>o['\u2019]?\s?clock))?(?:\s*(?:(?P<am>{_AM})|"
+        rf"(?<![\w.:/,])(?P<hour>1[0-2]|0?[1-9])(?:\s*(?P<oclock>o['\u2019]?\s?clock))?(?:\s*(?:(?P<am>{_AM})|"
         rf"(?P<pm>{_PM})))",
         re.IGNORECASE,
     ),
-    re.compile(r"(?<![\w.:/,-])(?P<hour>1[0-2]|0?[1-9])\s*(?P<oclock>o['\u2019]?\s?clock)\b", re.IGNORECASE),
+    re.compile(r"(?<![\w.:/,])(?P<hour>1[0-2]|0?[1-9])\s*(?P<oclock>o['\u2019]?\s?clock)\b", re.IGNORECASE),
     # half past 8, quarter past 8, quarter to 9 (in the evening)
     re.compile(
         rf"(?<![\w-])(?P<spoken>half past|(?:a\s+)?quarter past|(?:a\s+)?quarter to)\s+(?P<hour>1[0-2]|0?[1-9]|"

@@ -130,7 +130,10 @@ def test_parsers_skip_what_is_not_their_kind():
     assert amounts_in("one more thing: I have two questions") == []  # a number word needs a currency word
     assert dates_in("May 32, February 30, 13/13/2026, 5/8, may 2026") == []
     assert dates_in("February 29") == [DateMention(2, 29)]  # a date without a year can be a leap day
-    assert times_in("at 8, 24:00, 3.30, 2-3pm, 8 amazing") == []
+    assert times_in("at 8, 24:00, 3.30, 8 amazing, 2026-05-08") == []
+    assert times_in("2-3pm, 08:00-09:30, 2026-05-08T10:00") == [ClockTime(15, 0), ClockTime(8, 0), ClockTime(9, 30),
+                                                                ClockTime(10, 0)]  # fmt: skip
+    assert dates_in("2026-05-08T10:00") == [DateMention(5, 8, 2026)]
     assert parse_number("1,000.") == Decimal("1000") and parse_number("1,000 and 2") is None
     assert parse_time("half past 8") == ClockTime(8, 30, half_known=False) and parse_time("") is None
 
