@@ -52,7 +52,21 @@ from agentgym import trust
 from agentgym.agents.base import Agent, GoldAgent
 from agentgym.envs.user_sim.agents import RandomInteractAgent
 from agentgym.envs.user_sim.base import UserSimEnv
-from agentgym.envs.user_sim.users import ScriptedUser, Slot, User, find_word
+from agentgym.envs.user_sim.users import (
+    ACK,
+    ALL_TOLD,
+    CORRECT,
+    GOODBYE,
+    NO,
+    OFF_TARGET,
+    STOP,
+    VOLUNTEER,
+    YES,
+    ScriptedUser,
+    Slot,
+    User,
+    find_word,
+)
 
 Message = dict[str, Any]
 DIFFICULTIES = ("easy", "medium", "hard")
@@ -66,31 +80,42 @@ PRIORITY_QUESTION = "Among the options that fit, what matters most to you?"
 
 @dataclass(frozen=True)
 class Level:
-    """A difficulty level: must-haves, catalog size, the user's behaviour, and the chance the opening states one."""
+    """A difficulty level: must-haves, catalog size, the user's behaviour, the chance the opening states one, how
+    many number must-haves the user holds loosely, and its patience (the slots it answers about; None: the
+    ``ScriptedUser`` default)."""
 
     constraints: tuple[int, int]
     items: tuple[int, int]
     volunteer_after: int | None
     cooperativeness: float
     opening: float
+    loose: int = 0
+    patience: int | None = None
 
 
 LEVELS: dict[str, Level] = {
     "easy": Level((2, 2), (20, 30), 2, 1.0, 1.0),
     "medium": Level((3, 4), (30, 45), 4, 0.5, 0.5),
-    "hard": Level((5, 5), (45, 60), None, 0.0, 0.0),
+    "hard": Level((5, 5), (45, 60), None, 0.0, 0.0, loose=2, patience=11),
 }
 
 
 @dataclass(frozen=True)
 class Attribute:
-    """One attribute of a catalog's items.
+    """One attribute of a catalog's items, and the words people use for it.
 
     ``kind``: ``category`` (one of ``values``), ``flag`` (yes/no; a must-have reads ``with <phrase>`` or, if
     ``negatable``, ``without <phrase>``) or ``number`` (one of ``values``, a grid; ``better`` says which end is
     better, so a must-have reads ``phrase.format(n=threshold)``, e.g. ``at most {n} euros``, and a priority
-    ``soft``, e.g. ``lowest price``; ``unit`` is what the catalog description gives). ``aliases`` name it in a
-    question (its key first); ``request`` writes it into the opening request.
+    ``soft``, e.g. ``lowest price``; ``unit`` is what the catalog description gives). ``request`` writes it into
+    the opening request; ``says`` are the sentences the user states a must-have with.
+
+    The lexicon the user understands questions with: ``aliases`` name the attribute (its key first, then synonyms
+    and paraphrases: "memory" and "gb" for ram, "outdoor seating" for a terrace, "vegan" for vegetarian);
+    ``vague`` are generic cues that count only when nothing else in the clause names an attribute ("how much" is
+    about the price unless the clause names memory); ``units`` follow a number ("16 GB", "4-star", "8 out of
+    10"); ``best`` are superlatives that name it as the priority ("cheapest", "best rated"); ``hint`` is what a user
+    who holds a must-have on it loosely (``hard``) says before asked for the exact limit.
     """
 
     key: str
@@ -105,6 +130,10 @@ class Attribute:
     unit: str = ""
     soft: str = ""
     says: tuple[str, ...] = ()
+    vague: tuple[str, ...] = ()
+    units: tuple[str, ...] = ()
+    best: tuple[str, ...] = ()
+    hint: str = ""
 
 
 @dataclass(frozen=True)
@@ -141,68 +170,95 @@ def fmt(value: Any) -> str:
 
 _NUM_SAYS = ("{value}.", "It should be {value}.", "{value}, please.")
 _FLAG_SAYS = ("It must come {value}.", "{value}, please.")
-_AREA = Attribute("area", "category", ("area", "part of town", "neighbourhood", "location", "where"),
-                  "in the {value}", ("north", "south", "east", "west", "centre"),
-                  says=("In the {value}.", "The {value}, please."))  # fmt: skip
-_RATING = Attribute("rating", "number", ("rating", "rated", "reviews", "score", "out of 10"), "rated {value}",
-                    span(5.0, 9.9, 0.1), "at least {n} out of 10", thresholds=(7, 8), unit="out of 10",
-                    soft="highest rating", says=_NUM_SAYS)  # fmt: skip
-_DISTANCE = Attribute("distance", "number", ("distance", "how far", "far", "km", "walk"), "{value}",
+_PRICE = ("price", "budget", "cost", "costs", "spend", "pay", "afford", "expensive", "cheap", "pricey", "euros",
+          "euro", "€")  # fmt: skip
+_AREA = Attribute("area", "category", ("area", "part of town", "neighbourhood", "neighborhood", "district",
+                  "location", "located", "side of town", "part of the city"), "in the {value}",
+                  ("north", "south", "east", "west", "centre"), says=("In the {value}.", "The {value}, please."),
+                  vague=("where",))  # fmt: skip
+_RATING = Attribute("rating", "number", ("rating", "rated", "reviews", "reviewed", "score", "out of 10",
+                    "guest rating"), "rated {value}", span(5.0, 9.9, 0.1), "at least {n} out of 10",
+                    thresholds=(7, 8), unit="out of 10", soft="highest rating", says=_NUM_SAYS,
+                    units=("out of 10", "/10", "/ 10"), best=("highest rating", "highest rated", "best rated",
+                    "best-rated", "top rated", "top-rated", "best reviews", "best reviewed", "best-reviewed"),
+                    hint="It should be well rated.")  # fmt: skip
+_DISTANCE = Attribute("distance", "number", ("distance", "how far", "far", "km", "kilometres", "kilometers", "walk",
+                      "walking", "walking distance", "from the centre", "to the centre", "of the centre",
+                      "near the centre", "close to the centre", "nearby", "how close", "close by"), "{value}",
                       span(0.1, 6.0, 0.1), "within {n} km", better="low", thresholds=(1, 2, 3),
-                      unit="km from the centre", soft="shortest distance", says=_NUM_SAYS)  # fmt: skip
+                      unit="km from the centre", soft="shortest distance", says=_NUM_SAYS,
+                      units=("km", "kilometres", "kilometers", "kilometre", "kilometer"),
+                      best=("shortest distance", "closest", "nearest", "most central"),
+                      hint="It shouldn't be too far away.")  # fmt: skip
 
 DOMAINS: dict[str, Domain] = {
     "hotel": Domain("hotel", "hotels", "H", "I'm looking for a hotel", (
         _AREA,
-        Attribute("price", "number", ("price", "budget", "cost", "how much", "spend", "euros"), "for {value} a night",
+        Attribute("price", "number", (*_PRICE, "a night", "per night", "nightly rate"), "for {value} a night",
                   span(40, 300, 5), "at most {n} euros", better="low", thresholds=(100, 120, 150, 200),
-                  unit="euros per night", soft="lowest price", says=_NUM_SAYS),
-        Attribute("stars", "number", ("stars", "star", "how many stars"), "with {value}", span(1, 5, 1),
-                  "at least {n} stars", thresholds=(3, 4), unit="stars", says=_NUM_SAYS),
+                  unit="euros per night", soft="lowest price", says=_NUM_SAYS, vague=("how much",),
+                  units=("euros", "euro", "eur", "€"), best=("lowest price", "cheapest", "least expensive"),
+                  hint="I don't want to spend too much."),
+        Attribute("stars", "number", ("stars", "star", "star rating", "how many stars", "star hotel"),
+                  "with {value}", span(1, 5, 1), "at least {n} stars", thresholds=(3, 4), unit="stars",
+                  says=_NUM_SAYS, vague=("how many",), units=("stars", "star"),
+                  hint="I'd like a decent number of stars."),
         _RATING,
         _DISTANCE,
-        Attribute("breakfast", "flag", ("breakfast",), "{value}", phrase="breakfast", says=_FLAG_SAYS),
-        Attribute("pool", "flag", ("pool", "swimming"), "{value}", phrase="a pool", says=_FLAG_SAYS),
-        Attribute("parking", "flag", ("parking", "car"), "{value}", phrase="parking", says=_FLAG_SAYS),
+        Attribute("breakfast", "flag", ("breakfast", "morning meal", "breakfast included"), "{value}",
+                  phrase="breakfast", says=_FLAG_SAYS),
+        Attribute("pool", "flag", ("pool", "swimming", "swim", "swimming pool"), "{value}", phrase="a pool",
+                  says=_FLAG_SAYS),
+        Attribute("parking", "flag", ("parking", "car", "park", "parking space", "garage"), "{value}",
+                  phrase="parking", says=_FLAG_SAYS),
     )),
     "laptop": Domain("laptop", "laptops", "L", "I need a new laptop", (
-        Attribute("brand", "category", ("brand", "make", "manufacturer"), "made by {value}",
+        Attribute("brand", "category", ("brand", "make", "manufacturer", "made by", "company"), "made by {value}",
                   ("nova", "zenith", "orion", "vega", "pixel"), says=("A {value}.", "{value}, please.")),
-        Attribute("colour", "category", ("colour", "color"), "in {value}", ("silver", "black", "white", "blue"),
-                  says=("In {value}.", "{value}, please.")),
-        Attribute("price", "number", ("price", "budget", "cost", "how much", "spend", "euros"), "for {value}",
-                  span(300, 2500, 10), "at most {n} euros", better="low", thresholds=(800, 1000, 1200, 1500),
-                  unit="euros", soft="lowest price", says=_NUM_SAYS),
-        Attribute("ram", "number", ("ram", "memory", "gb"), "with {value} of ram", (8.0, 16.0, 32.0, 64.0),
-                  "at least {n} gb", thresholds=(16, 32), unit="gb", says=_NUM_SAYS),
-        Attribute("weight", "number", ("weight", "heavy", "kg"), "weighing {value}", span(0.9, 3.0, 0.1),
-                  "at most {n} kg", better="low", thresholds=(1.5, 2), unit="kg", soft="lowest weight",
-                  says=_NUM_SAYS),
-        Attribute("battery", "number", ("battery", "hours"), "with {value} of battery life", span(4, 20, 1),
-                  "at least {n} hours", thresholds=(8, 10, 12), unit="hours", soft="longest battery life",
-                  says=_NUM_SAYS),
+        Attribute("colour", "category", ("colour", "color", "colours", "colors", "finish", "shade"), "in {value}",
+                  ("silver", "black", "white", "blue"), says=("In {value}.", "{value}, please.")),
+        Attribute("price", "number", _PRICE, "for {value}", span(300, 2500, 10), "at most {n} euros",
+                  better="low", thresholds=(800, 1000, 1200, 1500), unit="euros", soft="lowest price",
+                  says=_NUM_SAYS, vague=("how much",), units=("euros", "euro", "eur", "€"),
+                  best=("lowest price", "cheapest", "least expensive"), hint="I don't want to spend too much."),
+        Attribute("ram", "number", ("ram", "memory", "gb", "gigabytes", "gigs", "gig"), "with {value} of ram",
+                  (8.0, 16.0, 32.0, 64.0), "at least {n} gb", thresholds=(16, 32), unit="gb", says=_NUM_SAYS,
+                  units=("gb", "gigabytes", "gigabyte", "gigs", "gig"), hint="It needs a good amount of memory."),
+        Attribute("weight", "number", ("weight", "heavy", "kg", "weigh", "weighs", "light", "lightweight", "kilos",
+                  "carry", "portable"), "weighing {value}", span(0.9, 3.0, 0.1), "at most {n} kg", better="low",
+                  thresholds=(1.5, 2), unit="kg", soft="lowest weight", says=_NUM_SAYS,
+                  units=("kg", "kilos", "kilograms", "kilo"), best=("lowest weight", "lightest"),
+                  hint="It shouldn't be too heavy."),
+        Attribute("battery", "number", ("battery", "battery life", "hours", "unplugged", "on a charge", "charge"),
+                  "with {value} of battery life", span(4, 20, 1), "at least {n} hours", thresholds=(8, 10, 12),
+                  unit="hours", soft="longest battery life", says=_NUM_SAYS, vague=("how long",),
+                  units=("hours", "hour", "hrs", "h"), best=("longest battery life", "longest battery",
+                  "longest-lasting", "longest lasting"), hint="The battery should last a good while."),
         _RATING,
-        Attribute("touchscreen", "flag", ("touchscreen", "touch screen"), "{value}", phrase="a touchscreen",
-                  negatable=True, says=_FLAG_SAYS),
-        Attribute("keyboard", "flag", ("keyboard", "backlit"), "{value}", phrase="a backlit keyboard",
-                  says=_FLAG_SAYS),
+        Attribute("touchscreen", "flag", ("touchscreen", "touch screen", "touch-screen", "touch"), "{value}",
+                  phrase="a touchscreen", negatable=True, says=_FLAG_SAYS),
+        Attribute("keyboard", "flag", ("keyboard", "backlit", "backlight", "backlighting", "keys", "light up",
+                  "lit", "in the dark"), "{value}", phrase="a backlit keyboard", says=_FLAG_SAYS),
     )),
     "restaurant": Domain("restaurant", "restaurants", "R", "Can you recommend a restaurant", (
-        Attribute("cuisine", "category", ("cuisine", "food", "kind of food", "type of food"), "serving {value} food",
-                  ("italian", "thai", "indian", "mexican", "greek", "japanese"),
-                  says=("{value} food.", "Something {value}.")),
+        Attribute("cuisine", "category", ("cuisine", "kind of food", "type of food", "kind of cuisine",
+                  "in the mood for"), "serving {value} food", ("italian", "thai", "indian", "mexican", "greek",
+                  "japanese"), says=("{value} food.", "Something {value}."), vague=("food", "eat", "dish", "dishes")),
         _AREA,
-        Attribute("price", "number", ("price", "budget", "cost", "how much", "spend", "euros"),
-                  "for {value} a head", span(10, 80, 1), "at most {n} euros", better="low",
-                  thresholds=(25, 30, 40, 50), unit="euros per person", soft="lowest price", says=_NUM_SAYS),
+        Attribute("price", "number", (*_PRICE, "a head", "per person", "per head"), "for {value} a head",
+                  span(10, 80, 1), "at most {n} euros", better="low", thresholds=(25, 30, 40, 50),
+                  unit="euros per person", soft="lowest price", says=_NUM_SAYS, vague=("how much",),
+                  units=("euros", "euro", "eur", "€"), best=("lowest price", "cheapest", "least expensive"),
+                  hint="I don't want to spend too much."),
         _RATING,
         _DISTANCE,
-        Attribute("terrace", "flag", ("terrace", "outdoor", "outside"), "{value}", phrase="a terrace", negatable=True,
-                  says=_FLAG_SAYS),
-        Attribute("vegetarian", "flag", ("vegetarian", "veggie", "vegan"), "{value}", phrase="vegetarian dishes",
-                  says=_FLAG_SAYS),
-        Attribute("late", "flag", ("late", "open late", "closing time"), "{value}", phrase="late opening",
-                  says=_FLAG_SAYS),
+        Attribute("terrace", "flag", ("terrace", "outdoor", "outside", "outdoors", "outdoor seating", "al fresco",
+                  "sit outside", "patio"), "{value}", phrase="a terrace", negatable=True, says=_FLAG_SAYS),
+        Attribute("vegetarian", "flag", ("vegetarian", "veggie", "vegan", "vegan options", "vegetarian options",
+                  "vegetarian dishes", "vegetarian food", "vegan food", "meat-free", "meatless", "plant-based"),
+                  "{value}", phrase="vegetarian dishes", says=_FLAG_SAYS),
+        Attribute("late", "flag", ("late", "open late", "closing time", "late opening", "late at night",
+                  "late-night", "close"), "{value}", phrase="late opening", says=_FLAG_SAYS),
     )),
 }  # fmt: skip
 
@@ -259,6 +315,423 @@ def query_of(constraints: Mapping[str, Any], domain: Domain, soft: str) -> str:
         parts.append(f"{key}{op}{fmt(value)}")
     sort = domain.attribute(soft)
     return " ".join([*parts, f"sort={'' if sort.better == 'low' else '-'}{soft}"])
+
+
+# -- what the user understands ---------------------------------------------------------------------------------------
+#: Words that make a clause about the priority: the attributes it names are candidate priorities, not must-haves.
+PRIORITY_CUES = ("matters most", "matter most", "most important", "more important", "priority", "priorities",
+                 "prioritise", "prioritize", "optimise", "optimize", "sort by", "sort on", "sorted by", "sort them by",
+                 "sort", "rank", "rank them by", "care most", "care about most", "most of all", "above all",
+                 "focus on", "value most", "most to you", "top priority")  # fmt: skip
+#: Questions that ask for what the user has not said yet, naming no attribute ("anything else I should know?").
+INDIRECT_CUES = ("anything else", "something else", "what else", "any other", "anything more", "requirements",
+                 "requirement", "must-haves", "must haves", "must-have", "preferences", "preference", "needs",
+                 "looking for", "what do you need", "what would you like", "what do you want", "what matters",
+                 "important to you", "i should know", "tell me more", "wishes", "else")  # fmt: skip
+_LIMIT = re.compile(r"\b(most|least|max|maximum|min|minimum|limit|limits|exact|exactly|cap|ceiling|floor|threshold|"
+                    r"cut-off|cutoff)\b")  # fmt: skip
+_UPPER = re.compile(r"\b(under|below|less than|at most|up to|no more than|not more than|max|maximum|within|"
+                    r"cheaper than|lighter than|closer than|fewer than|lower than|or less|or under|or below|tops|"
+                    r"at the most)\b")  # fmt: skip
+_LOWER = re.compile(r"\b(over|above|more than|at least|minimum|min|or more|or better|or above|plus|higher than|"
+                    r"better than|longer than|at the least)\b|\+")  # fmt: skip
+_TOO = re.compile(r"\btoo\b|\bnot enough\b")
+_ENOUGH = re.compile(r"\b(ok|okay|fine|enough|sufficient|acceptable|alright|all right|work|works|good)\b")
+_NEGATE = re.compile(r"\b(without|avoid|no|don't want|do not want|don't need|do not need|rather not|skip|"
+                     r"not have|doesn't have|free of)\b")  # fmt: skip
+_EITHER = re.compile(r"\b(with or without|or not|whether|requirements?|preferences?|matters?|important|care about|"
+                     r"feel about|think about|what about|how about)\b")  # fmt: skip
+_ASKING = re.compile(r"^(tell me|let me know|i need to know|i'd like to know|please (tell|say|share)|share)\b")
+_NUMBER = re.compile(r"(?<![\w./:])(€\s?)?(\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)(k\b)?")
+_CLAUSE = re.compile(r"(?<=[?!;])\s+|(?<=\.)\s+|\s+(?:and also|also)\s+")
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What one clause of an agent message asks (``question``) or assumes (a statement) about one slot.
+
+    ``values``: the category values, or for the priority the priority phrases, the clause offers (none: an open
+    question; one: a yes/no about it; several: a choice). ``flag``: the flag value asked about (None: open, "with
+    or without"). ``number``: a number offered, as a point value (``bound`` "") or a bound ("upper": "under 1000
+    euros", "lower": "at least 16 GB"); ``too``: asked whether it is too much or too little; ``enough``: asked
+    whether a bound would be fine ("Is under 1000 euros ok?": would everything under it do?) rather than whether
+    the need lies within it ("Under 1000 euros?"). ``limit``: asks for the exact limit ("what's the most you'd
+    pay?")."""
+
+    slot: str
+    question: bool
+    values: tuple[str, ...] = ()
+    flag: bool | None = None
+    number: float | None = None
+    bound: Literal["upper", "lower", ""] = ""
+    too: bool = False
+    enough: bool = False
+    limit: bool = False
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What an agent message asks: the ``asks`` in order of the clauses, and whether a clause asks for anything
+    the user has not said yet without naming an attribute (``indirect``)."""
+
+    asks: tuple[Ask, ...]
+    indirect: bool
+
+
+@dataclass(frozen=True)
+class _Hit:
+    start: int
+    end: int
+    slot: str
+    kind: Literal["alias", "value", "vague", "best", "priority"]
+    text: str
+
+
+def _words(text: str, phrase: str) -> list[tuple[int, int]]:
+    """Where ``phrase`` occurs in ``text`` as whole words (``find_word``'s boundaries)."""
+    pattern = rf"(?<![\w-])(?<!\d[:.]){re.escape(phrase)}(?![\w-]|[:.]\d)"
+    return [(m.start(), m.end()) for m in re.finditer(pattern, text)]
+
+
+@dataclass(frozen=True)
+class Lexicon:
+    """A domain's words: ``(phrase, slot, kind)`` per alias, category value, vague cue, superlative and priority
+    cue, longest first. ``read`` turns an agent message into a ``Reading``.
+
+    >>> lex = Lexicon.of(DOMAINS["laptop"])
+    >>> [(a.slot, a.number) for a in lex.read("How much memory do you need?").asks]
+    [('ram', None)]
+    >>> [(a.slot, a.number, a.bound) for a in lex.read("Under 1000 euros? Is 16 GB of RAM enough?").asks]
+    [('price', 1000.0, 'upper'), ('ram', 16.0, '')]
+    >>> lex.read("What matters most: price or rating?").asks[0].values
+    ('lowest price', 'highest rating')
+    """
+
+    domain: Domain
+    phrases: tuple[tuple[str, str, str], ...]
+    units: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def of(cls, domain: Domain) -> Lexicon:
+        phrases: list[tuple[str, str, str]] = []
+        units: list[tuple[str, str]] = []
+        for a in domain.attributes:
+            phrases += [(w, a.key, "alias") for w in a.aliases]
+            phrases += [(str(v), a.key, "value") for v in a.values if a.kind == "category"]
+            phrases += [(w, a.key, "vague") for w in a.vague]
+            if a.soft:
+                phrases += [(w, a.key, "best") for w in (a.soft, *a.best)]
+            units += [(u, a.key) for u in a.units]
+        phrases += [(w, PRIORITY, "priority") for w in PRIORITY_CUES]
+        phrases.sort(key=lambda p: (-len(p[0]), p[0]))
+        units.sort(key=lambda u: (-len(u[0]), u[0]))
+        return cls(domain, tuple(phrases), tuple(units))
+
+    def _hits(self, clause: str) -> list[_Hit]:
+        taken: list[_Hit] = []
+        for phrase, slot, kind in self.phrases:  # longest first: "from the centre" beats "centre"
+            for start, end in _words(clause, phrase):
+                if all(end <= h.start or start >= h.end for h in taken):
+                    taken.append(_Hit(start, end, slot, kind, phrase))  # type: ignore[arg-type]
+        return sorted(taken, key=lambda h: h.start)
+
+    def _numbers(self, clause: str) -> list[tuple[int, int, float, str | None]]:
+        """``(start, end, value, attribute named by its unit or None)`` per number of the clause."""
+        out = []
+        for m in _NUMBER.finditer(clause):
+            if clause[max(0, m.start() - 7) : m.start()].endswith("out of "):
+                continue
+            value = float(m.group(2).replace(",", "")) * (1000 if m.group(3) else 1)
+            rest = clause[m.end() :]
+            unit = "price" if m.group(1) and any(u == "€" for u, _ in self.units) else None
+            for word, key in self.units:
+                if re.match(rf"\s?-?\s?{re.escape(word)}(?![\w])", rest):
+                    unit = key
+                    break
+            out.append((m.start(), m.end(), value, unit))
+        return out
+
+    def read(self, message: str) -> Reading:
+        text = message.lower().replace("\u2019", "'")
+        asks: list[Ask] = []
+        indirect = False
+        for clause in (c.strip() for c in _CLAUSE.split(text)):
+            if not clause:
+                continue
+            question = "?" in clause or _ASKING.match(clause) is not None
+            hits = self._hits(clause)
+            if any(h.kind in ("priority", "best") for h in hits):
+                asks.append(self._priority(hits, question))
+                continue
+            numbers = self._numbers(clause)
+            named = [h for h in hits if h.kind in ("alias", "value")]
+            order = list(dict.fromkeys([*(h.slot for h in named), *(u for *_, u in numbers if u)]))
+            if not order:
+                order = [h.slot for h in hits if h.kind == "vague"][:1]
+            if not order:
+                indirect = indirect or (question and any(_words(clause, w) for w in INDIRECT_CUES))
+                continue
+            for key in order:
+                asks.append(self._ask(key, clause, question, [h for h in hits if h.slot == key], numbers, order))
+        return Reading(tuple(asks), indirect)
+
+    def _priority(self, hits: list[_Hit], question: bool) -> Ask:
+        softs = []
+        for h in hits:
+            if h.kind == "priority":
+                continue
+            attr = self.domain.attribute(h.slot)
+            if attr.soft and attr.soft not in softs:
+                softs.append(attr.soft)
+        return Ask(PRIORITY, question, tuple(softs))
+
+    def _ask(self, key: str, clause: str, question: bool, hits: list[_Hit],
+             numbers: list[tuple[int, int, float, str | None]], order: list[str]) -> Ask:  # fmt: skip
+        attr = self.domain.attribute(key)
+        if attr.kind == "category":
+            values = tuple(dict.fromkeys(h.text for h in hits if h.kind == "value"))
+            return Ask(key, question, values)
+        if attr.kind == "flag":
+            first = hits[0].start if hits else 0
+            before = clause[:first]
+            previous = max((h.end for h in self._hits(before)), default=0)
+            if _EITHER.search(clause):
+                return Ask(key, question)
+            return Ask(key, question, flag=_NEGATE.search(before[previous:]) is None)
+        mine = [n for n in numbers if n[3] == key]
+        if not mine and sum(self.domain.attribute(k).kind == "number" for k in order) == 1:
+            mine = [n for n in numbers if n[3] is None]
+        if not mine:
+            return Ask(key, question, limit=_LIMIT.search(clause) is not None)
+        start, end, value, _ = mine[0]
+        near = clause[max(0, start - 16) : start] + " " + clause[end : end + 14]
+        after = clause[end : end + 14]
+        bound: Literal["upper", "lower", ""] = ""
+        if _UPPER.search(near) or re.search(r"^\s?\S*\s?(or less|tops|max)\b", after):
+            bound = "upper"
+        elif _LOWER.search(near):
+            bound = "lower"
+        return Ask(
+            key,
+            question,
+            number=value,
+            bound=bound,
+            too=_TOO.search(clause) is not None,
+            enough=_ENOUGH.search(clause) is not None,
+        )
+
+
+NO_PREFERENCE = ("I have no preference there.", "That doesn't matter to me.", "I don't mind either way.")
+NO_LIMIT = ("I have no fixed limit there.", "No particular limit there.")
+#: What a reply says about a slot the user holds no must-have on, when one message asked about several slots.
+NO_PREFERENCE_ON = ("No preference on the {key}.", "The {key} doesn't matter to me.")
+NO_LIMIT_ON = ("No fixed limit on the {key}.",)
+
+
+class PreferenceUser(ScriptedUser):
+    """Preference-v0's scripted user: ``ScriptedUser``'s knobs and discipline, with Preference's understanding.
+
+    Each clause of the agent's message is read with the domain's ``Lexicon``; every slot asked about gets a
+    truthful sentence, in the order asked, all in one reply (several questions in one message are answered each):
+
+    * a must-have asked openly is stated (``at most 800 euros``, ``with a pool``, ``north``); a yes/no about a
+      category value gets "Yes." for the right one and "No." for a wrong one (plus the right value with probability
+      ``cooperativeness``); a choice among values ("north or south?") gets the value (after "Neither:" if it was not
+      offered); a flag asked either way ("Do you need a pool?", "Without a touchscreen?") gets yes or no and the
+      must-have; a number offered ("Under 1000 euros?", "Is 16 GB of RAM enough?", "Is 2 kg too heavy?") gets the
+      truthful yes or no given the must-have, and the must-have itself;
+    * an attribute without a must-have gets "I have no preference there" ("no fixed limit" for a number);
+    * the priority, asked in any wording ("What matters most: price or rating?", "Should I sort by price?",
+      "Cheapest first?"), is stated, or confirmed ("Correct.", counted as told);
+    * a question that names no attribute but asks for more ("Anything else I should know?") is answered with the
+      next must-have (or priority) not told yet;
+    * ``loose`` must-haves (numbers, at ``hard``) are held loosely: asked about one, the user says which way it
+      goes ("I don't want to spend too much.") or, offered a number, only whether it would do; the exact limit comes
+      when a question asks for it ("What's the most you'd pay?", "How much memory at least?").
+
+    Statements that assume a wrong value are corrected with probability ``cooperativeness``; after
+    ``volunteer_after`` messages that ask about nothing it holds the user volunteers the next must-have; ``patience``
+    counts the slots asked about (a message asking about three costs three), and once it is spent the user says
+    goodbye with ``###STOP###``.
+    """
+
+    def __init__(
+        self,
+        domain: Domain,
+        constraints: Mapping[str, Any],
+        goal: Mapping[str, str],
+        request: str,
+        *,
+        loose: Sequence[str] = (),
+        **knobs: Any,
+    ) -> None:
+        super().__init__(slots_of(domain), goal, request, **knobs)
+        unknown = set(loose) - {k for k in constraints if domain.attribute(k).kind == "number"}
+        if unknown:
+            raise ValueError(f"only number must-haves can be held loosely, not {sorted(unknown)}")
+        self.domain = domain
+        self.constraints = dict(constraints)
+        self.loose = frozenset(loose)
+        self.lexicon = Lexicon.of(domain)
+        self._says = {s.name: s.says for s in self.slots}
+        self.hinted: set[str] = set()
+        self._random = random.Random()
+        self._spent = 0
+        self._idle = 0
+        self._opened = False
+
+    def reset(self, *, seed: int | None = None) -> None:
+        super().reset(seed=seed)
+        request = self.request.lower()
+        self.disclosed = {k for k, v in self.goal.items() if find_word(str(v), request)}
+        self.hinted = set()
+        self._random = random.Random(seed)
+        self._spent = self._idle = 0
+        self._opened = False
+
+    def _choose(self, pool: Sequence[str]) -> str:
+        return pool[self._random.randrange(len(pool))]
+
+    def _statement(self, key: str) -> str:
+        """The sentence stating the must-have (or priority) ``key``; it counts as told."""
+        self.disclosed.add(key)
+        says = self._says.get(key, ())
+        sentence = self._choose(says or ("It's {value}.",)).format(value=self.goal[key])
+        return sentence[0].upper() + sentence[1:]
+
+    def _hint(self, key: str) -> str:
+        self.hinted.add(key)
+        return self.domain.attribute(key).hint
+
+    def _pending(self) -> list[str]:
+        return [s.name for s in self.slots if s.name in self.goal and s.name not in self.disclosed]
+
+    def respond(self, dialogue: Sequence[Message], agent_message: str) -> tuple[str, bool]:
+        if not self._opened:
+            self._opened = True
+            return self.request, False
+        if self._spent >= self.patience:
+            return f"{self._choose(GOODBYE)} {STOP}", True
+        reading = self.lexicon.read(agent_message)
+        asks = list({a.slot: a for a in reversed(reading.asks)}.values())[::-1]  # first ask per slot
+        questions = [a for a in asks if a.question]
+        self._spent += max(1, len(questions))
+        held = any(a.slot in self.goal for a in asks)
+        sentences = [self._answer(a, len(questions) > 1) for a in questions]
+        if not questions and reading.indirect:
+            nxt = next((k for k in self._pending() if k not in self.hinted), None)
+            held = nxt is not None
+            if nxt is None:
+                sentences.append(self._choose(ALL_TOLD))
+            else:
+                sentences.append(self._hint(nxt) if nxt in self.loose else self._statement(nxt))
+        for a in asks:
+            if not a.question and (fix := self._correction(a)):
+                sentences.append(fix)
+        self._idle = 0 if held else self._idle + 1
+        if sentences:
+            return " ".join(sentences), False
+        if asks:
+            return self._choose(ACK), False
+        pending = self._pending()
+        if self.volunteer_after is not None and self._idle >= self.volunteer_after and pending:
+            self._idle = 0
+            return self._choose(VOLUNTEER) + _lower_first(self._statement(pending[0])), False
+        return self._choose(OFF_TARGET if pending else ALL_TOLD), False
+
+    # -- one slot --------------------------------------------------------------------------------------------------
+    def _answer(self, ask: Ask, several: bool) -> str:
+        key = ask.slot
+        if key == PRIORITY:
+            return self._answer_priority(ask)
+        attr = self.domain.attribute(key)
+        if key not in self.goal:
+            if several:
+                return self._choose(NO_LIMIT_ON if attr.kind == "number" else NO_PREFERENCE_ON).format(key=key)
+            return self._choose(NO_LIMIT if attr.kind == "number" else NO_PREFERENCE)
+        if attr.kind == "category":
+            value = self.goal[key]
+            if len(ask.values) == 1 and not several:
+                if ask.values[0] == value:
+                    self.disclosed.add(key)
+                    return self._choose(YES)
+                if self._random.random() < self.cooperativeness:
+                    return f"{self._choose(NO)} {self._statement(key)}"
+                return self._choose(NO)
+            lead = "Neither: " if len(ask.values) > 1 and value not in ask.values else ""
+            return lead + (_lower_first(self._statement(key)) if lead else self._statement(key))
+        if attr.kind == "flag":
+            if ask.flag is None:
+                return self._statement(key)
+            want = bool(self.constraints[key])
+            return f"{'Yes' if ask.flag == want else 'No'}, {_lower_first(self._statement(key))}"
+        threshold = float(self.constraints[key])
+        if ask.number is None:
+            if key in self.loose and key not in self.disclosed and not ask.limit:
+                return self._hint(key)
+            return self._statement(key)
+        fits = _number_fits(attr, threshold, ask)
+        if key in self.loose and key not in self.disclosed:
+            return f"{'Yes' if fits else 'No'}. {self._hint(key)}"
+        return f"{'Yes' if fits else 'No'}, {_lower_first(self._statement(key))}"
+
+    def _answer_priority(self, ask: Ask) -> str:
+        soft = self.goal[PRIORITY]
+        if len(ask.values) == 1:
+            if ask.values[0] == soft:
+                self.disclosed.add(PRIORITY)
+                return self._choose(YES)
+            if self._random.random() < self.cooperativeness:
+                return f"{self._choose(NO)} {self._statement(PRIORITY)}"
+            return self._choose(NO)
+        if len(ask.values) > 1 and soft not in ask.values:
+            return "Neither: " + _lower_first(self._statement(PRIORITY))
+        return self._statement(PRIORITY)
+
+    def _correction(self, ask: Ask) -> str | None:
+        """A correction of a statement that assumes a wrong value (with probability ``cooperativeness``)."""
+        key = ask.slot
+        if key not in self.goal:
+            return None
+        if key == PRIORITY:
+            wrong = len(ask.values) == 1 and ask.values[0] != self.goal[key]
+        else:
+            attr = self.domain.attribute(key)
+            if attr.kind == "category":
+                wrong = len(ask.values) == 1 and ask.values[0] != self.goal[key]
+            elif attr.kind == "flag":
+                wrong = ask.flag is not None and ask.flag != bool(self.constraints[key])
+            else:
+                wrong = ask.number is not None and ask.number != float(self.constraints[key])
+        if wrong and self._random.random() < self.cooperativeness:
+            sentence = self._statement(key)
+            return self._choose(CORRECT) + _lower_first(sentence)
+        return None
+
+
+def _number_fits(attr: Attribute, threshold: float, ask: Ask) -> bool:
+    """The truthful yes or no to a number offered for ``attr`` whose must-have is ``threshold``: a point value
+    ("Is 16 GB enough?") fits when it meets the must-have; a bound in the must-have's direction asked as a need
+    ("Under 1000 euros?" for at most 800) when the must-have implies it, asked as good enough ("Is at least 7 out of
+    10 fine?" for at least 8) when it implies the must-have; a bound the other way never; "too ..." turns a point
+    over."""
+    if ask.number is None:
+        raise ValueError("no number offered")
+    if not ask.bound:
+        fits = satisfies(attr, ask.number, threshold)
+        return not fits if ask.too else fits
+    if (ask.bound == "upper") != (attr.better == "low"):
+        return False
+    if ask.enough:
+        return satisfies(attr, ask.number, threshold)
+    return satisfies(attr, threshold, ask.number)
+
+
+def _lower_first(sentence: str) -> str:
+    """``sentence`` continuing a lead-in ("Yes, ..."): its first letter in lower case, except the pronoun I."""
+    if re.match(r"I\b", sentence):
+        return sentence
+    return sentence[:1].lower() + sentence[1:]
 
 
 # -- tasks ---------------------------------------------------------------------------------------------------------
@@ -340,7 +813,13 @@ def make_task(difficulty: str, index: int) -> dict[str, Any]:
     request = f"{domain.want}{' ' + domain.attribute(stated).request.format(value=goal[stated]) if stated else ''}."
     if domain.want.startswith("Can"):
         request = request[:-1] + "?"
-    return {"id": f"{difficulty}/{index}", "difficulty": difficulty, "domain": name, "catalog": catalog,
+    numbers = [k for k in constraints if k != stated and domain.attribute(k).kind == "number"]
+    loose = sorted(
+        random.Random(f"preference-loose:{difficulty}:{index}").sample(numbers, min(level.loose, len(numbers)))
+    )
+    knobs = {"patience": level.patience} if level.patience is not None else {}
+    return {**knobs, "loose": loose,
+            "id": f"{difficulty}/{index}", "difficulty": difficulty, "domain": name, "catalog": catalog,
             "constraints": constraints, "soft": soft.key, "goal": goal, "hidden": [k for k in goal if k != stated],
             "best": fits[0]["id"], "acceptable": sorted(it["id"] for it in fits[1:]), "request": request,
             "query": query_of(constraints, domain, soft.key), "volunteer_after": level.volunteer_after,
@@ -464,6 +943,11 @@ def question(key: str) -> str:
     return PRIORITY_QUESTION if key == PRIORITY else f"Do you have a requirement about {key}?"
 
 
+def limit_question(key: str) -> str:
+    """The follow-up that asks for a number's exact limit (what a loosely held must-have needs)."""
+    return f"What is your exact limit on {key}?"
+
+
 class PreferenceOracleAgent(GoldAgent):
     """Privileged: asks about each preference the opening left out, searches with the gold query, answers the best."""
 
@@ -472,69 +956,256 @@ class PreferenceOracleAgent(GoldAgent):
     def play(self, turn: int, messages: list[Message]) -> str:
         hidden = self.gold["hidden"]
         if turn < len(hidden):
-            return f"[action] {question(hidden[turn])}"
+            key = hidden[turn]
+            return f"[action] {limit_question(key) if key in self.gold['loose'] else question(key)}"
         if turn == len(hidden):
             return f"[search] {self.gold['query']}"
         return f"[answer] {self.gold['best']}"
 
 
-class PreferenceHeuristicAgent(Agent):
-    """Not privileged. Reads the attributes and priorities from the system prompt, takes every preference the user's
-    messages state (a value of a category, ``with``/``without`` and a flag's name, ``at most``/``at least``/``within``
-    and a number's unit, a priority's phrase), asks about each attribute and the priority still unknown, then
-    searches with what it learnt, sorted by the priority, and answers the top match."""
+@dataclass
+class Catalog:
+    """What a non-privileged agent reads from the system prompt: each attribute's kind and values (a category) or
+    the first word of its unit (a number), each number's range, and the priorities with their sort keys."""
 
-    name = "heuristic"
+    attrs: dict[str, tuple[str, str]]
+    softs: dict[str, str]
+    ranges: dict[str, tuple[float, float]]
 
-    def act(self, messages: list[Message], info: dict[str, Any]) -> str:
-        attrs: dict[str, tuple[str, str]] = {}  # key -> (kind, values or unit)
-        softs: dict[str, str] = {}  # phrase -> sort key
-        for line in str(messages[0].get("content") or "").splitlines():
+    @classmethod
+    def read(cls, system: str) -> Catalog:
+        attrs: dict[str, tuple[str, str]] = {}
+        softs: dict[str, str] = {}
+        ranges: dict[str, tuple[float, float]] = {}
+        for line in system.splitlines():
             if m := _ATTR_LINE.match(line):
                 desc = m.group(2)
                 kind = "category" if desc.startswith("one of") else "flag" if desc == "yes or no" else "number"
                 attrs[m.group(1)] = (kind, desc.removeprefix("one of ") if kind == "category" else
                                      desc.split(" ", 4)[-1] if kind == "number" else "")  # fmt: skip
+                if kind == "number" and (r := re.match(r"number, (\d+(?:\.\d+)?) to (\d+(?:\.\d+)?)", desc)):
+                    ranges[m.group(1)] = (float(r.group(1)), float(r.group(2)))
             elif m := _SOFT_LINE.match(line):
                 softs[m.group(1)] = m.group(2)
+        return cls(attrs, softs, ranges)
+
+    def stated(self, text: str) -> dict[str, str]:
+        """The preferences ``text`` (lower case) states: a value of a category, ``with``/``without`` and a flag's
+        name, ``at most``/``at least``/``within`` and a number's unit, a priority's phrase; as query filters."""
+        known: dict[str, str] = {}
+        for key, (kind, extra) in self.attrs.items():
+            if kind == "category":
+                found = [v for v in extra.split(", ") if find_word(v, text)]
+                if len(found) == 1:
+                    known[key] = f"{key}={found[0]}"
+            elif kind == "flag" and find_word(key, text):
+                known[key] = f"{key}={'no' if find_word('without', text) else 'yes'}"
+        units = {extra.split()[0]: key for key, (kind, extra) in self.attrs.items() if kind == "number"}
+        for how, number, rest in _NUMBER_SAID.findall(text):
+            key = next((k for unit, k in units.items() if rest.startswith(unit)), None)
+            if key is not None:
+                known[key] = f"{key}{'>=' if how == 'at least' else '<='}{number}"
+        for phrase, sort in self.softs.items():
+            if find_word(phrase, text):
+                known[PRIORITY] = f"sort={sort}"
+        return known
+
+
+#: What a reply says when the user holds no must-have on what was asked.
+_NONE_SAID = re.compile(r"no preference|doesn't matter|don't mind|no fixed limit|no particular limit")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+
+
+def _search_or_answer(known: dict[str, str], results: str | None) -> str | None:
+    if results is not None:
+        ids = _ID.findall(results)
+        return f"[answer] {ids[0] if ids else 'none'}"
+    return None
+
+
+class PreferenceHeuristicAgent(Agent):
+    """Not privileged. Reads the attributes and priorities from the system prompt, takes every preference the user's
+    messages state (``Catalog.stated``), asks about each attribute and the priority still unknown by name ("Do you
+    have a requirement about price?"), asks for the exact limit when the answer only says which way it goes ("I
+    don't want to spend too much."), then searches with what it learnt, sorted by the priority, and answers the top
+    match."""
+
+    name = "heuristic"
+
+    def act(self, messages: list[Message], info: dict[str, Any]) -> str:
+        catalog = Catalog.read(str(messages[0].get("content") or ""))
+        keys = [*catalog.attrs, PRIORITY]
         known: dict[str, str] = {}  # key -> query filter, or "" for no preference
+        vague: set[str] = set()  # answered only which way it goes: ask for the limit
         asked: str | None = None
         results: str | None = None
         for m in messages[1:]:
             text = str(m.get("content") or "").lower()
             if m.get("role") == "assistant":
-                asked = next((k for k in [*attrs, PRIORITY] if question(k).lower() in text), None)
+                asked = next((k for k in keys if question(k).lower() in text or limit_question(k).lower() in text),
+                             None)  # fmt: skip
+                followed = asked is not None and limit_question(asked).lower() in text
                 results = "" if "[search]" in text else None
                 continue
             if results is not None:  # the catalog's answer, not the user's
                 results = str(m.get("content") or "")
                 continue
-            for key, (kind, extra) in attrs.items():
-                if kind == "category":
-                    found = [v for v in extra.split(", ") if find_word(v, text)]
-                    if len(found) == 1:
-                        known[key] = f"{key}={found[0]}"
-                elif kind == "flag" and find_word(key, text):
-                    known[key] = f"{key}={'no' if find_word('without', text) else 'yes'}"
-            units = {extra.split()[0]: key for key, (kind, extra) in attrs.items() if kind == "number"}
-            for how, number, rest in _NUMBER_SAID.findall(text):
-                key = next((k for unit, k in units.items() if rest.startswith(unit)), None)
-                if key is not None:
-                    known[key] = f"{key}{'>=' if how == 'at least' else '<='}{number}"
-            for phrase, sort in softs.items():
-                if find_word(phrase, text):
-                    known[PRIORITY] = f"sort={sort}"
-            if asked is not None:
-                known.setdefault(asked, "")
+            known.update(catalog.stated(text))
+            if asked is not None and asked not in known:
+                if _NONE_SAID.search(text) or followed or catalog.attrs.get(asked, ("",))[0] != "number":
+                    known[asked] = ""
+                else:
+                    vague.add(asked)
             asked = None
-        if results is not None:
-            ids = _ID.findall(results)
-            return f"[answer] {ids[0] if ids else 'none'}"
-        missing = [k for k in [*attrs, PRIORITY] if k not in known]
+        if (answer := _search_or_answer(known, results)) is not None:
+            return answer
+        follow = [k for k in vague if k not in known]
+        if follow:
+            return f"[action] {limit_question(follow[0])}"
+        missing = [k for k in keys if k not in known]
         if missing:
             return f"[action] {question(missing[0])}"
         filters = [f for k, f in known.items() if f and k != PRIORITY]
         return f"[search] {' '.join([*filters, known[PRIORITY]]).strip()}"
+
+
+@dataclass(frozen=True)
+class Phrasing:
+    """How ``natural`` asks about one attribute: ``asks`` (styles it rotates through: a paraphrase without the
+    attribute's name, a value list with ``{values}``, a yes/no about a number ``{n}``), ``limit`` (the follow-up
+    asking for the exact limit), ``noun`` (a flag's name in a question about two flags) and ``names`` (words every
+    question about it holds: how the agent tells what it asked)."""
+
+    asks: tuple[str, ...]
+    names: tuple[str, ...]
+    limit: str = ""
+    noun: str = ""
+
+
+PHRASINGS: dict[str, Phrasing] = {
+    "area": Phrasing(("Which part of town would you like to be in?", "Which part of town: {values}?"),
+                     ("part of town",)),
+    "cuisine": Phrasing(("What kind of food are you in the mood for?", "What food would you like: {values}?"),
+                        ("food",)),
+    "brand": Phrasing(("Which make do you prefer?", "Any make you prefer: {values}?"), ("make",)),
+    "colour": Phrasing(("What should it look like: {values}?", "Any colour you'd like?"), ("look like", "colour")),
+    "price": Phrasing(("What's your budget?", "Would {n} euros be ok?", "How much would you like to spend?"),
+                      ("budget", "spend", "euros", "pay"), "What's the most you'd pay?"),
+    "stars": Phrasing(("How many stars should it have?", "Would {n} stars be enough?"), ("stars", "star"),
+                      "How many stars at least?"),
+    "rating": Phrasing(("How well reviewed should it be?", "Would {n} out of 10 be good enough?"),
+                       ("reviewed", "out of 10", "rated"), "How well rated should it be, at least?"),
+    "distance": Phrasing(("How far from the centre can it be?", "Is {n} km from the centre ok?"),
+                         ("from the centre",), "How far from the centre at most?"),
+    "ram": Phrasing(("How much memory do you need?", "Would {n} GB of memory be enough?"), ("memory",),
+                    "How much memory at least?"),
+    "weight": Phrasing(("How heavy can it be?", "Is {n} kg too heavy?"), ("heavy", "weigh"),
+                       "What's the most it can weigh?"),
+    "battery": Phrasing(("How long should the battery last?", "Would {n} hours of battery be enough?"),
+                        ("battery",), "How many hours of battery at least?"),
+    "breakfast": Phrasing(("Would you like breakfast included?", "With or without breakfast?"), ("breakfast",),
+                          noun="breakfast"),
+    "pool": Phrasing(("Do you want to be able to swim?", "Should there be a pool?"), ("swim", "pool"), noun="a pool"),
+    "parking": Phrasing(("Will you need somewhere to park?", "Do you need parking?"), ("park", "parking"),
+                        noun="parking"),
+    "touchscreen": Phrasing(("Do you want to use it by touch?", "With or without a touchscreen?"),
+                            ("touch", "touchscreen"), noun="a touchscreen"),
+    "keyboard": Phrasing(("Should the keys light up?", "Do you need a backlit keyboard?"), ("keys", "keyboard"),
+                         noun="a backlit keyboard"),
+    "terrace": Phrasing(("Would you like to sit outside?", "Do you need outdoor seating?"),
+                        ("outside", "outdoor seating"), noun="outdoor seating"),
+    "vegetarian": Phrasing(("Do you need vegan options?", "Should they have vegetarian dishes?"),
+                           ("vegan", "vegetarian"), noun="vegan options"),
+    "late": Phrasing(("Will you be eating late?", "Should it be open late?"), ("late",), noun="late opening"),
+    PRIORITY: Phrasing(("What matters most to you: {softs}?", "Should I sort by {keys}?"),
+                       ("matters most", "sort by")),
+}  # fmt: skip
+
+
+def _listing(words: Sequence[str]) -> str:
+    """``a, b or c``."""
+    return ", ".join(words[:-1]) + f" or {words[-1]}" if len(words) > 1 else "".join(words)
+
+
+class PreferenceNaturalAgent(Agent):
+    """Not privileged. ``heuristic``'s strategy (every attribute in catalog order, then the priority; a follow-up for
+    the exact limit when an answer only says which way a number goes; then search and answer the top match), asked
+    the ways people ask (``PHRASINGS``, rotating: paraphrases without the attribute's name, value lists, a yes/no
+    about a number from the middle of the catalog's range; two flags in one question every so often), and reading
+    the answers sentence by sentence in every form the user gives them (a value, a limit, "Yes, it must come with
+    a pool", "No fixed limit on the price", a priority)."""
+
+    name = "natural"
+
+    def _question(self, catalog: Catalog, key: str, turn: int) -> str:
+        phrasing = PHRASINGS[key]
+        style = phrasing.asks[(turn + len(key)) % len(phrasing.asks)]
+        if key == PRIORITY:
+            keys = [sort.lstrip("-") for sort in catalog.softs.values()]
+            return style.format(softs=_listing([f"the {s}" for s in catalog.softs]), keys=_listing(keys))
+        kind, extra = catalog.attrs[key]
+        if kind == "category":
+            return style.format(values=_listing(extra.split(", ")))
+        if kind == "number":
+            low, high = catalog.ranges.get(key, (1.0, 10.0))
+            step = 10 ** max(0, len(str(int(high - low))) - 2) if high - low >= 10 else 1
+            return style.format(n=fmt(round((low + high) / 2 / step) * step))
+        return style
+
+    def act(self, messages: list[Message], info: dict[str, Any]) -> str:
+        catalog = Catalog.read(str(messages[0].get("content") or ""))
+        keys = [k for k in [*catalog.attrs, PRIORITY] if k in PHRASINGS]
+        known: dict[str, str] = {}
+        vague: set[str] = set()
+        asked: list[str] = []
+        followed = False
+        results: str | None = None
+        turns = 0
+        for m in messages[1:]:
+            text = str(m.get("content") or "").lower()
+            if m.get("role") == "assistant":
+                turns += 1
+                asked = [k for k in keys if any(find_word(w, text) for w in PHRASINGS[k].names)]
+                followed = any(PHRASINGS[k].limit and PHRASINGS[k].limit.lower() in text for k in asked)
+                results = "" if "[search]" in text else None
+                continue
+            if results is not None:
+                results = str(m.get("content") or "")
+                continue
+            for sentence in _SENTENCE.split(text):
+                stated = catalog.stated(sentence)
+                if _NONE_SAID.search(sentence):
+                    named = [k for k in asked if find_word(k, sentence)]
+                    for k in named or (asked if len(asked) == 1 else []):
+                        known.setdefault(k, "")
+                    continue
+                known.update(stated)
+            for k in asked:
+                if k in known:
+                    continue
+                if followed or catalog.attrs.get(k, ("",))[0] != "number":
+                    known[k] = ""
+                else:
+                    vague.add(k)
+            asked = []
+        if (answer := _search_or_answer(known, results)) is not None:
+            return answer
+        follow = [k for k in keys if k in vague and k not in known]
+        if follow:
+            return f"[action] {PHRASINGS[follow[0]].limit}"
+        missing = [k for k in keys if k not in known]
+        if not missing:
+            filters = [f for k, f in known.items() if f and k != PRIORITY]
+            return f"[search] {' '.join([*filters, known.get(PRIORITY, '')]).strip()}"
+        first = missing[0]
+        second = missing[1] if len(missing) > 1 else None
+        flags = [k for k in (first, second) if k and catalog.attrs.get(k, ("",))[0] == "flag"]
+        if len(flags) == 2 and turns % 3 == 1:
+            nouns = [PHRASINGS[k].noun for k in flags]
+            return f"[action] Do you need {nouns[0]} or {nouns[1]}?"
+        if second is not None and second != PRIORITY and turns % 4 == 2:
+            return f"[action] {self._question(catalog, first, turns)} {self._question(catalog, second, turns + 1)}"
+        return f"[action] {self._question(catalog, first, turns)}"
 
 
 class PreferenceRandomAgent(RandomInteractAgent):
@@ -569,6 +1240,7 @@ class PreferenceEnv(UserSimEnv):
     """
 
     agents: ClassVar[Mapping[str, Any]] = {"oracle": PreferenceOracleAgent, "heuristic": PreferenceHeuristicAgent,
+                                           "natural": PreferenceNaturalAgent,
                                            "random": PreferenceRandomAgent}  # fmt: skip
     choices = ("action", "search", "answer")
 
@@ -604,7 +1276,9 @@ class PreferenceEnv(UserSimEnv):
                 f"Among the {domain.plural} that meet them you want the {task['goal'][PRIORITY]}. Share a preference "
                 "only when the assistant asks about it; you have no preference on anything else."
             )
-        return ScriptedUser(slots_of(domain), task["goal"], task["request"], **self._knobs(task))
+        return PreferenceUser(
+            domain, task["constraints"], task["goal"], task["request"], loose=task["loose"], **self._knobs(task)
+        )
 
     def _intro(self, task: dict[str, Any]) -> str:
         domain = DOMAINS[task["domain"]]
@@ -624,7 +1298,17 @@ class PreferenceEnv(UserSimEnv):
         constraints = {k: fmt(v) for k, v in task["constraints"].items()}
         return {"goal": task["goal"], "hidden": task["hidden"], "constraints": constraints, "priority": task["soft"],
                 "best": task["best"], "acceptable": task["acceptable"], "query": task["query"],
-                "category": task["difficulty"], "domain": task["domain"]}  # fmt: skip
+                "category": task["difficulty"], "domain": task["domain"], "loose": task["loose"]}  # fmt: skip
+
+    def _note_elicited(self, text: str) -> list[str]:
+        """Hidden details ``text`` states for the first time, and those the scripted user has just confirmed (a
+        "Correct." to "Is the lowest price what matters most?" tells the priority as much as stating it)."""
+        new = super()._note_elicited(text)
+        if isinstance(self._user, ScriptedUser):
+            told = [k for k in self._ep["task"]["goal"] if k in self._user.disclosed and k not in self._ep["elicited"]]
+            self._ep["elicited"] += told
+            new = [*new, *told]
+        return new
 
     def _search(self, content: str) -> str:
         task = self._ep["task"]
