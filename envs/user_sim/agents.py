@@ -199,9 +199,10 @@ def say(value: str) -> str:
 class ClarifyNaturalAgent(Agent):
     """Not privileged; ``heuristic``'s strategy (the same action, the same reading of the replies, one detail after
     another, a follow-up listing the values still possible after a partial answer) asked the ways people ask,
-    rotating five styles: a value list ("What crust would you like (thin, thick or stuffed)?"), a paraphrase without
-    the detail's name ("How large should it be?"), an either-or ("Thin or thick?"), a yes/no about a likely value
-    ("Would 7pm work for you?") and two questions in one message. A value two details share (a city) is asked with
+    rotating five styles from a point that depends on the opening request: a value list ("What crust would you
+    like (thin, thick or stuffed)?"), a paraphrase without the detail's name ("How large should it be?"), an
+    either-or ("Thin or thick?"), a yes/no about a likely value ("Would 7pm work for you?") and two questions in one
+    message. A value two details share (a city) is asked with
     the detail's name ("Is Oslo your destination?"); values are said in everyday forms (7pm, two, pickup)."""
 
     name = "natural"
@@ -220,7 +221,8 @@ class ClarifyNaturalAgent(Agent):
         missing = [p for p in params if p not in d.known]
         if not missing:
             return f"[answer] {action}({', '.join(f'{p}={d.known[p]}' for p in params)})"
-        turn = sum(m.get("role") == "assistant" for m in messages)
+        opening = next(str(m.get("content") or "") for m in messages if m.get("role") == "user")
+        turn = sum(m.get("role") == "assistant" for m in messages) + sum(map(ord, opening))  # styles vary by task
         p = missing[0]
 
         def shared(q: str) -> bool:

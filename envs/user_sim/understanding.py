@@ -5,7 +5,7 @@ Deterministic and lexical (no model): each slot declares a *lexicon* (``users.Sl
 (clause, slot) the message is about.
 
 * A message is split into clauses at ``?``, ``!``, ``;``, a full stop before a space, and line breaks.
-* Every term of every slot is matched as a whole word or phrase, any case (``"*"`` in a term stands for up to three
+* Every term of every slot is matched as a whole word or phrase, any case (``"*"`` in a term stands for up to four
   words: ``"where * going"``; ``"{value}"`` for any way of saying one of the slot's values: ``"from {value}"``). The
   most specific match wins: where matches overlap, the longest is kept (``"how much time"`` names the duration, not
   the ``"time"`` of day inside it; ``"how large"`` names the size, not the value ``large``).
@@ -58,6 +58,8 @@ INDIRECT = ("anything else", "what else", "something else", "any other", "anythi
             "anything to add", "else i should know", "else should i know", "else do i need", "tell me more",
             "more details", "more about it")  # fmt: skip
 
+#: Words before a term that is both a slot's name and one of its values ("delivery") that make it the name.
+DETERMINERS = ("the", "your", "a", "what", "which", "this", "that", "any")
 _NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
                  "twelve")  # fmt: skip
 _DAYS = {"monday": ("mon",), "tuesday": ("tue", "tues"), "wednesday": ("wed",), "thursday": ("thu", "thur", "thurs"),
@@ -70,9 +72,9 @@ def value_forms(value: str) -> tuple[str, ...]:
     one?"), weekday abbreviations, and a ``HH:MM`` time in 12-hour forms ("8pm", "8:30 pm", "half past eight").
 
     >>> value_forms("20:00")
-    ('8pm', '8 pm', '8:00pm', '8:00 pm', "8 o'clock")
+    ('8pm', '8 pm', '8:00pm', '8:00 pm', "8 o'clock", "eight o'clock", 'eight pm')
     >>> value_forms("09:30"), value_forms("6")[:1], value_forms("friday")
-    (('9:30am', '9:30 am', '9:30', 'half past nine'), ('six',), ('fri',))
+    (('9:30am', '9:30 am', '9:30', 'half past nine', 'nine thirty'), ('six',), ('fri',))
     """
     v = value.lower()
     if v.isdigit() and 2 <= int(v) < len(_NUMBER_WORDS):
@@ -89,17 +91,18 @@ def value_forms(value: str) -> tuple[str, ...]:
     forms += [f"{h12}:{minute}{half}", f"{h12}:{minute} {half}"]
     if hour < 10:
         forms.append(f"{hour}:{minute}")  # 09:30 is also written 9:30
+    word = _NUMBER_WORDS[h12] if h12 < len(_NUMBER_WORDS) else str(h12)
     if minute == "00":
-        forms.append(f"{h12} o'clock")
+        forms += [f"{h12} o'clock", f"{word} o'clock", f"{word} {half}"]
     elif minute == "30":
-        forms.append(f"half past {_NUMBER_WORDS[h12] if h12 < len(_NUMBER_WORDS) else h12}")
+        forms += [f"half past {word}", f"{word} thirty"]
     return tuple(forms)
 
 
 def _phrase(term: str) -> str:
-    """A term as a regex body: whole words, ``*`` = up to three words between."""
+    """A term as a regex body: whole words, ``*`` = up to four words between."""
     parts = [re.escape(p.strip()) for p in term.lower().split("*")]
-    return r"\s+(?:[\w'-]+\s+){0,3}".join(p for p in parts if p) if len(parts) > 1 else parts[0]
+    return r"\s+(?:[\w'-]+\s+){0,4}".join(p for p in parts if p) if len(parts) > 1 else parts[0]
 
 
 def _bounded(body: str) -> re.Pattern[str]:
@@ -253,15 +256,12 @@ class Lexicon:
             values: dict[str, list[str]] = {}
             order: dict[str, int] = {}
             shared: dict[str, tuple[str, ...]] = {}
-            opens = clause.question and re.match(r"\W*(what|which|how)\b", clause.text) is not None
-            dropped: set[str] = set()
             for h in inside:
                 bound = [(s, v) for s, v, names in h.reads if v is not None and names]  # a {value} cue
                 said = bound or [(s, v) for s, v, _ in h.reads if v is not None]
                 dual = {s for s, v, _ in h.reads if v is None} & {s for s, _ in said}
-                if opens and not bound and dual and not dual & dropped:
-                    dropped |= dual  # "What delivery would you like?": the word names the slot, not the value
-                    said = []
+                if dual and not bound and re.search(rf"\b(?:{'|'.join(DETERMINERS)})\s+$", text[: h.start]):
+                    said = []  # "What delivery ...?", "Is the delivery ...": the word names the slot, not a value
                 if not said:
                     for s, _, _ in h.reads:
                         order.setdefault(s, h.start)
@@ -279,6 +279,8 @@ class Lexicon:
                     values[slot].append(value)
                 if len(candidates) > 1:
                     shared[slot] = tuple(candidates)
+            if clause.question and not values and len(order) > 1:
+                order = _focus(order, inside, text)
             for slot in sorted(order, key=lambda s: (order[s], self.slot_order.index(s))):
                 vals = tuple(values.get(slot, ()))
                 if clause.question:
@@ -289,6 +291,22 @@ class Lexicon:
             if not order and any(re.search(rf"\b{re.escape(p)}\b", clause.text) for p in INDIRECT):
                 indirect.append(ci)
         return Understanding(tuple(readings), tuple(clauses), tuple(indirect))
+
+
+def _focus(order: dict[str, int], inside: Sequence[Hit], text: str) -> dict[str, int]:
+    """The slots an open question with several names asks about: when one is named by its question phrase ("how
+    long", "which room") and the others only as objects ("the room", "your meeting"), the question phrase's slot."""
+    asked = {
+        s
+        for h in inside
+        for s, v, _ in h.reads
+        if v is None and re.match(r"(how|what|which|where|when|who)\b", text[h.start : h.end])
+    }
+    objects = {s for h in inside for s, v, _ in h.reads
+               if v is None and re.search(r"\b(the|your|this|that|a|an)\s+$", text[: h.start])}  # fmt: skip
+    if len(asked) == 1 and set(order) - asked <= objects:
+        return {s: i for s, i in order.items() if s in asked}
+    return order
 
 
 def forms_of(slot: Slot, choice: str) -> tuple[str, ...]:

@@ -79,7 +79,7 @@ class Slot:
     * ``choices``: the values it can take (a question or statement that says one is *about* this slot);
     * ``says``: the sentences the user states a value with (each with a ``{value}`` field; a generic pool when empty);
     * ``cues``: paraphrases that ask about it without its name ("how large", "where * going": ``*`` stands for up to
-      three words; ``"from {value}"`` binds a value several slots share to this one);
+      four words; ``"from {value}"`` binds a value several slots share to this one);
     * ``synonyms``: other ways to say a value (``{"collected": ("pick it up", "pickup")}``); number words, weekday
       abbreviations and 12-hour times are added for every slot (``understanding.value_forms``);
     * ``hints``: partial answers, each a sentence naming no value, with the values it fits
