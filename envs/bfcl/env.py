@@ -7,13 +7,29 @@ BFCL's user turns come one at a time; an agent turn either calls functions (Herm
 OpenAI assistant message as JSON) and gets one ``tool`` message per call, or replies in plain text, which ends the
 user turn. Calls run on live instances of the task's classes, built as BFCL builds them; a result is the text BFCL
 feeds back (a ``str`` as is, a ``dict`` as JSON, else ``str()``; an exception as ``"Error during execution: ..."``).
-A rejected call (bad JSON, unknown or withheld function, wrong arguments) changes nothing and makes the step invalid.
+
+Calls run as BFCL's runner runs them (``execute_multi_turn_func_call``): any public method of the task's classes,
+offered or not (a ``miss_func`` function before its turn runs too: BFCL only leaves it out of the prompt), with the
+arguments as given (no check against the doc, no coercion: ``close_ticket(ticket_id='ticket_001')`` runs); a Python
+error is the result text and the state keeps what the call changed before it raised, as in BFCL. Calls that do not
+fit the docs are listed in ``info["doc_mismatches"]`` (they ran anyway). Only a call that would hang or exhaust
+memory is refused (``HANG_GUARDS``; BFCL would try to run it). BFCL ``eval``s each call as Python text; the env calls
+the method with the JSON arguments, which is the same for every call of a known function (JSON values survive
+``repr``); a name that is no method gets BFCL's ``NameError`` text (BFCL would also run Python builtins by such a name,
+and rewrites ``name(`` inside a string argument when ``name`` is a method: neither is reproduced). An action that is
+not a well-formed call or reply is an invalid step and runs nothing (the agent gets a message and may retry; BFCL
+would end the user turn).
 
 At the end of each user turn the env runs BFCL's checks for that turn (``info["turn_check"]``): the gold calls of
 turns 0..k replayed on fresh instances give the gold state and results; BFCL's ``state_checker`` (every public
 attribute equal) and ``response_checker`` (this turn's gold results an unordered sub-multiset of all the agent's
-results so far) must pass, the agent must have called something when the gold turn has calls, and (stricter than
-BFCL v4's runner, which skips it) must call nothing when it has none. The episode succeeds when every turn passes.
+results so far) must pass and the agent must have called something when the gold turn has calls; a turn whose gold
+has no calls is not checked (``multi_turn_checker`` skips it). The reward and ``success`` are BFCL's verdict: every
+turn passes and no turn was force-quit. ``irrelevance_check=True`` adds BFCL's ``multi_turn_irrelevance_checker``,
+which BFCL v4's runner never calls: no call in a turn whose gold has none (``info["metrics"]["irrelevance"]`` reports
+it either way). Limits are BFCL's: ``max_steps_per_turn`` (20) steps per user turn, the next one force-quits the task;
+every step counts, invalid ones too. ``max_turns`` defaults to the most steps those limits allow in the longest task
+(user turns x (max_steps_per_turn + 1)), so truncation never comes before BFCL's own limit.
 
 >>> import gymnasium as gym, agentgym
 >>> env = gym.make("agentgym/BFCL-v0", category="base")                      # doctest: +SKIP
@@ -26,11 +42,14 @@ from __future__ import annotations
 
 import copy
 import datetime
+import decimal
 import functools
 import hashlib
+import importlib
 import json
 import math
 import random
+import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -42,17 +61,17 @@ from agentgym.envs.bfcl.agents import OracleAgent, RandomAgent
 from agentgym.envs.bfcl.data import Task
 from agentgym.envs.tool_use.tools import ArgumentError
 from agentgym.parsing import ParseError, ToolCall, is_blank, parse_tool_turn
-from agentgym.trust import declare, integer, one_of
+from agentgym.trust import declare, flag, integer, one_of
 
 #: BFCL's MAXIMUM_STEP_LIMIT (``bfcl_eval/constants/default_prompts.py``): more call steps in one user turn and
 #: BFCL force-quits the task, which then fails.
 MAX_STEPS_PER_TURN = 20
-MAX_CALLS_PER_STEP = 16
-#: Integer arguments that would make a call run for minutes (mpmath/decimal precision, integer powers, rounding an
-#: integer to -2**63 places builds 10**(2**63)); BFCL has no such limit, but an env must not hang on one call.
-ARGUMENT_LIMITS = {"precision": 1000, "exponent": 10_000, "decimal_places": 1000}
-#: The most digits an integer result may have: Python prints no longer integer (``sys.get_int_max_str_digits``).
-MAX_RESULT_DIGITS = 4300
+#: Arguments that would make a call run for minutes, by name and the largest magnitude run: an mpmath or decimal
+#: precision (10,000 digits take 0.14 s, 100,000 take seconds). BFCL has no such limit (it would run them slowly); the
+#: env refuses them as invalid calls, the one place where its verdict can differ from BFCL's. Two other calls that
+#: would hang (an integer power with millions of digits, an integer rounded to -2**63 places) get BFCL's result
+#: without being computed (``shortcut``).
+HANG_GUARDS = {"precision": 10_000}
 #: Serialises tool calls across threads: ``MathAPI.logarithm`` sets mpmath's process-wide precision before computing.
 _CALL_LOCK = threading.Lock()
 #: How much of each missing gold result ``turn_check`` repeats.
@@ -72,13 +91,57 @@ SYSTEM = (
 ADDED = "You can now also call these functions:\n<tools>\n{tools}\n</tools>\nPlease go on with what I asked before."
 
 
-def _check_power(base: Any, exponent: Any) -> None:
-    """Refuse an integer power with more than ``MAX_RESULT_DIGITS`` digits (MathAPI.power computes it exactly, taking
-    about 0.5 s for 10**99 ** 10_000, and then cannot print it)."""
-    if not all(isinstance(x, int) and not isinstance(x, bool) for x in (base, exponent)) or abs(base) < 2:
-        return
-    if exponent > 0 and exponent * math.log10(abs(base)) > MAX_RESULT_DIGITS:
-        raise ArgumentError(f"power(base, exponent) would have more than {MAX_RESULT_DIGITS} digits here.")
+def _magnitude(value: Any) -> float | None:
+    """How large a number-like argument is as the tools read it (mpmath also takes a float or a numeric string as a
+    precision); None for anything else."""
+    if isinstance(value, int | float):
+        return abs(float(value)) if not isinstance(value, int) or value.bit_length() < 1000 else math.inf
+    if isinstance(value, str):
+        try:
+            return abs(float(value))
+        except ValueError:
+            return None
+    return None
+
+
+def hang_guard(name: str, arguments: Mapping[str, Any]) -> str | None:
+    """Why a call must not run here (it would hang or exhaust memory), or None (``HANG_GUARDS``)."""
+    for key, limit in HANG_GUARDS.items():
+        size = _magnitude(arguments.get(key))
+        if size is not None and not size <= limit:
+            return f"Argument {key!r} of {name} must be at most {limit} here."
+    return None
+
+
+def _plain_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def shortcut(name: str, arguments: Mapping[str, Any]) -> str | None:
+    """BFCL's result text for a MathAPI call whose result is certain but would take long to compute, or None:
+    ``power`` of integers with far more digits than Python prints (the result is the printing error) and
+    ``round_number`` of an integer to more negative places than it has digits (0; Python builds ``10**-places``)."""
+    if name == "power" and set(arguments) == {"base", "exponent"}:
+        base, exponent = arguments["base"], arguments["exponent"]
+        limit = sys.get_int_max_str_digits()
+        huge = _plain_int(base) and _plain_int(exponent) and abs(base) >= 2 and exponent > 0 and limit > 0
+        if huge and exponent * math.log10(abs(base)) > limit + 10:  # clearly past the limit
+            return f"Error during execution: {_int_print_error(limit)}"
+    if name == "round_number" and set(arguments) == {"number", "decimal_places"}:
+        number, places = arguments["number"], arguments["decimal_places"]
+        if isinstance(number, int) and _plain_int(places) and places < -(len(str(abs(number))) + 1):
+            return format_result({"result": 0})
+    return None
+
+
+@functools.cache
+def _int_print_error(limit: int) -> str:
+    """The message Python gives when it cannot print an integer of more than ``limit`` digits."""
+    try:
+        str(10 ** (limit + 1))
+    except ValueError as e:
+        return str(e)
+    raise AssertionError("unreachable: the integer printed")  # pragma: no cover
 
 
 def format_result(value: Any) -> str:
@@ -112,15 +175,22 @@ def make_instances(task: Task) -> dict[str, Any]:
 
 
 def execute(instances: dict[str, Any], owner: str, name: str, arguments: Mapping[str, Any]) -> str:
-    """Run one call on ``instances[owner]`` and return its result text. A raising call returns BFCL's error text, and
-    its state changes are rolled back (BFCL keeps them; no gold call of the four categories raises)."""
-    backup = copy.deepcopy(instances[owner])
-    try:
-        with _CALL_LOCK:
+    """Run one call on ``instances[owner]`` as BFCL's ``execute_multi_turn_func_call`` does (keyword arguments as
+    given; a raising call's result is ``"Error during execution: ..."`` and what it changed before raising stays)
+    and return its result text. mpmath's and decimal's precision, which MathAPI sets process- or thread-wide, are
+    put back afterwards (every BFCL function that reads them sets them first)."""
+    known = shortcut(name, arguments)
+    if known is not None:
+        return known
+    with _CALL_LOCK, decimal.localcontext():
+        mp = importlib.import_module("mpmath").mp
+        dps = mp.dps
+        try:
             return format_result(getattr(instances[owner], name)(**copy.deepcopy(dict(arguments))))
-    except Exception as e:  # a tool bug or a domain error must not end the episode
-        instances[owner] = backup
-        return f"Error during execution: {e}"
+        except Exception as e:  # a tool bug or a domain error must not end the episode
+            return f"Error during execution: {e}"
+        finally:
+            mp.dps = dps
 
 
 @dataclass(frozen=True)
@@ -185,31 +255,36 @@ class BFCLEnv(AgentEnv):
             (800, interleaved: base 0, miss_func 0, miss_param 0, long_context 0, base 1, ...).
         max_steps_per_turn: agent steps allowed within one user turn (BFCL's limit is 20); one more and the task is
             force-quit and failed, as in BFCL.
-        max_turns: agent steps in the whole episode before truncation.
+        irrelevance_check: also require no call in a turn whose gold has none (BFCL's
+            ``multi_turn_irrelevance_checker``, which BFCL v4's runner does not apply; off by default, so that the
+            reward is BFCL's verdict).
+        max_turns: agent steps in the whole episode before truncation; None (the default): the longest task's user
+            turns x (``max_steps_per_turn`` + 1), which BFCL's per-turn limit reaches first.
         invalid_action_penalty: subtracted (component ``format``) for each invalid step.
     """
 
     agents: ClassVar[Mapping[str, Any]] = {"oracle": OracleAgent, "random": RandomAgent}
 
     public_args = declare(AgentEnv.public_args, category=one_of("all", *data.CATEGORIES),
-                   max_steps_per_turn=integer(1, 100))  # fmt: skip
+                          max_steps_per_turn=integer(1, 100), irrelevance_check=flag())  # fmt: skip
 
     def __init__(
         self,
         *,
         category: str = "all",
         max_steps_per_turn: int = MAX_STEPS_PER_TURN,
-        max_turns: int = 100,
+        irrelevance_check: bool = False,
+        max_turns: int | None = None,
         invalid_action_penalty: float = 0.0,
         render_mode: str | None = None,
     ):
-        super().__init__(max_turns=max_turns, invalid_action_penalty=invalid_action_penalty, render_mode=render_mode)
         if category != "all" and category not in data.CATEGORIES:
             raise ValueError(f"category must be 'all' or one of {data.CATEGORIES}, got {category!r}")
         if max_steps_per_turn < 1:
             raise ValueError(f"max_steps_per_turn must be >= 1, got {max_steps_per_turn}")
         self.category = category
         self.max_steps_per_turn = max_steps_per_turn
+        self.irrelevance_check = bool(irrelevance_check)
         self.categories = list(data.CATEGORIES) if category == "all" else [category]
         self.unavailable_reason = data.unavailable_reason()
         self._tasks: list[tuple[str, int]] = []  # (category, index within it)
@@ -220,6 +295,10 @@ class BFCLEnv(AgentEnv):
             self._tasks = [(c, i) for i in range(rounds) for c in self.categories if i < sizes[c]]
         self._ids = {self._task(i).id: i for i in range(len(self._tasks))}
         self.num_tasks = len(self._tasks)
+        if max_turns is None:  # BFCL's limits: each user turn ends by its 21st step (a reply or the force-quit)
+            longest = max((len(self._task(i).turns) for i in range(self.num_tasks)), default=1)
+            max_turns = longest * (max_steps_per_turn + 1)
+        super().__init__(max_turns=max_turns, invalid_action_penalty=invalid_action_penalty, render_mode=render_mode)
         self._ep: dict[str, Any] = {}
         self._instances: dict[str, Any] = {}
 
@@ -285,14 +364,14 @@ class BFCLEnv(AgentEnv):
 
     def _make_gold(self, task: Task) -> dict[str, Any]:
         """Gold in ToolUse-v0's shape: ``calls`` (one list per oracle turn, as ``ToolCallMatching`` reads) and
-        ``turns`` (the oracle's turns: each user turn's gold calls, at most ``MAX_CALLS_PER_STEP`` per step, then a
-        plain reply), plus BFCL's own ``ground_truth`` strings and the task's metadata."""
+        ``turns`` (the oracle's turns: each user turn's gold calls in one step, then a plain reply), plus BFCL's own
+        ``ground_truth`` strings and the task's metadata."""
         owners = data.method_owners(task.involved_classes)
         turns: list[dict[str, Any]] = []
         for k, truth in enumerate(task.ground_truth):
             calls = [data.call_dict(t, owners) for t in truth]
-            for i in range(0, len(calls), MAX_CALLS_PER_STEP):
-                turns.append({"calls": calls[i : i + MAX_CALLS_PER_STEP], "reply": None})
+            if calls:
+                turns.append({"calls": calls, "reply": None, "user_turn": k})
             if calls:
                 reply = "Done."
             elif task.category == "miss_func":
@@ -314,8 +393,6 @@ class BFCLEnv(AgentEnv):
         self._ep["steps"] += 1
         try:
             turn = parse_tool_turn(action)
-            if turn.calls is not None and len(turn.calls) > MAX_CALLS_PER_STEP:
-                raise ParseError(f"Too many calls in one turn ({len(turn.calls)}); at most {MAX_CALLS_PER_STEP}.")
         except ParseError as e:
             return self._limit(self._invalid(f"Error: {e}"))
         if turn.calls is not None:
@@ -339,42 +416,55 @@ class BFCLEnv(AgentEnv):
                           info=self._info())  # fmt: skip
 
     def _run_calls(self, calls: list[ToolCall]) -> StepResult:
+        """Run each call as BFCL does (see the module docstring); only ``hang_guard`` refuses one."""
         task = self.task
         assert task is not None
         schemas = self.offered_tools()
         owners = data.method_owners(task.involved_classes)
-        out, errors = [], []
+        out, errors, mismatches = [], [], []
         for call in calls:
             self._ep["calls"] += 1
             self._ep["turn_calls"] += 1
             msg: dict[str, Any] = {"role": "tool", "name": call.name}
             if call.id is not None:
                 msg["tool_call_id"] = call.id
-            try:
-                if call.name not in schemas or call.name not in owners:
-                    raise ArgumentError(f"unknown function {call.name!r}; available functions: {list(schemas)}.")
-                args = data.check_arguments(schemas[call.name]["function"], call.arguments)
-                for key, limit in ARGUMENT_LIMITS.items():
-                    value = args.get(key)
-                    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > limit:
-                        raise ArgumentError(f"Argument {key!r} of {call.name} must be at most {limit} here.")
-                if call.name == "power":
-                    _check_power(args.get("base"), args.get("exponent"))
-            except ArgumentError as e:
-                errors.append(f"Error: {e}")
-                out.append({**msg, "content": f"Error: {e}"})
+            refused = hang_guard(call.name, call.arguments)
+            if refused is not None:
+                errors.append(f"Error: {refused}")
+                out.append({**msg, "content": f"Error: {refused}"})
                 continue
-            result = execute(self._instances, owners[call.name], call.name, args)
+            mismatch = self._doc_mismatch(call, schemas)
+            if mismatch is not None:
+                mismatches.append(mismatch)
+            if call.name in owners:
+                result = execute(self._instances, owners[call.name], call.name, call.arguments)
+            else:  # BFCL evaluates the call text, where an unknown name is a NameError
+                result = f"Error during execution: name {call.name!r} is not defined"
             self._ep["results"].append(result)
             out.append({**msg, "content": result})
+        info = {**self._info(), "doc_mismatches": mismatches}
         if errors:
-            return StepResult(out, action_valid=False, parse_error=" ".join(errors)[:2000], info=self._info())
-        return StepResult(out, info=self._info())
+            return StepResult(out, action_valid=False, parse_error=" ".join(errors)[:2000], info=info)
+        return StepResult(out, info=info)
+
+    def _doc_mismatch(self, call: ToolCall, schemas: Mapping[str, dict[str, Any]]) -> str | None:
+        """Why a call does not fit the functions offered at this turn (it runs anyway, as in BFCL), or None."""
+        if call.name not in schemas:
+            task = self.task
+            assert task is not None
+            if call.name in self._all_schemas(task.involved_classes):
+                return f"{call.name} is not offered at this turn"
+            return f"unknown function {call.name!r}"
+        try:
+            data.check_arguments(schemas[call.name]["function"], call.arguments)
+        except ArgumentError as e:
+            return str(e)
+        return None
 
     def _check_turn(self, k: int, forced: bool) -> dict[str, Any]:
         """BFCL's checks of user turn ``k`` (``multi_turn_checker`` in
         ``bfcl_eval/eval_checker/multi_turn_eval/multi_turn_checker.py``, whose ``state_checker`` and
-        ``response_checker`` are called here), plus the no-call check of a turn whose gold has no calls."""
+        ``response_checker`` are called here); with ``irrelevance_check``, also no call where the gold has none."""
         task = self.task
         assert task is not None
         checker = data.bfcl_module(data.CHECKER)
@@ -394,10 +484,11 @@ class BFCLEnv(AgentEnv):
             if not verdict["valid"]:
                 check["missing_results"] = [r[:MAX_REPORTED_CHARS] for r in verdict["details"]["missing_items"]]
             check["bfcl_passed"] = made > 0 and check["state_match"] and check["response_match"] and not forced
-            check["passed"] = check["bfcl_passed"]
-        else:  # BFCL skips the state and response checks here; the agent should ask instead of calling
+            check["irrelevance_passed"] = True
+        else:  # BFCL skips the state and response checks here (the agent should ask instead of calling)
             check["bfcl_passed"] = not forced
-            check["passed"] = made == 0 and not forced
+            check["irrelevance_passed"] = made == 0
+        check["passed"] = check["bfcl_passed"] and (check["irrelevance_passed"] or not self.irrelevance_check)
         return check
 
     def _end_turn(self, forced: bool) -> StepResult:
@@ -425,6 +516,7 @@ class BFCLEnv(AgentEnv):
         return {
             "success": float(success),
             "bfcl_success": float(bfcl),
+            "irrelevance": float(all(c["irrelevance_passed"] for c in checks)),
             "turns_passed": sum(c["passed"] for c in checks) / n,
             "calls": float(self._ep["calls"]),
         }
