@@ -30,6 +30,7 @@ A clause is a question when it ends with ``?``, opens with a question word or an
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -236,22 +237,27 @@ class Lexicon:
                 spans.setdefault((m.start(), m.end()), [])
                 if read not in spans[(m.start(), m.end())]:
                     spans[(m.start(), m.end())].append(read)
-        kept: list[Hit] = []
+        kept: list[Hit] = []  # non-overlapping, sorted by start
+        starts: list[int] = []
         for (start, end), reads in sorted(spans.items(), key=lambda kv: (kv[0][0] - kv[0][1], kv[0][0])):
-            if any(start < h.end and h.start < end for h in kept):
+            i = bisect.bisect_left(starts, start)
+            if (i < len(kept) and kept[i].start < end) or (i > 0 and kept[i - 1].end > start):
                 continue
-            kept.append(Hit(start, end, tuple(reads)))
-        return sorted(kept, key=lambda h: h.start)
+            kept.insert(i, Hit(start, end, tuple(reads)))
+            starts.insert(i, start)
+        return kept
 
     def read(self, message: str) -> Understanding:
         """The readings of ``message`` (see the module docstring)."""
         text = _normalise(message)
         clauses = split_clauses(message)
         hits = self.hits(text)
+        starts = [h.start for h in hits]
         readings: list[Reading] = []
         indirect: list[int] = []
         for ci, clause in enumerate(clauses):
-            inside = [h for h in hits if clause.start <= h.start and h.end <= clause.end]
+            lo, hi = bisect.bisect_left(starts, clause.start), bisect.bisect_left(starts, clause.end)
+            inside = [h for h in hits[lo:hi] if h.end <= clause.end]
             named = {s for h in inside for s, v, names in h.reads if names and v is None}
             values: dict[str, list[str]] = {}
             order: dict[str, int] = {}
