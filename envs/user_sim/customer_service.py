@@ -106,6 +106,11 @@ _YES = re.compile(r"^\W*yes\b", re.IGNORECASE)
 #: text, matched as whole words): the detail's own name, its synonyms and the paraphrases people use without it
 #: ("where should we send it?" asks for the address, "what's the number on your order?" for the order id). When two
 #: matches overlap, the longer one counts ("email address" is the email, not the address).
+#: A product of the catalog, with or without its option ("is it the blue water bottle?"): a question about the items.
+_PRODUCT = (
+    r"(?:(?:" + "|".join(sorted({o for opts in OPTIONS_OF.values() for o in opts})) + r") )?"
+    r"(?:" + "|".join(re.escape(name) for name in OPTIONS_OF) + r")s?"
+)
 DETAILS: dict[str, tuple[str, ...]] = {
     "email": (
         r"e-?mail(?: address)?(?: (?:of|on|for|linked to|associated with|tied to|used for) (?:your|the) account)?",
@@ -130,11 +135,13 @@ DETAILS: dict[str, tuple[str, ...]] = {
         r"what (?:are|were) you (?:returning|sending back|exchanging)",
         r"what (?:do|would) you (?:like|want) to (?:return|exchange|send back|swap|get refunded|get a refund for)",
         r"what (?:is|was) it (?:that )?you (?:bought|ordered|purchased)", r"which of (?:them|your purchases)",
+        _PRODUCT,
     ),
     "reason": (
         r"reasons?", r"why", r"problems?", r"what happened", r"what went wrong", r"wrong with", r"issues?",
         r"(?:what'?s|what is|what was|anything|something) wrong", r"how come", r"what made you",
-        r"(?:what|which) (?:was|is) the matter",
+        r"(?:what|which) (?:was|is) the matter", r"damaged", r"broken", r"missing", r"(?:by|a) mistake",
+        r"no longer (?:need|want)\w*", r"changed? your mind", r"(?:don't|do not) (?:need|want) it",
     ),
     "address": (
         r"(?:new |shipping |delivery |mailing |street |home )?address", r"send (?:it|them|the order|the package)",

@@ -13,9 +13,11 @@ import itertools
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentgym.envs.user_sim.customer_service import CustomerUser, details_asked
-from agentgym.envs.user_sim.service_world import DIFFICULTIES, make_task
+from agentgym.envs.user_sim.service_world import DIFFICULTIES, make_task, order_ids_in
 
 # -- the questions -------------------------------------------------------------------------------------------------
 #: detail -> style -> questions ({attribute}: the product's attribute of an exchange, e.g. "color").
@@ -27,52 +29,61 @@ QUESTIONS: dict[str, dict[str, tuple[str, ...]]] = {
                        "What's the mail address you use with us?"),
         "request": ("Please share your email.", "I'll need your e-mail address, please.",
                     "Kindly tell me the email linked to your account."),
+        "yes/no": ("Is your email {email}?", "Is your email address still {wrong_email}?"),
     },
     "name": {
         "keyword": ("What is your full name?", "Your name, please?", "First and last name?", "What's your name?"),
         "paraphrase": ("Who am I speaking with?", "What should I call you?", "May I ask who is writing?",
                        "Whose name is the account under?"),
         "request": ("Please tell me your first and last name.", "I need the name on the account, please."),
+        "yes/no": ("Is your name {first}?", "Is your last name Smith?"),
     },
     "zip": {
         "keyword": ("What is your zip code?", "Zip?", "And the zip?", "What is the zip code of your address?"),
         "paraphrase": ("What is the postal code where you live?", "Which postcode are you in?"),
         "request": ("Please provide your zip code.", "Could you share your postal code?"),
+        "yes/no": ("Is your zip code {zip}?", "Is your zip 00000?"),
     },
     "order": {
         "keyword": ("What is the order id?", "Order number?", "Which order is it?", "What's the order #?"),
         "paraphrase": ("What's the number on your order?", "Do you have the confirmation number?",
                        "Could you read me the reference number?"),
         "request": ("Please share the order number.", "Let me know the order id, please."),
+        "yes/no": ("Is it order {order}?", "Is it about order #W0000001?"),
     },
     "items": {
         "keyword": ("Which item is it about?", "Which items?", "What product?", "Which product is it?"),
         "paraphrase": ("What did you buy?", "Which of your purchases is it?", "What did you order?",
                        "Which one is it?"),
         "request": ("Please tell me which item it is.", "Please list the products concerned."),
+        "yes/no": ("Is it the blue water bottle?", "Is this about the hoodie?", "Is it the t-shirt?"),
     },
     "reason": {
         "keyword": ("What is the reason?", "Why?", "What was the problem with the item?", "Is there an issue?"),
         "paraphrase": ("What went wrong?", "How come?", "What happened?", "What's wrong with it?"),
         "request": ("Please tell me what happened.", "I need to know the reason, please."),
+        "yes/no": ("Was it damaged?", "Was anything missing?", "Did you order it by mistake?"),
     },
     "address": {
         "keyword": ("What is the new shipping address?", "Address?", "What's the new address?"),
         "paraphrase": ("Where should we send it?", "Where do you want the package delivered?",
                        "Where are you moving to?", "Where should it go?"),
         "request": ("Please share the new address.", "Tell me the delivery address, please."),
+        "yes/no": ("Should we ship it to 1 Elm Street?", "Is the new address {street}?"),
     },
     "option": {
         "keyword": ("Which {attribute} would you like instead?", "Which variant?", "What {attribute}?"),
         "paraphrase": ("Which one would you like instead?", "What would you like to swap it for?",
                        "Would you like it in a different one?", "What should we replace it with?"),
         "request": ("Please tell me the {attribute} you want instead.", "Let me know which variant you want."),
+        "yes/no": ("Would you like the {option} one instead?", "Do you want a different {attribute}?"),
     },
     "payment": {
         "keyword": ("Which payment method?", "Which card should I use?", "Payment method?"),
         "paraphrase": ("How did you pay?", "Where should the refund go?", "How would you like to be refunded?",
                        "What did you pay with?"),
         "request": ("Please tell me where the money should go.", "Please share the payment method."),
+        "yes/no": ("Should the refund go to your card?", "Did you pay by credit card?"),
     },
     "identity": {
         "keyword": ("How can I verify your identity?", "Can you help me find your account?"),
@@ -197,14 +208,26 @@ def check(task: dict[str, Any], question: str, asked: tuple[str, ...]) -> None:
             assert value not in reply, (task["id"], question, f"leaked {detail}", value, reply)
 
 
+def values(task: dict[str, Any]) -> dict[str, str]:
+    """The fields question templates fill in: the task's own values and some wrong ones."""
+    c, g = task["customer"], task["goals"][0]
+    attribute = next((g["attribute"] for g in task["goals"] if g["attribute"]), "color")
+    option = g["new_option"] or "blue"
+    return {"attribute": attribute, "email": c["email"], "wrong_email": "someone@example.org", "first": c["first_name"],
+            "zip": c["zip"], "order": g["order_id"], "street": (g["address"] or {"street": "1 Elm Street"})["street"],
+            "option": option}  # fmt: skip
+
+
 def cases() -> list[tuple[str, str, tuple[str, ...], str]]:
     out = []
     for task in TASKS:
-        attribute = next((g["attribute"] for g in task["goals"] if g["attribute"]), "color")
-        for detail, styles in QUESTIONS.items():
-            for style, questions in styles.items():
-                out += [(task["id"], q.format(attribute=attribute), (detail,), style) for q in questions]
-        out += [(task["id"], q.format(attribute=attribute), asked, "multi") for q, asked in MULTI]
+        out += [
+            (task["id"], q.format(**values(task)), (detail,), style)
+            for detail, styles in QUESTIONS.items()
+            for style, questions in styles.items()
+            for q in questions
+        ]
+        out += [(task["id"], q.format(**values(task)), asked, "multi") for q, asked in MULTI]
         out += [(task["id"], s, (), "statement") for s in STATEMENTS]
     return out
 
@@ -224,7 +247,7 @@ def test_the_suite_is_large_and_has_four_styles_per_detail():
     assert {t["goals"][0]["knows_order"] for t in TASKS} == {True, False}
 
 
-@pytest.mark.parametrize("style", ["keyword", "paraphrase", "request", "multi", "statement"])
+@pytest.mark.parametrize("style", ["keyword", "paraphrase", "request", "yes/no", "multi", "statement"])
 def test_every_question_gets_a_truthful_answer_and_nothing_leaks(style):
     failures = []
     for task_id, question, asked, s in CASES:
@@ -241,9 +264,11 @@ def test_what_each_question_is_read_as():
     """The parser behind the answers: each question is read as asking exactly its details."""
     for detail, styles in QUESTIONS.items():
         for question in itertools.chain.from_iterable(styles.values()):
-            assert details_asked(question.format(attribute="color")) == [detail], question
+            if "order {order}" in question or "order #W" in question:
+                continue  # a yes/no about an order id: answered apart (test_yes_no_questions_about_the_order_id)
+            assert details_asked(question.format(**values(TASKS[0]))) == [detail], question
     for question, asked in MULTI:
-        assert details_asked(question.format(attribute="size")) == list(asked), question
+        assert details_asked(question.format(**values(TASKS[0]))) == list(asked), question
     for statement in STATEMENTS:
         assert details_asked(statement) == [], statement
 
@@ -265,3 +290,24 @@ def test_an_open_question_restates_the_request():
         assert reply == f"i'd like to {task['goals'][0]['request']}.".lower()
         for values in secrets(task).values():
             assert not any(v in reply for v in values if v not in task["opening"].lower())
+
+
+FRAGMENTS = st.sampled_from(
+    [q for styles in QUESTIONS.values() for qs in styles.values() for q in qs]
+    + [q for q, _ in MULTI]
+    + list(STATEMENTS)
+    + ["and", "also", "thanks.", "?", "the item", "your card", "the order", "with the item", "please", "\n"]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(task_index=st.integers(0, len(TASKS) - 1), parts=st.lists(FRAGMENTS, min_size=1, max_size=4))
+def test_any_mix_of_questions_is_answered_truthfully_and_leaks_nothing(task_index, parts):
+    """Close the class: whatever mix of questions, statements and fragments a message holds, the reply states the
+    truth about each detail the message asks (``details_asked``) and nothing about the others."""
+    task = TASKS[task_index]
+    message = " ".join(parts).format(**values(task))
+    asked = tuple(details_asked(message))
+    if not asked and order_ids_in(message):
+        return  # a yes/no about an order id (answered with the order id; test_yes_no_questions_about_the_order_id)
+    check(task, message, asked)
