@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass, field
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import agentgym  # noqa: F401  (registers the envs)
 from agentgym.envs.user_sim.clarify import DOMAINS, ClarifyEnv, make_task
@@ -365,3 +367,32 @@ def test_issue20_paraphrases_are_understood():
     assert find_word(goal["destination"], going.lower()), going  # was "I'm not sure what you mean."
     goal, [pickup] = ask("hard/4", "Will you pick it up yourself?")
     assert goal["delivery"] == "collected" and _YES.match(pickup.lower()), pickup
+
+
+# -- several questions in one message (hypothesis) -----------------------------------------------------------------
+_SINGLE = [c for c in CASES if len(c.expect) == 1 and c.style not in ("indirect", "assume") and c.cooperativeness == 1]
+_GROUPS = sorted({(c.domain, c.goal) for c in _SINGLE})
+
+
+@settings(max_examples=300, deadline=None)
+@given(group=st.sampled_from(_GROUPS), picks=st.lists(st.integers(0, 10_000), min_size=2, max_size=3),
+       joiner=st.sampled_from([" ", " And ", "\n", " Also, "]))  # fmt: skip
+def test_several_questions_in_one_message_are_each_answered_truthfully(group, picks, joiner):
+    """Any two or three questions of the suite about different details, sent as one message: every detail asked is
+    answered with its right value (a yes/no: the value after the yes, or after the no from a user who corrects),
+    no other value of those details is stated, and nothing unasked is told."""
+    pool = [c for c in _SINGLE if (c.domain, c.goal) == group]
+    chosen: list[Case] = []
+    for k in picks:
+        case = pool[k % len(pool)]
+        if all(dict(case.expect).keys() != dict(c.expect).keys() for c in chosen):
+            chosen.append(case)
+    if len(chosen) < 2:
+        return
+    expect = {k: v for c in chosen for k, v in c.expect}
+    asked = {f"{i}{k}": v for i, c in enumerate(chosen) for k, v in c.asked.items()}
+    message = joiner.join(c.question for c in chosen)
+    combined = Case(group[0], group[1], message, "multi", tuple((k, "state" if v != "ack" else v)
+                                                                 for k, v in expect.items()), 1.0, asked)  # fmt: skip
+    reply, user = play(combined)
+    assert not truthful(combined, reply, user), (message, reply, truthful(combined, reply, user))
