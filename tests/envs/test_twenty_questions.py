@@ -226,7 +226,13 @@ def test_answers_and_turn_limit():
     env = make(difficulty="hard", max_turns=3)
     _, info = env.reset(options={"task_index": 4})
     name = info["gold"]["entity"]
-    for guess, success in ((name.upper(), True), (f"  the {name}. ", True), (f"It is {name}", False)):
+    for guess, success in (
+        (name.upper(), True),
+        (f"  the {name}. ", True),
+        (f"It is {name}", True),
+        (f"It is not {name}", False),
+        (f"{name} or someone else", False),
+    ):
         env.reset(options={"task_index": 4})
         _, reward, terminated, _, info = env.step(f"[answer] {guess}")
         assert terminated and info["success"] is success and reward == float(success)
