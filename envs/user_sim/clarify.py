@@ -577,7 +577,7 @@ class ClarifyEnv(UserSimEnv):
     def _gold(self, task: dict[str, Any]) -> dict[str, Any]:
         args = ", ".join(f"{k}={v}" for k, v in task["goal"].items())
         return {"goal": task["goal"], "hidden": task["hidden"], "answer": f"{task['action']}({args})",
-                "category": task["difficulty"], "domain": task["domain"]}  # fmt: skip
+                "category": task["difficulty"], "domain": task["domain"], "loose": task["loose"]}  # fmt: skip
 
     def _answer(self, content: str) -> tuple[dict[str, float], bool, dict[str, Any]]:
         task = self._ep["task"]

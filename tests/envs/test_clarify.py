@@ -100,6 +100,7 @@ def test_scripted_user_golden_transcript():
     for action in turns:
         replies.append(env.step(action)[0][-1]["content"])
     assert info["gold"]["hidden"] == ["size", "topping", "crust", "delivery"]
+    assert info["gold"]["loose"] == ["size", "topping"]
     assert replies == [
         "I want to order a pizza 1 of them.",
         "Not a big one.",  # size is held loosely at hard: a partial answer to an open question
