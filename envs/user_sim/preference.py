@@ -3,10 +3,16 @@
 A task is a catalog of 20-60 hotels, laptops or restaurants (each item an id such as ``H417`` and 8-9 attributes:
 categories, yes/no flags and numbers) and a user with hidden preferences: 2-5 *must-haves* (``area: north``,
 ``price: at most 120 euros``, ``breakfast: with breakfast``) and one *priority*, the number to optimise among the
-items that meet them (``highest rating``). The user (``agentgym.envs.user_sim.users.ScriptedUser``, one slot per
-attribute plus ``priority``) states a preference only when asked about it: by name ("any requirement about the
-price?") or by a yes/no about one of its values ("at most 100 euros?"); asked about an attribute it has no
-must-have on, it says it has no preference there.
+items that meet them (``highest rating``). The user (``PreferenceUser``, a ``ScriptedUser`` with one slot per
+attribute plus ``priority``) states a preference only when asked about it, and understands the ways people ask
+(each domain's ``Lexicon``): an attribute by its name or any synonym ("How much memory do you need?" is about the
+RAM, "vegan options" about vegetarian dishes), a value list or an either-or ("Which colour: silver, black or
+blue?"), a yes/no about one value or about a number ("Is 16 GB of RAM enough?", "Under 1000 euros?", "Is 2 kg too
+heavy?" get the truthful yes or no and the must-have), a flag asked either way ("Without a touchscreen?"), the
+priority in any wording ("What matters most: price or rating?", "Should I sort by price?", "Cheapest first?"),
+indirect questions ("Anything else I should know?": the next preference not told yet) and several questions in one
+message (each answered, in one reply). Asked about an attribute it has no must-have on, it says it has no preference
+there ("no fixed limit" for a number). A priority confirmed by a yes ("Correct.") counts as drawn out.
 
 The agent talks with ``[action] ...``, queries the catalog with ``[search] <filters>`` (syntax below) and ends with
 ``[answer] <item id>``. Reward (component ``outcome``): 1.0 for the *best* item (it meets every must-have and is the
@@ -24,7 +30,17 @@ matched; an unknown key, value or operator is explained.
 Difficulty (``difficulty``, or interleaved per task with ``"mixed"``): ``easy`` (2 must-haves, the opening request
 states one, 20-30 items, a cooperative user who volunteers after two off-target messages), ``medium`` (3-4, the
 opening states one half the time, 30-45 items, volunteers after four, corrects wrong values half the time), ``hard``
-(5, nothing stated, 45-60 items, never volunteers or corrects).
+(5, nothing stated, 45-60 items, never volunteers or corrects, and it separates agents by *what* they ask, not how
+they word it: two number must-haves are held loosely, so a question about one gets only which way it goes, "I don't
+want to spend too much.", or a bare yes/no to a number offered, until a question asks for the limit, "What's the
+most you'd pay?"; and the user's patience covers 11 questions, each question of a message counting, so an agent
+that asks about every attribute of the catalog and follows up runs out of it on most laptops, while one that asks
+what matters, "What else matters to you?", needs at most nine).
+
+Agents: ``oracle`` (privileged), ``heuristic`` (asks about each attribute by name, "Do you have a requirement about
+price?", follows up a partial answer with "What is your exact limit on price?", then searches), ``natural`` (the
+same strategy, asked the ways people ask: paraphrases, value lists, yes/no about a number, two questions at once)
+and ``random``.
 
 >>> import gymnasium as gym, agentgym
 >>> env = gym.make("agentgym/Preference-v0", difficulty="easy")
@@ -1031,6 +1047,8 @@ class PreferenceHeuristicAgent(Agent):
     match."""
 
     name = "heuristic"
+    #: Whether to ask for the exact limit after a partial answer.
+    follow_up: ClassVar[bool] = True
 
     def act(self, messages: list[Message], info: dict[str, Any]) -> str:
         catalog = Catalog.read(str(messages[0].get("content") or ""))
@@ -1052,7 +1070,8 @@ class PreferenceHeuristicAgent(Agent):
                 continue
             known.update(catalog.stated(text))
             if asked is not None and asked not in known:
-                if _NONE_SAID.search(text) or followed or catalog.attrs.get(asked, ("",))[0] != "number":
+                if (_NONE_SAID.search(text) or followed or not self.follow_up
+                        or catalog.attrs.get(asked, ("",))[0] != "number"):  # fmt: skip
                     known[asked] = ""
                 else:
                     vague.add(asked)
@@ -1096,7 +1115,7 @@ PHRASINGS: dict[str, Phrasing] = {
     "rating": Phrasing(("How well reviewed should it be?", "Would {n} out of 10 be good enough?"),
                        ("reviewed", "out of 10", "rated"), "How well rated should it be, at least?"),
     "distance": Phrasing(("How far from the centre can it be?", "Is {n} km from the centre ok?"),
-                         ("from the centre",), "How far from the centre at most?"),
+                         ("from the centre", "far"), "How far from the centre at most?"),
     "ram": Phrasing(("How much memory do you need?", "Would {n} GB of memory be enough?"), ("memory",),
                     "How much memory at least?"),
     "weight": Phrasing(("How heavy can it be?", "Is {n} kg too heavy?"), ("heavy", "weigh"),
@@ -1208,6 +1227,63 @@ class PreferenceNaturalAgent(Agent):
         return f"[action] {self._question(catalog, first, turns)}"
 
 
+class PreferenceKeywordAgent(PreferenceHeuristicAgent):
+    """``heuristic``'s template alone: asks "Do you have a requirement about <attribute>?" for each attribute and the
+    priority, and never follows up (a partial answer counts as no preference). What the keyword heuristic was before
+    issue 20; at ``hard`` it misses every loosely held must-have."""
+
+    name = "keyword"
+    follow_up = False
+
+
+_ALL_TOLD = re.compile(r"that's everything|told you all")
+
+
+class PreferenceFocusedAgent(Agent):
+    """Not privileged: asks what matters ("What else matters to you?") until the user has told everything, asks for
+    the exact limit after a partial answer (the attribute named by ``PHRASINGS``' words), asks the priority if it
+    was not told, then searches and answers the top match. It never asks about an attribute the user has no
+    preference on, so it needs one question per preference (plus the follow-ups and one to hear it is all): what
+    ``hard``'s patience rewards."""
+
+    name = "focused"
+
+    def act(self, messages: list[Message], info: dict[str, Any]) -> str:
+        catalog = Catalog.read(str(messages[0].get("content") or ""))
+        numbers = [k for k, (kind, _) in catalog.attrs.items() if kind == "number" and k in PHRASINGS]
+        known: dict[str, str] = {}
+        vague: list[str] = []
+        told = False
+        results: str | None = None
+        followed: str | None = None  # the number whose limit the last message asked for
+        for m in messages[1:]:
+            text = str(m.get("content") or "").lower()
+            if m.get("role") == "assistant":
+                results = "" if "[search]" in text else None
+                followed = next((k for k in numbers if PHRASINGS[k].limit.lower() in text), None)
+            elif results is not None:
+                results = str(m.get("content") or "")
+            else:
+                stated = catalog.stated(text)
+                known.update(stated)
+                told = told or _ALL_TOLD.search(text) is not None
+                if followed is not None:
+                    known.setdefault(followed, "")
+                elif not stated and not _NONE_SAID.search(text):  # a partial answer: which way a number goes
+                    vague += [k for k in numbers if any(find_word(w, text) for w in PHRASINGS[k].names)]
+        if (answer := _search_or_answer(known, results)) is not None:
+            return answer
+        follow = [k for k in vague if k not in known]
+        if follow:
+            return f"[action] {PHRASINGS[follow[0]].limit}"
+        if not told:
+            return "[action] What else matters to you?"
+        if PRIORITY not in known:
+            return f"[action] {PRIORITY_QUESTION}"
+        filters = [f for k, f in known.items() if f and k != PRIORITY]
+        return f"[search] {' '.join([*filters, known[PRIORITY]])}"
+
+
 class PreferenceRandomAgent(RandomInteractAgent):
     """``RandomInteractAgent``'s turns, plus random searches (often the whole catalog) and answers naming a random
     item id seen so far."""
@@ -1240,7 +1316,8 @@ class PreferenceEnv(UserSimEnv):
     """
 
     agents: ClassVar[Mapping[str, Any]] = {"oracle": PreferenceOracleAgent, "heuristic": PreferenceHeuristicAgent,
-                                           "natural": PreferenceNaturalAgent,
+                                           "natural": PreferenceNaturalAgent, "keyword": PreferenceKeywordAgent,
+                                           "focused": PreferenceFocusedAgent,
                                            "random": PreferenceRandomAgent}  # fmt: skip
     choices = ("action", "search", "answer")
 
