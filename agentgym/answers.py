@@ -1,8 +1,14 @@
-"""Answer normalisation and scoring: SQuAD normalisation, exact match, substring EM and token F1.
+"""Answer normalisation and scoring: SQuAD normalisation, exact match, substring EM and token F1; and reading the
+answer a model gave in free text.
 
 Shared by every layer that compares a predicted answer with golden ones: the search-QA env's metrics and the reward
 methods (``agentgym.rewards``). Conventions of Search-R1 / FlashRAG: a prediction is compared with every golden
 answer and the best score counts.
+
+The answer parsers of the envs (Clarify's call, TwentyQuestions' name, CodeExec's value) share the reading of free
+text: ``extract_answer`` (the answer without its sentence, markdown, quotes or code fence), ``find_call`` (the one
+``name(key=value, ...)`` call a text gives) and ``match_choice`` (which allowed value a written value names: any
+time, number or weekday form through ``agentgym.facts``, or a synonym).
 
 >>> normalize_answer("The  Hemlo-City!")
 'hemlocity'
@@ -112,7 +118,7 @@ _WEAK_LEAD_IN = re.compile(
     r"|is\s+it)?\b\s*[:,]?\s*",
     re.IGNORECASE,
 )
-_WORD = re.compile(r"\w")
+_WORD = re.compile(r"[^\s.!?,;:]")  # something an answer may be (a word, a number, a path such as "/")
 _QUOTES = (('"', '"'), ("'", "'"), ("“", "”"), ("‘", "’"), ("«", "»"))
 
 

@@ -13,7 +13,8 @@ with ``tool_calls``) or replies in plain text:
 * ``submit_answer(answer)`` or a plain-text reply holding ``<answer>...</answer>`` ends the episode (calls after
   ``submit_answer`` in the same turn do not run); only that one answer counts. Outcome (reward component
   ``outcome``): 1.0 if it matches the generator's value (``check_answer``: integers exactly, floats within half a
-  unit of the requested last decimal place, strings normalised), else 0.0.
+  unit of the requested last decimal place, strings normalised; in any common written form, such as
+  ``**3,464,999,702**``, ``The answer is 42.`` or ``17:00`` for an hour), else 0.0.
 
 A malformed call (bad JSON, unknown function, missing, extra or wrongly typed argument, an empty answer) or a
 plain reply without ``<answer>`` comes back as an explanatory message, makes the step invalid (``parse_error``) and

@@ -44,6 +44,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from agentgym.answers import extract_answer
+from agentgym.facts import parse_number, parse_time
+
 FAMILIES = ("table", "logs", "numbers")
 #: Tasks per family (indices ``0 .. TASKS_PER_FAMILY - 1``).
 TASKS_PER_FAMILY = 10_000
@@ -864,34 +867,92 @@ def answer_text(task: dict[str, Any]) -> str:
     return str(task["answer"])
 
 
-_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d{1,3})?")  # a bounded exponent
-_NUMBER_NOISE = str.maketrans("", "", ",_ $%")
+_NUMBER = re.compile(  # one separator style, in groups of three: "1,234,567", "1_000", "1 234"; "12,34" is no number
+    r"[-+]?(?:\d{1,3}(?P<sep>[,_ \u202f\u00a0])\d{3}(?:(?P=sep)\d{3})*|\d+)(?:\.\d*)?(?:[eE][-+]?\d{1,3})?"
+    r"|[-+]?\.\d+(?:[eE][-+]?\d{1,3})?"
+)
+_CURRENCY = re.compile(r"^(?:\$|us\$|usd|€|eur|£|gbp)\s*", re.IGNORECASE)
+#: Words that may follow a number without changing it ("42 requests", "12.50%", "1,024 bytes").
+_UNIT = re.compile(
+    r"\s*(?:%|percent|per ?cent|dollars?|usd|euros?|bytes?|b|ms|milliseconds?|requests?|orders?|customers?|ips?|"
+    r"ip addresses|integers?|steps?|items?|units?|times?|in total|total)$",
+    re.IGNORECASE,
+)
+#: Templates whose integer answer is an hour of the day: "17", "17:00", "5 pm" and "17:00-17:59" all say 17.
+HOUR_TEMPLATES = frozenset({"busiest_hour"})
+_HOUR_LEAD_IN = re.compile(r"^(?:the\s+)?(?:busiest\s+)?(?:hour(?:\s+of\s+the\s+day)?\s*(?:is|was|:)?\s+)?",
+                           re.IGNORECASE)  # fmt: skip
+_RANGE = re.compile(r"^(?:between\s+|from\s+)?(.+?)\s*(?:-|–|—|to|until|and)\s*(.+)$", re.IGNORECASE)
 
 
 def _number(text: str) -> Fraction | None:
-    """The number written in ``text`` (thousands separators, ``$`` and ``%`` ignored), or None."""
-    cleaned = text.strip().strip("`'\"").strip().rstrip(".").translate(_NUMBER_NOISE)
-    if len(cleaned) > 200 or not _NUMBER.fullmatch(cleaned):  # (ints past 4,300 digits do not parse)
+    """The number the answer ``text`` gives (see ``agentgym.answers.extract_answer`` for the wrapping allowed:
+    a sentence, bold, a code fence), or None: digits with or without thousands separators (in groups of three),
+    trailing zeros or an exponent, a currency sign and a unit after it (``$``, ``%``, ``bytes``), or a number word.
+
+    >>> [_number(t) for t in ("**3,464,999,702**", "The answer is 1234.", "$12.50", "twelve", "12,34", "1e999999")]
+    [Fraction(3464999702, 1), Fraction(1234, 1), Fraction(25, 2), Fraction(12, 1), None, None]
+    """
+    answer = extract_answer(text)
+    cleaned = _UNIT.sub("", _CURRENCY.sub("", answer)).strip()
+    if len(cleaned) > 200:  # (ints past 4,300 digits do not parse)
         return None
-    return Fraction(cleaned)
+    if _NUMBER.fullmatch(cleaned):
+        return Fraction(re.sub(r"[,_ \u202f\u00a0]", "", cleaned))
+    word = parse_number(cleaned)
+    return Fraction(word) if word is not None and word.is_finite() else None
+
+
+def _hour(text: str) -> int | None:
+    """The hour of the day the answer ``text`` gives as a time: ``17:00``, ``5 pm``, ``17:00:00``, or a range of
+    that hour (``17:00-17:59``, ``17:00 to 18:00``); None for anything else (``5 o'clock`` does not say which 5).
+
+    >>> [_hour(t) for t in ("17:00", "**5 pm**", "17:00:00-17:59:59", "from 17:00 to 18:00", "5 o'clock", "17:30")]
+    [17, 17, 17, 17, None, None]
+    """
+    answer = _HOUR_LEAD_IN.sub("", extract_answer(text))
+    answer = re.sub(r"\b(\d{1,2}:\d{2}):\d{2}\b", r"\1", answer)  # seconds do not matter here
+    whole = parse_time(answer)
+    if whole is not None:
+        return whole.hour if whole.half_known and whole.minute == 0 else None
+    if m := re.fullmatch(r"(\d{1,2})\s*h", answer, flags=re.IGNORECASE):
+        return int(m.group(1)) if int(m.group(1)) < 24 else None
+    if (m := _RANGE.match(answer)) is None:
+        return None
+    first, last = parse_time(m.group(1)), parse_time(m.group(2))
+    if first is None or last is None or not (first.half_known and last.half_known) or first.minute:
+        return None
+    if (last.hour, last.minute) in ((first.hour, 59), ((first.hour + 1) % 24, 0)):
+        return first.hour
+    return None
 
 
 def normalise_text(text: str) -> str:
-    """A string answer for comparison: quotes, backticks, a final period and case ignored, whitespace collapsed.
+    """A string answer for comparison: quotes, backticks, markdown, a lead-in ("The answer is"), a final period and
+    case ignored, whitespace collapsed.
 
-    >>> normalise_text(' "North". ')
-    'north'
+    >>> normalise_text(' "North". '), normalise_text("The answer is **/api/orders**.")
+    ('north', '/api/orders')
     """
-    cleaned = text.strip().strip("`'\"").strip().rstrip(".").strip().strip("`'\"")
+    cleaned = extract_answer(text).strip().strip("`'\"").strip().rstrip(".").strip().strip("`'\"")
     return " ".join(cleaned.split()).casefold()
+
+
+#: What may stand around a name answer: "the North region", "product Widget", "IP 10.0.0.7", "path /login".
+_NAME_NOUNS = re.compile(r"^(?:the\s+)?(?:(?:region|product|ip(?:\s+address)?|path|client)\s+)?(.+?)"
+                         r"(?:\s+(?:region|product))?$")  # fmt: skip
 
 
 def check_answer(task: dict[str, Any], submitted: str) -> bool:
     """Whether ``submitted`` (text) answers ``task``.
 
-    ``int``: the same integer (``"1,234"`` and ``"1234.0"`` count). ``float``: within half a unit of the requested
-    last decimal place of the exact value, plus ``FLOAT_RTOL`` relative (so the correctly rounded answer and any
-    more precise one match; ``$`` and ``%`` are ignored). ``str``: equal after ``normalise_text``.
+    The answer may be wrapped as people write it: a lead-in ("The answer is", "Answer:"), bold, inline code, a code
+    fence, quotes, a final period (``agentgym.answers.extract_answer``). ``int``: the same integer (``"1,234"``,
+    ``"1234.0"``, ``"twelve"``, a unit after it; separators only in groups of three); an hour of the day
+    (``HOUR_TEMPLATES``) also as a time of that hour (``"17:00"``, ``"5 pm"``, ``"17:00-17:59"``). ``float``: within
+    half a unit of the requested last decimal place of the exact value, plus ``FLOAT_RTOL`` relative (so the
+    correctly rounded answer and any more precise one match; ``$``, ``%`` and units are ignored). ``str``: equal after
+    ``normalise_text`` ("the North region" names ``North``).
 
     >>> task = {"answer": 12.35, "answer_kind": "float", "decimals": 2, "exact": 12.3456}
     >>> [check_answer(task, s) for s in ("12.35", "12.3456", "$12.35", "12.34", "12.36", "twelve")]
@@ -899,10 +960,13 @@ def check_answer(task: dict[str, Any], submitted: str) -> bool:
     """
     kind = task["answer_kind"]
     if kind == "str":
-        return normalise_text(submitted) == normalise_text(str(task["answer"]))
-    value = _number(submitted)
+        said, gold = normalise_text(submitted), normalise_text(str(task["answer"]))
+        bare = _NAME_NOUNS.fullmatch(said)
+        return said == gold or (bare is not None and bare.group(1) == gold)
+    hour = kind == "int" and task.get("template") in HOUR_TEMPLATES
+    value = _number(_HOUR_LEAD_IN.sub("", extract_answer(submitted)) if hour else submitted)
     if value is None:
-        return False
+        return hour and _hour(submitted) == task["answer"]
     if kind == "int":
         return value == task["answer"]
     exact = Fraction(task["exact"])

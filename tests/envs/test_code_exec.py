@@ -439,3 +439,151 @@ def test_any_surrogates_in_code_reach_the_program_as_replacement_characters(envs
     expected = ascii(re.sub("[\ud800-\udfff]", "\ufffd", text))
     assert info["action_valid"] and info["run_statuses"] == ["ok"], obs
     assert obs[0]["content"] == expected + "\n"
+
+
+# -- answers written the ways people write them (issue 20) ---------------------------------------------------
+UNITS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+         "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]  # fmt: skip
+TENS = ["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
+
+
+def _word(n: int) -> str:
+    return UNITS[n] if n < 20 else TENS[n // 10 - 2] + (f"-{UNITS[n % 10]}" if n % 10 else "")
+
+
+def _int_forms(n: int) -> list[str]:
+    grouped = f"{n:,}"
+    forms = [str(n), f"**{n}**", f"The answer is {n}", f"The answer is **{grouped}**.", f"`{n}`", f"```\n{n}\n```",
+             f"Answer: {grouped}", f"{n}.0", f"Final answer: {n}.", f"{n:_}", grouped]  # fmt: skip
+    return [*forms, _word(n)] if 0 <= n < 100 else forms
+
+
+def _hour_forms(h: int) -> list[str]:
+    twelve = f"{h % 12 or 12} {'am' if h < 12 else 'pm'}"
+    return [str(h), f"{h:02d}:00", f"{h}:00", f"**{h:02d}:00**", twelve, f"The busiest hour is {h:02d}:00.",
+            f"{h:02d}:00-{h:02d}:59", f"{h:02d}:00:00-{h:02d}:59:59", f"Answer: {h}"]  # fmt: skip
+
+
+def _float_forms(task: dict) -> list[str]:
+    text = answer_text(task)
+    grouped = f"{float(text):,.{task['decimals']}f}"
+    forms = [text, f"**{text}**", f"The answer is {text}", f"The answer is **{grouped}**.", f"`{text}`",
+             f"```\n{text}\n```", f"{text}0", f"Answer: {grouped}"]  # fmt: skip
+    if task["template"] == "error_rate_hour":
+        forms += [f"{text}%", f"{text} percent", f"The answer is **{text}%**."]
+    if task["template"] in ("revenue_region_month", "avg_order_value"):
+        forms += [f"${grouped}", f"The answer is ${text}."]
+    if task["template"] == "median_latency":
+        forms += [f"{text} ms"]
+    return forms
+
+
+def _str_forms(task: dict) -> list[str]:
+    a = str(task["answer"])
+    forms = [a, f"**{a}**", f"The answer is {a}.", f"`{a}`", f"```\n{a}\n```", f'"{a}"', f"Answer: {a}", a.upper()]
+    if task["template"] == "top_region_quarter":
+        forms += [f"the {a} region", f"The answer is the **{a}** region."]
+    return forms
+
+
+def _forms(task: dict, answer: int | float | str) -> list[str]:
+    """Renderings of ``answer`` (the task's own, or a wrong one) in the forms of the task's answer kind."""
+    fake = {**task, "answer": answer}
+    if task["answer_kind"] == "float":
+        return _float_forms(fake)
+    if task["answer_kind"] == "str":
+        return _str_forms(fake)
+    return _hour_forms(answer) if task["template"] in T.HOUR_TEMPLATES else _int_forms(answer)
+
+
+def _wrong(task: dict) -> int | float | str:
+    """A value next to the task's answer: the next integer or hour, one more unit of the last decimal place,
+    another name of the same kind."""
+    answer = task["answer"]
+    if task["answer_kind"] == "int":
+        return (answer + 1) % 24 if task["template"] in T.HOUR_TEMPLATES else answer + 1
+    if task["answer_kind"] == "float":
+        return round(answer + 10 ** -task["decimals"], task["decimals"])
+    others = {"top_region_quarter": T.REGIONS, "top_mean_quantity": T.PRODUCTS}.get(task["template"])
+    if others:
+        return next(o for o in others if o != answer)
+    return answer + "x" if task["template"] == "slowest_path" else answer[:-1] + ("8" if answer[-1] == "9" else "9")
+
+
+def tasks_per_template(family: str, per: int = 3, limit: int = 600) -> dict[str, list[dict]]:
+    found: dict[str, list[dict]] = {}
+    for i in range(limit):
+        task = make_task(family, i)
+        if len(found.setdefault(task["template"], [])) < per:
+            found[task["template"]].append(task)
+    return found
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_template_accepts_correct_answers_in_every_form_and_rejects_wrong_ones(family):
+    """Each template's answer kind, written the ways people write it, scores 1; the neighbouring wrong value in the
+    same forms scores 0 (issue 20: ``**3464999702**``, ``The answer is 3464999702`` and ``17:00`` for an hour
+    were rejected)."""
+    found = tasks_per_template(family)
+    assert sorted(found) == sorted(template_names(family))
+    for template, tasks in found.items():
+        for task in tasks:
+            for form in _forms(task, task["answer"]):
+                assert check_answer(task, form), (template, form)
+            for form in _forms(task, _wrong(task)):
+                assert not check_answer(task, form), (template, task["answer"], form)
+
+
+def test_issue_cases_on_the_env(envs):
+    """The issue's CodeExec answers, submitted both ways, end the episode with success; a wrong value in the same
+    form does not."""
+    env = envs["numbers"]
+    env.reset(options={"task_index": 20})
+    n = env.task["answer"]
+    for form, ok in ((f"**{n}**", True), (f"The answer is {n}", True), (f"**{n + 1}**", False),
+                     (f"The answer is {n + 1}", False)):  # fmt: skip
+        for action in (f"<answer>{form}</answer>", call("submit_answer", answer=form)):
+            env.reset(options={"task_index": 20})
+            _, reward, terminated, _, info = env.step(action)
+            assert terminated and info["success"] is ok and reward == float(ok), (action, info)
+    logs = envs["logs"]
+    index = next(i for i in range(600) if make_task("logs", i)["template"] == "busiest_hour")
+    logs.reset(options={"task_index": index})
+    hour = logs.task["answer"]
+    for form, ok in ((f"{hour:02d}:00", True), (f"{hour}:00", True), (f"{(hour + 1) % 24:02d}:00", False),
+                     (f"{hour:02d}:30", False)):  # fmt: skip
+        logs.reset(options={"task_index": index})
+        _, _, terminated, _, info = logs.step(f"<answer>{form}</answer>")
+        assert terminated and info["success"] is ok, (form, hour)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["12,34", "1 2 3 4", "1,234 or 1,235", "not 1234", "about 1234?", "1234 1234", "12:34"],
+)
+def test_malformed_or_hedged_numbers_are_rejected(text):
+    task = {"answer": 1234, "answer_kind": "int", "decimals": None, "exact": None, "template": "count_5xx"}
+    assert not check_answer(task, text)
+
+
+@pytest.mark.parametrize("text", ["5 o'clock", "17:00-19:00", "5", "17:30", "16:00-16:59", "5 am", "17:00 or 18:00"])
+def test_hours_that_do_not_say_the_hour_are_rejected(text):
+    task = {"answer": 17, "answer_kind": "int", "decimals": None, "exact": None, "template": "busiest_hour"}
+    assert not check_answer(task, text)
+
+
+LEADS = ["", "The answer is ", "Answer: ", "Final answer: ", "So the final answer is ", "Here you go: "]
+MARKUP = [("", ""), ("**", "**"), ("`", "`"), ("*", "*"), ('"', '"')]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(family=st.sampled_from(FAMILIES), index=st.integers(0, 9_999), data=st.data())
+def test_any_wrapping_of_a_correct_answer_counts_and_of_a_wrong_one_does_not(family, index, data):
+    task = make_task(family, index)
+    for answer, ok in ((task["answer"], True), (_wrong(task), False)):
+        form = data.draw(st.sampled_from([f for f in _forms(task, answer) if "`" not in f and "*" not in f]))
+        left, right = data.draw(st.sampled_from(MARKUP))
+        text = data.draw(st.sampled_from(LEADS)) + left + form + right + data.draw(st.sampled_from(["", ".", "!"]))
+        if data.draw(st.booleans()):
+            text = f"```\n{left}{form}{right}\n```"
+        assert check_answer(task, text) is ok, (text, task["answer"])
