@@ -68,6 +68,7 @@ from agentgym import trust
 from agentgym.agents.base import Agent, GoldAgent
 from agentgym.envs.user_sim.agents import RandomInteractAgent
 from agentgym.envs.user_sim.base import UserSimEnv
+from agentgym.envs.user_sim.understanding import INDIRECT, split_clauses
 from agentgym.envs.user_sim.users import (
     ACK,
     ALL_TOLD,
@@ -339,11 +340,11 @@ PRIORITY_CUES = ("matters most", "matter most", "most important", "more importan
                  "prioritise", "prioritize", "optimise", "optimize", "sort by", "sort on", "sorted by", "sort them by",
                  "sort", "rank", "rank them by", "care most", "care about most", "most of all", "above all",
                  "focus on", "value most", "most to you", "top priority")  # fmt: skip
-#: Questions that ask for what the user has not said yet, naming no attribute ("anything else I should know?").
-INDIRECT_CUES = ("anything else", "something else", "what else", "any other", "anything more", "requirements",
-                 "requirement", "must-haves", "must haves", "must-have", "preferences", "preference", "needs",
-                 "looking for", "what do you need", "what would you like", "what do you want", "what matters",
-                 "important to you", "i should know", "tell me more", "wishes", "else")  # fmt: skip
+#: Questions that ask for what the user has not said yet, naming no attribute ("anything else I should know?"):
+#: ``understanding.INDIRECT`` and the ways a shopper is asked for its must-haves.
+INDIRECT_CUES = (*INDIRECT, "requirements", "requirement", "must-haves", "must haves", "must-have", "preferences",
+                 "preference", "needs", "looking for", "what do you need", "what would you like", "what do you want",
+                 "what matters", "important to you", "i should know", "wishes", "else")  # fmt: skip
 _LIMIT = re.compile(r"\b(most|least|max|maximum|min|minimum|limit|limits|exact|exactly|cap|ceiling|floor|threshold|"
                     r"cut-off|cutoff)\b")  # fmt: skip
 _UPPER = re.compile(r"\b(under|below|less than|at most|up to|no more than|not more than|max|maximum|within|"
@@ -357,9 +358,7 @@ _NEGATE = re.compile(r"\b(without|avoid|no|don't want|do not want|don't need|do 
                      r"not have|doesn't have|free of)\b")  # fmt: skip
 _EITHER = re.compile(r"\b(with or without|or not|whether|requirements?|preferences?|matters?|important|care about|"
                      r"feel about|think about|what about|how about)\b")  # fmt: skip
-_ASKING = re.compile(r"^(tell me|let me know|i need to know|i'd like to know|please (tell|say|share)|share)\b")
 _NUMBER = re.compile(r"(?<![\w./:])(€\s?)?(\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)(k\b)?")
-_CLAUSE = re.compile(r"(?<=[?!;])\s+|(?<=\.)\s+|\s+(?:and also|also)\s+")
 
 
 @dataclass(frozen=True)
@@ -468,13 +467,10 @@ class Lexicon:
         return out
 
     def read(self, message: str) -> Reading:
-        text = message.lower().replace("\u2019", "'")
         asks: list[Ask] = []
         indirect = False
-        for clause in (c.strip() for c in _CLAUSE.split(text)):
-            if not clause:
-                continue
-            question = "?" in clause or _ASKING.match(clause) is not None
+        for part in split_clauses(message.replace("\u2019", "'")):  # the shared splitter: clauses, which ask
+            clause, question = part.text, part.question
             hits = self._hits(clause)
             if any(h.kind in ("priority", "best") for h in hits):
                 asks.append(self._priority(hits, question))
