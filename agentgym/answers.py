@@ -187,6 +187,7 @@ def _unquote(text: str) -> str:
 # -- calls and choices ---------------------------------------------------------------------------------------------
 _CALL_START = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\s*\(")
 _CALL_LIMIT = 4_000  # characters of a call's arguments looked at (a call longer than this is no answer)
+_MAX_CALLS = 64  # call-like spans of one text looked at (more: no clear call)
 
 
 def find_call(text: str) -> tuple[str, dict[str, str]] | None:
@@ -202,14 +203,16 @@ def find_call(text: str) -> tuple[str, dict[str, str]] | None:
     >>> find_call("Which crust (thin, thick or stuffed)?"), find_call("f(a=1) or f(a=2)")
     (None, None)
     """
-    candidates = [extract_answer(text), text]
-    for source in candidates:
+    for source in (extract_answer(text), text):
         found: dict[str, tuple[str, dict[str, str]]] = {}
-        for m in _CALL_START.finditer(source):
-            close = _closing(source, m.end())
-            if close is None:  # an unpaired quote ("time=8 o'clock") quotes nothing
-                close = _closing(source, m.end(), quotes="")
-            if close is None:
+        quoted, plain = _pairs(source, "\"'"), _pairs(source, "")
+        starts = [m for m in _CALL_START.finditer(source) if m.end() - 1 in quoted or m.end() - 1 in plain]
+        if len(starts) > _MAX_CALLS:  # (each is parsed: a bound on the work)
+            return None
+        for m in starts:
+            # an unpaired quote ("time=8 o'clock") quotes nothing
+            close = quoted.get(m.end() - 1, plain.get(m.end() - 1, 0))
+            if close - m.end() > _CALL_LIMIT:
                 continue
             args = _arguments(source[m.end() : close])
             if args is not None:
@@ -222,24 +225,23 @@ def find_call(text: str) -> tuple[str, dict[str, str]] | None:
     return None
 
 
-def _closing(text: str, start: int, quotes: str = "\"'") -> int | None:
-    """The index of the ``)`` that closes the parenthesis opened just before ``start`` (inside ``quotes`` a
-    parenthesis does not count)."""
-    depth, quote = 1, ""
-    for i in range(start, min(len(text), start + _CALL_LIMIT)):
-        ch = text[i]
+def _pairs(text: str, quotes: str) -> dict[int, int]:
+    """``{index of "(": index of its ")"}`` for the parentheses of ``text`` that close (inside one of ``quotes`` a
+    parenthesis does not count). One pass."""
+    stack: list[int] = []
+    out: dict[int, int] = {}
+    quote = ""
+    for i, ch in enumerate(text):
         if quote:
             if ch == quote:
                 quote = ""
         elif ch in quotes:
             quote = ch
         elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-            if depth == 0:
-                return i
-    return None
+            stack.append(i)
+        elif ch == ")" and stack:
+            out[stack.pop()] = i
+    return out
 
 
 _PAIR = re.compile(r"""\s*["']?([A-Za-z_]\w*)["']?\s*[=:]\s*("[^"]*"|'[^']*'|[^,]*?)\s*(?:,|$)""")

@@ -6,7 +6,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentgym.answers import exact_match, extract_answer, f1_score, normalize_answer, score_answer, sub_exact_match
+from agentgym.answers import (
+    exact_match,
+    extract_answer,
+    f1_score,
+    find_call,
+    match_choice,
+    normalize_answer,
+    score_answer,
+    sub_exact_match,
+)
 
 texts = st.text(max_size=40) | st.sampled_from(["the", "a", "An", "The Hemlo City", "hemlo", "1,234", "", " . "])
 gold_lists = st.lists(texts, min_size=1, max_size=4)
@@ -173,3 +182,77 @@ def test_extract_answer_never_turns_one_answer_into_another(answer, other, data)
 def test_extract_answer_is_total(text):
     out = extract_answer(text)
     assert isinstance(out, str) and len(out) <= len(text)
+
+
+# -- find_call and match_choice -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "call"),
+    [
+        ("order_pizza(size=large)", ("order_pizza", {"size": "large"})),
+        ("Here you go: `order_pizza(size='large', delivery=pickup)`.", ("order_pizza", {"size": "large",
+                                                                                         "delivery": "pickup"})),
+        ("```\norder_pizza(size=large)\n```", ("order_pizza", {"size": "large"})),
+        ('book_table({"people": 6, "day": "thu"})', ("book_table", {"people": "6", "day": "thu"})),
+        ("book_table(people: 6, day: 'thu')", ("book_table", {"people": "6", "day": "thu"})),
+        ("book_table(time=8 o'clock, people=4)", ("book_table", {"time": "8 o'clock", "people": "4"})),  # a lone '
+        ("book_table(note='a, b', people=4)", ("book_table", {"note": "a, b", "people": "4"})),
+        ("Sure (order_pizza(size=large))", ("order_pizza", {"size": "large"})),
+        ("Which crust (thin or thick)? order_pizza(crust=thin)", ("order_pizza", {"crust": "thin"})),
+        ("f() then f()", ("f", {})),  # the same call twice is one call
+    ],
+)  # fmt: skip
+def test_find_call_cases(text, call):
+    assert find_call(text) == call
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "no call here", "order_pizza(size=large", "order_pizza(large)", "f(a=1) or g(a=1)", "f(a=1) or f(a=2)",
+     "f(" * 8_000, "f(" * 4_000 + ")" * 4_000, "f(a=" * 4_000 + ")" * 4_000, "g(x) " * 3_000, "(" * 16_000],
+)  # fmt: skip
+@pytest.mark.timeout(60)  # a hang guard: every input is read in a bounded number of passes
+def test_find_call_refuses_what_is_no_single_call(text):
+    assert find_call(text) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "choices", "expected"),
+    [
+        ("Thurs.", ("monday", "thursday"), "thursday"),
+        ("weds", ("wednesday", "friday"), "wednesday"),
+        ("8pm", ("19:00", "20:00"), "20:00"),
+        ("8:00 p.m.", ("19:00", "20:00"), "20:00"),
+        ("20h", ("19:00", "20:00"), "20:00"),
+        ("eight pm", ("19:00", "20:00"), "20:00"),
+        ("8 o'clock", ("08:00", "20:00"), None),  # either half is a choice: unclear
+        ("8 o'clock", ("19:00", "20:00"), "20:00"),
+        ("8", ("19:00", "20:00"), None),  # a bare number is no time
+        ("six", ("2", "6"), "6"),
+        ("6.0", ("2", "6"), "6"),
+        ("6.5", ("2", "6"), None),
+        ("seven", ("2", "6"), None),
+        ("thin crust", ("thin", "thick"), "thin"),
+        ("THE THIN ONE", ("thin", "thick"), None),
+        ("thick", ("thin",), None),
+    ],
+)
+def test_match_choice_cases(value, choices, expected):
+    assert match_choice(value, choices, noise=["crust"]) == expected
+
+
+def test_match_choice_synonyms_and_hours():
+    minutes = ("15", "30", "60")
+    assert match_choice("1 hour", minutes, noise=["minutes"]) == "60"
+    assert match_choice("an hour", minutes, noise=["minutes"]) == "60"
+    assert match_choice("30 min", minutes, noise=["minutes", "min"]) == "30"
+    assert match_choice("2 hours", minutes, noise=["minutes"]) is None
+    both = {"a": ["x"], "b": ["x"]}  # a synonym of two choices names neither
+    assert match_choice("x", ("a", "b"), both) is None
+
+
+@given(st.text(max_size=300), st.lists(st.sampled_from(["18:00", "20:30", "2", "6", "monday", "thin", "x y"]),
+                                       min_size=1, max_size=4, unique=True))  # fmt: skip
+def test_find_call_and_match_choice_are_total(text, choices):
+    call = find_call(text)
+    assert call is None or (isinstance(call[0], str) and isinstance(call[1], dict))
+    assert match_choice(text, choices) in (None, *choices)
