@@ -32,9 +32,10 @@ released / directed by ...", "Did it come out after ...?", "Did it become indepe
 headquartered in ...?", "Does it flow into ...?", "Does it rise in ...?", "Is it longer than 500 km?", "Does it have
 more than 1.5 million inhabitants?"), other names of attributes ("job", "birthplace", "year of release"), and
 magnitudes ("500k", "2.5 million"). "Was it made ...?" asks the release year of a film and the founding year of a
-city or company. A question whose yes/no would be unclear gets the fixed reply, never a guess: a negation ("Isn't
-it a film?"), "the 1900s" (a decade or a century?), a place the knowledge base does not hold ("Is it located in
-X?"). ``tests/envs/test_twenty_questions_paraphrases.py`` asks 3,486 questions in these forms and checks each answer
+city or company; "Is the country X?" asks a city's country and a country's own name. A question whose yes/no would
+be unclear gets the fixed reply, never a guess: a negation ("Isn't it a film?"), "the 1900s" (a decade or a
+century?), a place the knowledge base does not hold ("Is it located in X?").
+``tests/envs/test_twenty_questions_paraphrases.py`` asks 3,534 questions in these forms and checks each answer
 against the entity's row.
 
 The attributes come from the knowledge base: ``occupation``, ``birth year``, ``birth city``, ``birth country``
@@ -140,6 +141,8 @@ ALIASES: dict[str, str] = {
 COUNTRY_OF: dict[str, str] = {"birth city": "birth country", "headquarters": "headquarters country"}
 #: The words for those attributes that name a place, not a city ("birth city" does not name a country).
 PLACE_WORDS = frozenset({"birthplace", "place of birth", "headquarters", "hq", "head office", "headquarters location"})
+#: Attributes that an entity of one type has as itself: "Is the country Tinra?" of a country asks its name.
+SELF_VALUED: dict[str, str] = {"country": "country"}
 #: Number attributes made of others (the first the entity has counts): "Was it made before 1950?".
 DERIVED: dict[str, tuple[str, ...]] = {"year made": ("release year", "founding year")}
 #: Verb forms read as a number attribute: "Was it founded before 1900?" (the entity as their subject).
@@ -332,6 +335,8 @@ class Question:
             value = next((row[a] for a in DERIVED[self.attribute] if a in row), None)
         else:
             value = row.get(self.attribute)
+        if value is None and SELF_VALUED.get(self.attribute) == row.get("type"):
+            value = row["name"]
         if value is None:
             return False
         if not self.op:

@@ -162,6 +162,9 @@ def questions_about(row: dict, rng: random.Random) -> list[tuple[str, Truth, str
         else:
             for value in (row[attr], _other(BY_TYPE[kind], attr, row[attr])):
                 out += [(p.format(v=value), _has(attr, value), attr) for p in VALUE_PHRASES[attr]]
+    if kind == "country":  # "the country" of a country is itself
+        for name in (row["name"], peer["name"]):
+            out += [(p.format(v=name), _has("name", name), "country") for p in VALUE_PHRASES["country"]]
     if kind == "city":  # "a million" and "500k"
         for n, text in ((1_000_000, "1 million"), (2_500_000, "2.5 million"), (500_000, "500k"),
                         (1_000_000, "a million")):  # fmt: skip
