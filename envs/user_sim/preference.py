@@ -131,8 +131,9 @@ class Attribute:
     and paraphrases: "memory" and "gb" for ram, "outdoor seating" for a terrace, "vegan" for vegetarian);
     ``vague`` are generic cues that count only when nothing else in the clause names an attribute ("how much" is
     about the price unless the clause names memory); ``units`` follow a number ("16 GB", "4-star", "8 out of
-    10"); ``best`` are superlatives that name it as the priority ("cheapest", "best rated"); ``hint`` is what a user
-    who holds a must-have on it loosely (``hard``) says before asked for the exact limit.
+    10"); ``best`` are superlatives that name it as the priority ("cheapest", "best rated") and ``more``
+    comparatives that do when a clause weighs two ("Cheaper or better rated?"); ``hint`` is what a user who holds a
+    must-have on it loosely (``hard``) says before asked for the exact limit.
     """
 
     key: str
@@ -150,6 +151,7 @@ class Attribute:
     vague: tuple[str, ...] = ()
     units: tuple[str, ...] = ()
     best: tuple[str, ...] = ()
+    more: tuple[str, ...] = ()
     hint: str = ""
 
 
@@ -187,6 +189,9 @@ def fmt(value: Any) -> str:
 
 _NUM_SAYS = ("{value}.", "It should be {value}.", "{value}, please.")
 _FLAG_SAYS = ("It must come {value}.", "{value}, please.")
+_EUROS = ("euros", "euro", "eur", "€")
+_CHEAPEST = ("lowest price", "cheapest", "least expensive")
+_CHEAPER = ("cheaper", "less expensive", "lower price", "lower prices")
 _PRICE = ("price", "budget", "cost", "costs", "spend", "pay", "afford", "expensive", "cheap", "pricey", "euros",
           "euro", "€")  # fmt: skip
 _AREA = Attribute("area", "category", ("area", "part of town", "neighbourhood", "neighborhood", "district",
@@ -198,6 +203,7 @@ _RATING = Attribute("rating", "number", ("rating", "rated", "reviews", "reviewed
                     thresholds=(7, 8), unit="out of 10", soft="highest rating", says=_NUM_SAYS,
                     units=("out of 10", "/10", "/ 10"), best=("highest rating", "highest rated", "best rated",
                     "best-rated", "top rated", "top-rated", "best reviews", "best reviewed", "best-reviewed"),
+                    more=("better rated", "better reviews", "better reviewed", "higher rated", "higher rating"),
                     hint="It should be well rated.")  # fmt: skip
 _DISTANCE = Attribute("distance", "number", ("distance", "how far", "far", "km", "kilometres", "kilometers", "walk",
                       "walking", "walking distance", "from the centre", "to the centre", "of the centre",
@@ -206,6 +212,7 @@ _DISTANCE = Attribute("distance", "number", ("distance", "how far", "far", "km",
                       unit="km from the centre", soft="shortest distance", says=_NUM_SAYS,
                       units=("km", "kilometres", "kilometers", "kilometre", "kilometer"),
                       best=("shortest distance", "closest", "nearest", "most central"),
+                      more=("closer", "nearer", "more central", "shorter distance"),
                       hint="It shouldn't be too far away.")  # fmt: skip
 
 DOMAINS: dict[str, Domain] = {
@@ -214,8 +221,7 @@ DOMAINS: dict[str, Domain] = {
         Attribute("price", "number", (*_PRICE, "a night", "per night", "nightly rate"), "for {value} a night",
                   span(40, 300, 5), "at most {n} euros", better="low", thresholds=(100, 120, 150, 200),
                   unit="euros per night", soft="lowest price", says=_NUM_SAYS, vague=("how much",),
-                  units=("euros", "euro", "eur", "€"), best=("lowest price", "cheapest", "least expensive"),
-                  hint="I don't want to spend too much."),
+                  units=_EUROS, best=_CHEAPEST, more=_CHEAPER, hint="I don't want to spend too much."),
         Attribute("stars", "number", ("stars", "star", "star rating", "how many stars", "star hotel"),
                   "with {value}", span(1, 5, 1), "at least {n} stars", thresholds=(3, 4), unit="stars",
                   says=_NUM_SAYS, vague=("how many",), units=("stars", "star"),
@@ -237,7 +243,7 @@ DOMAINS: dict[str, Domain] = {
         Attribute("price", "number", _PRICE, "for {value}", span(300, 2500, 10), "at most {n} euros",
                   better="low", thresholds=(800, 1000, 1200, 1500), unit="euros", soft="lowest price",
                   says=_NUM_SAYS, vague=("how much",), units=("euros", "euro", "eur", "€"),
-                  best=("lowest price", "cheapest", "least expensive"), hint="I don't want to spend too much."),
+                  best=_CHEAPEST, more=_CHEAPER, hint="I don't want to spend too much."),
         Attribute("ram", "number", ("ram", "memory", "gb", "gigabytes", "gigs", "gig"), "with {value} of ram",
                   (8.0, 16.0, 32.0, 64.0), "at least {n} gb", thresholds=(16, 32), unit="gb", says=_NUM_SAYS,
                   units=("gb", "gigabytes", "gigabyte", "gigs", "gig"), hint="It needs a good amount of memory."),
@@ -245,12 +251,15 @@ DOMAINS: dict[str, Domain] = {
                   "carry", "portable"), "weighing {value}", span(0.9, 3.0, 0.1), "at most {n} kg", better="low",
                   thresholds=(1.5, 2), unit="kg", soft="lowest weight", says=_NUM_SAYS,
                   units=("kg", "kilos", "kilograms", "kilo"), best=("lowest weight", "lightest"),
+                  more=("lighter", "lower weight"),
                   hint="It shouldn't be too heavy."),
-        Attribute("battery", "number", ("battery", "battery life", "hours", "unplugged", "on a charge", "charge"),
+        Attribute("battery", "number", ("battery", "battery life", "hours", "unplugged", "on a charge", "charge",
+                  "full day", "working day", "all day", "a full working day"),
                   "with {value} of battery life", span(4, 20, 1), "at least {n} hours", thresholds=(8, 10, 12),
                   unit="hours", soft="longest battery life", says=_NUM_SAYS, vague=("how long",),
                   units=("hours", "hour", "hrs", "h"), best=("longest battery life", "longest battery",
-                  "longest-lasting", "longest lasting"), hint="The battery should last a good while."),
+                  "longest-lasting", "longest lasting"), more=("longer battery life", "longer battery",
+                  "longer-lasting", "longer lasting"), hint="The battery should last a good while."),
         _RATING,
         Attribute("touchscreen", "flag", ("touchscreen", "touch screen", "touch-screen", "touch"), "{value}",
                   phrase="a touchscreen", negatable=True, says=_FLAG_SAYS),
@@ -259,14 +268,14 @@ DOMAINS: dict[str, Domain] = {
     )),
     "restaurant": Domain("restaurant", "restaurants", "R", "Can you recommend a restaurant", (
         Attribute("cuisine", "category", ("cuisine", "kind of food", "type of food", "kind of cuisine",
-                  "in the mood for"), "serving {value} food", ("italian", "thai", "indian", "mexican", "greek",
-                  "japanese"), says=("{value} food.", "Something {value}."), vague=("food", "eat", "dish", "dishes")),
+                  "in the mood for", "kitchen"), "serving {value} food",
+                  ("italian", "thai", "indian", "mexican", "greek", "japanese"),
+                  says=("{value} food.", "Something {value}."), vague=("food", "eat", "dish", "dishes")),
         _AREA,
         Attribute("price", "number", (*_PRICE, "a head", "per person", "per head"), "for {value} a head",
                   span(10, 80, 1), "at most {n} euros", better="low", thresholds=(25, 30, 40, 50),
                   unit="euros per person", soft="lowest price", says=_NUM_SAYS, vague=("how much",),
-                  units=("euros", "euro", "eur", "€"), best=("lowest price", "cheapest", "least expensive"),
-                  hint="I don't want to spend too much."),
+                  units=_EUROS, best=_CHEAPEST, more=_CHEAPER, hint="I don't want to spend too much."),
         _RATING,
         _DISTANCE,
         Attribute("terrace", "flag", ("terrace", "outdoor", "outside", "outdoors", "outdoor seating", "al fresco",
@@ -338,13 +347,14 @@ def query_of(constraints: Mapping[str, Any], domain: Domain, soft: str) -> str:
 #: Words that make a clause about the priority: the attributes it names are candidate priorities, not must-haves.
 PRIORITY_CUES = ("matters most", "matter most", "most important", "more important", "priority", "priorities",
                  "prioritise", "prioritize", "optimise", "optimize", "sort by", "sort on", "sorted by", "sort them by",
-                 "sort", "rank", "rank them by", "care most", "care about most", "most of all", "above all",
+                 "sort the", "rank", "rank them by", "care most", "care about most", "most of all", "above all",
                  "focus on", "value most", "most to you", "top priority")  # fmt: skip
 #: Questions that ask for what the user has not said yet, naming no attribute ("anything else I should know?"):
 #: ``understanding.INDIRECT`` and the ways a shopper is asked for its must-haves.
 INDIRECT_CUES = (*INDIRECT, "requirements", "requirement", "must-haves", "must haves", "must-have", "preferences",
                  "preference", "needs", "looking for", "what do you need", "what would you like", "what do you want",
-                 "what matters", "important to you", "i should know", "wishes", "else")  # fmt: skip
+                 "what matters", "important to you", "i should know", "wishes", "else", "i missed",
+                 "we missed")  # fmt: skip
 _LIMIT = re.compile(r"\b(most|least|max|maximum|min|minimum|limit|limits|exact|exactly|cap|ceiling|floor|threshold|"
                     r"cut-off|cutoff)\b")  # fmt: skip
 _UPPER = re.compile(r"\b(under|below|less than|at most|up to|no more than|not more than|max|maximum|within|"
@@ -358,6 +368,9 @@ _NEGATE = re.compile(r"\b(without|avoid|no|don't want|do not want|don't need|do 
                      r"not have|doesn't have|free of)\b")  # fmt: skip
 _EITHER = re.compile(r"\b(with or without|or not|whether|requirements?|preferences?|matters?|important|care about|"
                      r"feel about|think about|what about|how about)\b")  # fmt: skip
+_NUMBER_WORDS = {w: str(i) for i, w in enumerate(("zero", "one", "two", "three", "four", "five", "six", "seven",
+                                                   "eight", "nine", "ten", "eleven", "twelve")) if i >= 2}  # fmt: skip
+_NUMBER_WORD = re.compile(rf"\b({'|'.join(_NUMBER_WORDS)})\b")
 _NUMBER = re.compile(r"(?<![\w./:])(€\s?)?(\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)(k\b)?")
 
 
@@ -398,7 +411,7 @@ class _Hit:
     start: int
     end: int
     slot: str
-    kind: Literal["alias", "value", "vague", "best", "priority"]
+    kind: Literal["alias", "value", "vague", "best", "more", "priority"]
     text: str
 
 
@@ -436,6 +449,7 @@ class Lexicon:
             phrases += [(w, a.key, "vague") for w in a.vague]
             if a.soft:
                 phrases += [(w, a.key, "best") for w in (a.soft, *a.best)]
+                phrases += [(w, a.key, "more") for w in a.more]
             units += [(u, a.key) for u in a.units]
         phrases += [(w, PRIORITY, "priority") for w in PRIORITY_CUES]
         phrases.sort(key=lambda p: (-len(p[0]), p[0]))
@@ -470,9 +484,11 @@ class Lexicon:
         asks: list[Ask] = []
         indirect = False
         for part in split_clauses(message.replace("\u2019", "'")):  # the shared splitter: clauses, which ask
-            clause, question = part.text, part.question
+            clause = _NUMBER_WORD.sub(lambda m: _NUMBER_WORDS[m.group(1)], part.text)  # "a three-star hotel"
+            question = part.question
             hits = self._hits(clause)
-            if any(h.kind in ("priority", "best") for h in hits):
+            weighs = len({h.slot for h in hits if h.kind == "more"}) > 1  # "Cheaper or better rated?"
+            if weighs or any(h.kind in ("priority", "best") for h in hits):
                 asks.append(self._priority(hits, question))
                 continue
             numbers = self._numbers(clause)

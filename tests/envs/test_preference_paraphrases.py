@@ -377,3 +377,122 @@ def test_numbers_asked_in_any_form_from_the_issue():
     assert replies[1] == "Yes. I don't want to spend too much."  # at most 800 lies under 1000
     assert NONE_SAID.search(replies[2].lower())  # no RAM floor
     assert replies[3].lower().rstrip(".").endswith("at most 800 euros")
+
+
+# -- held out: written after the lexicons, to measure coverage -----------------------------------------------------
+# Before the fixes they prompted, 52 of these 58 questions (802 of the 863 cases) got truthful replies; the misses:
+# "What sort of cuisine?" (read as sorting), "kitchen", "a three-star place", "a full working day", "Cheaper or better
+# rated: which do you prefer?", "Is there anything I missed?".
+#: (slots, question, form): form "open" (state the must-have, or no preference), "flag+"/"flag-" (a yes/no about
+#: having / not having the flag), "point"/"too"/"need"/"enough" (a number ``{x}`` offered, as in NUMBER_FORMS),
+#: "soft" (a yes/no about the first slot's priority), "indirect".
+HELD_OUT: tuple[tuple[tuple[str, ...], str, str], ...] = (
+    (("area",), "Which side of town do you want to stay on?", "open"),
+    (("area",), "Would you rather be up north or down south?", "open"),
+    (("area",), "What location works for you?", "open"),
+    (("cuisine",), "What sort of cuisine?", "open"),
+    (("cuisine",), "Fancy Italian, or maybe Thai?", "open"),
+    (("cuisine",), "Any particular kitchen you like?", "open"),
+    (("brand",), "Do you care which company makes it?", "open"),
+    (("brand",), "Any brand loyalty?", "open"),
+    (("brand",), "Nova or Zenith?", "open"),
+    (("colour",), "Black or silver?", "open"),
+    (("colour",), "Does the colour matter?", "open"),
+    (("colour",), "What colour do you fancy?", "open"),
+    (("price",), "How much are you willing to pay?", "open"),
+    (("price",), "Is price a concern?", "open"),
+    (("price",), "What price range?", "open"),
+    (("price",), "Would you pay {x} euros?", "point"),
+    (("price",), "Would {x} euros be too expensive?", "too"),
+    (("price",), "Shall I keep it below {x} euros?", "need"),
+    (("stars",), "How many stars at minimum?", "open"),
+    (("stars",), "Do you want a {x}-star hotel?", "point"),
+    (("stars",), "Is a three-star place fine?", "open-3"),
+    (("rating",), "What rating would you accept?", "open"),
+    (("rating",), "Do reviews matter to you?", "open"),
+    (("rating",), "Should it have good reviews?", "open"),
+    (("rating",), "Is a rating of {x} good enough?", "point"),
+    (("distance",), "How close to the centre do you want to be?", "open"),
+    (("distance",), "Is {x} km from the centre too far?", "too"),
+    (("distance",), "Do you mind walking?", "open"),
+    (("ram",), "How much RAM?", "open"),
+    (("ram",), "Is {x} GB sufficient?", "point"),
+    (("ram",), "Do you need {x} gigs?", "point"),
+    (("weight",), "Do you need something light?", "open"),
+    (("weight",), "Is weight an issue?", "open"),
+    (("weight",), "Is {x} kg acceptable?", "point"),
+    (("battery",), "How important is battery life?", "open"),
+    (("battery",), "Does it need to last a full working day?", "open"),
+    (("battery",), "Is {x} hours of battery fine?", "point"),
+    (("pool",), "Is a swimming pool important?", "open"),
+    (("pool",), "Are you fine without a pool?", "flag-"),
+    (("parking",), "Do you need a place to park your car?", "flag+"),
+    (("breakfast",), "Should breakfast be part of the deal?", "flag+"),
+    (("touchscreen",), "Do you want a touch display?", "flag+"),
+    (("keyboard",), "Do you need a keyboard that lights up?", "flag+"),
+    (("terrace",), "Do you want to eat outside?", "flag+"),
+    (("vegetarian",), "Any dietary needs, like vegetarian?", "flag+"),
+    (("late",), "Do you need it to stay open late?", "flag+"),
+    ((PRIORITY,), "What's most important to you?", "open"),
+    ((PRIORITY,), "What should I optimise for?", "open"),
+    ((PRIORITY,), "How should I rank the options?", "open"),
+    (("price", PRIORITY), "Cheaper or better rated: which do you prefer?", "open"),
+    (("distance", PRIORITY), "Do you prefer the closest one?", "soft"),
+    (("rating", PRIORITY), "Is rating your top priority?", "soft"),
+    (("price", PRIORITY), "Should the cheapest come first?", "soft"),
+    ((), "Is there anything I missed?", "indirect"),
+    ((), "Anything more you'd like?", "indirect"),
+    ((), "What are your must-haves?", "indirect"),
+    (("price", "area"), "What's your budget and which area?", "open"),
+    (("parking", "pool"), "Do you need parking and a pool?", "open"),
+)  # fmt: skip
+
+
+def held_out_cases(difficulty: str, index: int) -> list[Case]:
+    task = make_task(difficulty, index)
+    domain = DOMAINS[task["domain"]]
+    keys = {a.key for a in domain.attributes} | {PRIORITY}
+    goal, constraints = task["goal"], task["constraints"]
+    out = []
+    for slots, text, form in HELD_OUT:
+        if not set(slots) <= keys:
+            continue
+        if form == "indirect":
+            out.append(Case((difficulty, index), "held out", text, (), indirect=True))
+            continue
+        key = slots[0]
+        held = key in goal
+        if form == "soft":
+            soft = domain.attribute(key).soft
+            out.append(Case((difficulty, index), "held out", text, ((PRIORITY, "yes" if goal[PRIORITY] == soft
+                                                                     else "no"),)))  # fmt: skip
+        elif slots[-1] == PRIORITY:  # the priority, asked openly or between two
+            out.append(Case((difficulty, index), "held out", text, ((PRIORITY, "state"),)))
+        elif form in ("open", "open-3"):
+            expect = tuple((k, "state" if k in goal else "none") for k in slots)
+            out.append(Case((difficulty, index), "held out", text, expect))  # type: ignore[arg-type]
+        elif form in ("flag+", "flag-"):
+            want = constraints.get(key)
+            yes = want if form == "flag+" else (want is not None and not want)
+            out.append(Case((difficulty, index), "held out", text, ((key, ("yes" if yes else "no") if held else
+                                                                      "none"),), told=held))  # fmt: skip
+        else:
+            attr = domain.attribute(key)
+            threshold = float(constraints[key]) if held else float(attr.thresholds[0])
+            for x in _offers(attr, threshold):
+                expect: Expect = ("yes" if _fits(attr, threshold, x, form) else "no") if held else "none"
+                out.append(Case((difficulty, index), "held out", text.format(x=fmt(x)), ((key, expect),), told=held))
+    return out
+
+
+HELD_OUT_CASES = [c for d, i in TASKS for c in held_out_cases(d, i)]
+
+
+def test_held_out_questions_get_truthful_replies():
+    failures = []
+    for case in HELD_OUT_CASES:
+        spec, user = _fresh(case.task)
+        reply, _ = user.respond([], case.question)
+        if problems := check_truthful(case, reply, spec):
+            failures.append(f"{case}: {reply!r}: {'; '.join(problems)}")
+    assert not failures, f"{len(failures)} of {len(HELD_OUT_CASES)}:\n" + "\n".join(failures[:40])
