@@ -458,9 +458,11 @@ class Lexicon:
 
     def _hits(self, clause: str) -> list[_Hit]:
         taken: list[_Hit] = []
+        used = bytearray(len(clause))  # characters a longer match holds already
         for phrase, slot, kind in self.phrases:  # longest first: "from the centre" beats "centre"
             for start, end in _words(clause, phrase):
-                if all(end <= h.start or start >= h.end for h in taken):
+                if not any(used[start:end]):
+                    used[start:end] = b"\x01" * (end - start)
                     taken.append(_Hit(start, end, slot, kind, phrase))  # type: ignore[arg-type]
         return sorted(taken, key=lambda h: h.start)
 
