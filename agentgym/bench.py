@@ -29,7 +29,8 @@ BENCH_MAX_EPISODES: dict[str, int] = {"agentgym/Household-v0": 500, "agentgym/BF
 #: Columns shown in the printed table, in order (those an env does not report are left out); every ``pass^k``
 #: the rows hold (``--trials K``: pass^1 .. pass^K) comes in order of k before ``seconds``.
 COLUMNS = ("env", "agent", "category", "episodes", "success", "return", "turns", "turns_to_success", "invalid_rate",
-           "em", "f1", "subem", "supporting_recall", "searches", "simulator_failure", "elicited", "information_gain",
+           "em", "f1", "subem", "supporting_recall", "searches", "simulator_failure", "elicited", "questions",
+           "questions_per_success", "information_gain",
            "seconds")  # fmt: skip
 
 

@@ -522,7 +522,9 @@ class Summary:
     """Running means of ``episode_metrics``, overall and per task category: what ``summarize`` reports, built
     one episode at a time in constant memory per category.
 
-    ``turns_to_success`` is the mean number of turns of the successful episodes (None without any). With
+    ``turns_to_success`` is the mean number of turns of the successful episodes (None without any); where the
+    episodes report a ``questions`` metric (the user-simulation envs), ``questions_per_success`` is every question
+    asked divided by the successes: what one success costs in questions, failures included (None without any). With
     ``group_size`` K > 1 (episodes added in groups of K trials of one task, as ``run(..., group_size=K)`` plays
     them), rows also hold ``pass^1`` .. ``pass^K``: ``pass_hat_k`` per task, averaged over tasks.
 
@@ -582,6 +584,9 @@ class Summary:
             row = {"category": name, "episodes": n, **{k: v / n for k, v in self._sums[group].items()}}
             won = self._won.get(group)
             row["turns_to_success"] = won[1] / won[0] if won else None
+            if "questions" in self._sums[group]:
+                wins = self._sums[group].get("success", 0.0)
+                row["questions_per_success"] = self._sums[group]["questions"] / wins if wins else None
             tasks = self._pass_counts.get(group, 0)
             for j, total in enumerate(self._pass_sums.get(group, []), start=1):
                 row[f"pass^{j}"] = total / tasks

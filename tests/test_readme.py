@@ -177,13 +177,22 @@ FIGURES = [
     Figure(
         "agentgym bench --env agentgym/Clarify-v0 --episodes 60 --trials 4",
         _per_level(
-            ("success", "success"), ("pass^4", "pass^4"), ("turns", "turns"), ("hidden details drawn out", "elicited")
+            ("success", "success"),
+            ("pass^4", "pass^4"),
+            ("turns", "turns"),
+            ("questions per success", "questions_per_success"),
+            ("hidden details drawn out", "elicited"),
         ),
         slow=False,
     ),
     Figure(
         "agentgym bench --env agentgym/Preference-v0 --episodes 900",
-        _per_level(("best item (success)", "best"), ("acceptable item", "acceptable"), ("questions", "questions")),
+        _per_level(
+            ("best item (success)", "best"),
+            ("acceptable item", "acceptable"),
+            ("questions", "questions"),
+            ("questions per success", "questions_per_success"),
+        ),
     ),
     Figure(
         "agentgym bench --env agentgym/TwentyQuestions-v0 --episodes 1200",

@@ -10,7 +10,7 @@ import pytest
 from agentgym.cli import main
 from agentgym.envs.search_qa.agents import RandomAgent
 from agentgym.replay import replay_file
-from agentgym.runner import Summary, format_table, pass_hat_k, run, summarize
+from agentgym.runner import Summary, episode_metrics, format_table, pass_hat_k, run, summarize
 from agentgym.trajectory import read_trajectories
 
 KW = {"dataset": "tiny"}
@@ -196,3 +196,16 @@ def test_summary_reports_pass_k_over_groups_of_trials():
     won = [len(t.turns) for t in trajs if t.success]
     assert row["turns_to_success"] == (pytest.approx(sum(won) / len(won)) if won else None)
     assert "pass^2" not in summarize(trajs)[0]  # without groups there is no pass^k
+
+
+def test_questions_per_success_counts_the_questions_of_failures_too():
+    trajs = run("agentgym/Clarify-v0", "keyword", 12, seed=0, env_kwargs={"difficulty": "hard"}, progress=False)
+    wins = sum(bool(t.success) for t in trajs)
+    asked = sum(episode_metrics(t)["questions"] for t in trajs)
+    (row,) = summarize(trajs, by_category=False)
+    assert 0 < wins < len(trajs), "the keyword agent should win some hard tasks and lose others"
+    assert row["questions_per_success"] == pytest.approx(asked / wins)
+    assert row["questions_per_success"] > row["questions"]  # failures cost questions and win nothing
+    search = run("agentgym/SearchQA-v0", "random", 2, seed=0, env_kwargs=KW, progress=False)
+    (search_row,) = summarize(search, by_category=False)
+    assert "questions_per_success" not in search_row  # only where episodes report questions

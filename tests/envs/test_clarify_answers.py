@@ -17,6 +17,8 @@ TENS = ["twenty", "thirty", "forty", "fifty", "sixty"]
 
 def word(n: int) -> str:
     return WORDS[n] if n < 20 else TENS[n // 10 - 2] + (f"-{WORDS[n % 10]}" if n % 10 else "")
+
+
 SLOTS = {action: {s.name: s for s in slots} for action, _, slots, _ in DOMAINS.values()}
 
 
