@@ -16,8 +16,9 @@ Conventions
 
 Estimators by name (``ESTIMATORS`` / :func:`get_estimator`), each ``fn(batch: TurnBatch, **params) ->
 list[np.ndarray]`` (per-turn advantages): ``grpo``, ``dr_grpo``, ``rloo`` (trajectory-level, every turn gets
-the trajectory's value), ``gtpo``, ``turn_ppo``, ``igpo``, ``siop``, ``a2tgpo``, ``gigpo``, ``matchtir``,
-``mapo``, ``userrl``. Token-level PPO GAE (:func:`token_gae`) works on token arrays and is not registered.
+the trajectory's value), ``gtpo``, ``turn_ppo``, ``igpo``, ``siop``, ``a2tgpo``, ``gigpo`` (state anchors),
+``gigpo_obs`` (observation anchors), ``matchtir``, ``mapo``, ``userrl``, ``mt_grpo`` (a verified per-turn signal
+plus the outcome). Token-level PPO GAE (:func:`token_gae`) works on token arrays and is not registered.
 
 >>> b = TurnBatch([[0.0, 1.0], [0.0, 0.0], [1.0]], group_ids=["q", "q", "r"])
 >>> [a.round(4).tolist() for a in get_estimator("grpo")(b)]
@@ -28,6 +29,7 @@ the trajectory's value), ``gtpo``, ``turn_ppo``, ``igpo``, ``siop``, ``a2tgpo``,
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,7 +43,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ESTIMATORS",
+    "OUTCOME_ESTIMATORS",
+    "TURN_SIGNALS",
     "TurnBatch",
+    "TurnSignal",
     "a2tgpo_advantages",
     "adaptive_clip_scale",
     "broadcast_to_tokens",
@@ -56,7 +61,10 @@ __all__ = [
     "mapo_mixed",
     "masked_whiten",
     "matchtir_dual",
+    "mt_grpo",
     "normalize_turn_returns",
+    "observation_anchors",
+    "observation_key",
     "place_turn_rewards",
     "rloo",
     "siop_advantages",
@@ -766,6 +774,161 @@ def userrl_advantages(
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# multi-turn GRPO with a verified per-turn signal, and the signals and observation keys it reads
+# (docs/rewards.md, 'Multi-turn GRPO and observation anchors')
+
+FinalTurn = Literal["outcome", "both"]
+SignalMode = Literal["value", "delta"]
+
+
+def _signal_rows(rows: Any, name: str) -> list[list[float | None]]:
+    """Ragged per-turn signals: a number (a bool counts as 0/1) or None (no verified signal at that turn)."""
+    out: list[list[float | None]] = []
+    for i, row in enumerate(_numpy(rows)):
+        row = _numpy(row)
+        items = row.tolist() if isinstance(row, np.ndarray) else list(row)
+        clean: list[float | None] = []
+        for t, x in enumerate(items):
+            if x is None:
+                clean.append(None)
+                continue
+            if not isinstance(x, (int, float, np.number)):  # bool is an int
+                raise ValueError(f"{name}[{i}][{t}]: a signal is a number, a bool or None, got {x!r}")
+            v = float(x)
+            if not math.isfinite(v):
+                raise ValueError(f"{name}[{i}][{t}]: {v} (a turn without a signal is None, never NaN)")
+            clean.append(v)
+        out.append(clean)
+    return out
+
+
+def mt_grpo(
+    outcomes: ArrayLike,
+    turn_signals: Sequence[Sequence[float | bool | None]],
+    group_ids: ArrayLike,
+    turn_coef: float = 1.0,
+    outcome_coef: float = 1.0,
+    final_turn: FinalTurn = "outcome",
+    eps: float = DEFAULT_EPS,
+) -> list[np.ndarray]:
+    """Multi-turn GRPO (Zeng et al.): two reward streams, each normalised over its own population.
+
+    * Outcome term ``A^O_i = z_group(R_i)``: over every rollout of the group, whatever its length (as :func:`grpo`).
+    * Turn term ``A^T_{i,t} = z_{(group, t)}(s_{i,t})``: turn ``t``'s verified signal over the *cell* of the
+      rollouts of the group that reached turn ``t`` and report a signal there. A shorter rollout is simply absent
+      from the cells of the turns it never played; a turn whose signal is None (e.g. a diagnostic's distractor
+      stage) is in no cell. With ``final_turn="outcome"`` a rollout's final turn is in no cell either (its signal
+      is unused, so it does not move its siblings' z-scores).
+    * A turn whose signal is used gets ``turn_coef * A^T + outcome_coef * A^O`` (the paper's ``A^T + lambda A^O``,
+      lambda = 1); every other turn gets ``A^O`` alone: the final turn (``final_turn="outcome"``, the paper's
+      rule: its verified reward is the outcome) and turns without a signal. ``final_turn="both"`` treats the final
+      turn like the others.
+
+    ``z`` is the population z-score with ``eps`` added to the std, as in :func:`grpo`: a cell or group of one, or
+    whose values all tie, gives exact zeros (no information, no advantage from that stream). The turn term is
+    invariant to ``a * s + b`` (``a > 0``) per cell, up to ``eps``. ``turn_coef=0`` is GRPO exactly.
+
+    >>> a = mt_grpo([1.0, 0.0], [[True, True], [False, True]], ["q", "q"], eps=0.0)
+    >>> [x.tolist() for x in a]  # turn 1: z(1, 0) + z(1, 0); turn 2 (final): z(R) alone
+    [[2.0, 1.0], [-2.0, -1.0]]
+    """
+    r = _vec(outcomes, "outcomes")
+    keys = _keys(group_ids, r.size)
+    sig = _signal_rows(turn_signals, "turn_signals")
+    if len(sig) != r.size:
+        raise ValueError(f"{r.size} outcomes but {len(sig)} signal rows")
+    if final_turn not in ("outcome", "both"):
+        raise ValueError(f"final_turn must be 'outcome' or 'both', got {final_turn!r}")
+    if not (math.isfinite(turn_coef) and math.isfinite(outcome_coef)):
+        raise ValueError(f"turn_coef and outcome_coef must be finite, got {turn_coef}, {outcome_coef}")
+    a_o = grpo(r, keys, eps)
+    used = [[v is not None and (final_turn == "both" or t < len(row) - 1) for t, v in enumerate(row)] for row in sig]
+    values = [v for row, u in zip(sig, used, strict=True) for v, ok in zip(row, u, strict=True) if ok]
+    cells = [(keys[i], t) for i, u in enumerate(used) for t, ok in enumerate(u) if ok]
+    z = iter(group_zscore(np.array(values, dtype=np.float64), cells, eps).tolist())
+    out = []
+    for i, u in enumerate(used):
+        out.append(np.array([turn_coef * next(z) + outcome_coef * a_o[i] if ok else a_o[i] for ok in u]) + 0.0)
+    return out
+
+
+@dataclass(frozen=True)
+class TurnSignal:
+    """Where an env reports a verified per-turn signal: ``info[key]`` after each step, read as it is (``"value"``:
+    a per-step verdict such as the diagnostics' ``correct``) or as its change over the step (``"delta"``: for a
+    cumulative key such as SearchQA's ``supporting_recall``; the state before the first step is the reset's)."""
+
+    key: str
+    mode: SignalMode = "value"
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("value", "delta"):
+            raise ValueError(f"signal mode must be 'value' or 'delta', got {self.mode!r}")
+
+    def read(self, reset_info: Mapping[str, Any], step_infos: Sequence[Mapping[str, Any]]) -> list[float | None]:
+        """One signal per step (None: the step's info has no number under ``key``, or, for ``"delta"``, no earlier
+        state had one). A bool counts as 0/1; a non-finite or non-numeric value raises ``ValueError``.
+
+        >>> TurnSignal("recall", "delta").read({"recall": 0.0}, [{"recall": 0.5}, {}, {"recall": 1.0}])
+        [0.5, None, 0.5]
+        """
+
+        def number(x: Any, where: str) -> float | None:
+            if x is None:
+                return None
+            if not isinstance(x, (int, float, np.number)) or not math.isfinite(float(x)):
+                raise ValueError(f"{where}[{self.key!r}] must be a finite number, a bool or None, got {x!r}")
+            return float(x)
+
+        prev = number(reset_info.get(self.key), "reset info")
+        out: list[float | None] = []
+        for k, info in enumerate(step_infos):
+            x = number(info.get(self.key), f"step {k} info")
+            if self.mode == "value" or x is None:
+                out.append(x)
+                continue
+            out.append(None if prev is None else x - prev)
+            prev = x
+        return out
+
+
+#: The verified per-turn signal each built-in env reports (what :func:`mt_grpo` reads by default in the reference
+#: trainer). Household reports ``progress`` only with ``expert_plan=True``; envs not listed report none.
+TURN_SIGNALS: Mapping[str, TurnSignal] = MappingProxyType(
+    {
+        # the step's choice was right (True/False); None on a distractor stage
+        "agentgym/Chain-v0": TurnSignal("correct"),
+        "agentgym/Umbrella-v0": TurnSignal("correct"),
+        "agentgym/KeyDoor-v0": TurnSignal("correct"),
+        # the share of the task's supporting documents retrieved so far: its increase is the step's new hits
+        "agentgym/SearchQA-v0": TurnSignal("supporting_recall", "delta"),
+        # 1 - (expert plan length) / (initial plan length): its increase is the step's plan progress (< 0: a detour)
+        "agentgym/Household-v0": TurnSignal("progress", "delta"),
+    }
+)
+
+
+def observation_key(messages: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """A hashable key of exactly what an observation showed the agent: each message as canonical JSON (sorted keys,
+    non-JSON values by ``str``). Two observations share a key only if every message is identical.
+
+    >>> observation_key([{"role": "user", "content": "Turn 2/2. Options: a b."}])
+    ('{"content": "Turn 2/2. Options: a b.", "role": "user"}',)
+    """
+    return tuple(json.dumps(dict(m), sort_keys=True, ensure_ascii=False, default=str) for m in messages)
+
+
+def observation_anchors(
+    initial_observation: Sequence[Mapping[str, Any]], observations: Sequence[Sequence[Mapping[str, Any]]]
+) -> list[tuple[str, ...]]:
+    """Per turn, the :func:`observation_key` of the observation its action answered: the reset's for the first
+    turn, the previous step's after that (``observations`` holds one observation per step, so one anchor each).
+    GiGPO's observation anchors (``gigpo_obs``): unlike an env's state anchor they carry nothing the agent did
+    not see."""
+    return [observation_key(o) for o in [initial_observation, *observations][: len(observations)]]
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # ragged batch and the registry
 
 
@@ -773,8 +936,10 @@ def userrl_advantages(
 class TurnBatch:
     """A batch of trajectories for the turn-level estimators: per-trajectory arrays of per-turn rewards and the
     group ids, plus what some estimators need: ``outcomes`` (per trajectory; default the sum of the turn
-    rewards), ``anchors`` (GiGPO, per turn, hashable or None), ``values`` (turn-PPO critic, ``T`` or ``T + 1``
-    per trajectory), ``turn_lengths`` (policy tokens per turn, UserRL's weighting)."""
+    rewards), ``anchors`` (GiGPO, per turn: the env's state anchor, hashable or None), ``values`` (turn-PPO critic,
+    ``T`` or ``T + 1`` per trajectory), ``turn_lengths`` (policy tokens per turn, UserRL's weighting),
+    ``observations`` (``gigpo_obs``, per turn: a hashable key of what the agent observed, see
+    :func:`observation_anchors`), ``turn_signals`` (``mt_grpo``, per turn: a verified signal or None)."""
 
     turn_rewards: Sequence[ArrayLike]
     group_ids: ArrayLike
@@ -782,6 +947,8 @@ class TurnBatch:
     anchors: Sequence[Sequence[Hashable | None]] | None = None
     values: Sequence[ArrayLike] | None = None
     turn_lengths: Sequence[ArrayLike] | None = None
+    observations: Sequence[Sequence[Hashable]] | None = None
+    turn_signals: Sequence[Sequence[float | bool | None]] | None = None
 
     def __post_init__(self) -> None:
         self.turn_rewards = _ragged(self.turn_rewards, "turn_rewards")
@@ -803,6 +970,14 @@ class TurnBatch:
             self.turn_lengths = _ragged(self.turn_lengths, "turn_lengths")
             if [t.size for t in self.turn_lengths] != self.lengths:
                 raise ValueError("turn_lengths must have one entry per turn")
+        if self.observations is not None:
+            self.observations = [list(o) for o in self.observations]
+            if [len(o) for o in self.observations] != self.lengths:
+                raise ValueError("observations must have one entry per turn")
+        if self.turn_signals is not None:
+            self.turn_signals = _signal_rows(self.turn_signals, "turn_signals")
+            if [len(s) for s in self.turn_signals] != self.lengths:
+                raise ValueError("turn_signals must have one entry per turn")
 
     @property
     def lengths(self) -> list[int]:
@@ -828,6 +1003,8 @@ class TurnBatch:
             pick(self.anchors),
             pick(self.values),
             pick(self.turn_lengths),
+            pick(self.observations),
+            pick(self.turn_signals),
         )
 
     @classmethod
@@ -837,13 +1014,15 @@ class TurnBatch:
         *,
         reward_component: str | None = None,
         outcome_component: str | None = None,
+        signal: TurnSignal | str | None = None,
     ) -> TurnBatch:
         """Build from ``agentgym.trajectory.Trajectory`` records. Turn rewards are ``turn.reward`` or one named
         entry of ``info["reward_components"]`` (absent = 0); ``outcomes`` the sum of ``outcome_component`` over
         the turns (None: the sum of the turn rewards). Group id: ``group_id``, else (env_id, task_id, seed).
         Anchors are the states the actions were taken in (the reset's ``info["anchor"]`` for the first turn, the
-        previous step's after that; None where absent); turn lengths from ``token_spans`` when every
-        turn has them."""
+        previous step's after that; None where absent), observations the keys of what the agent saw before each
+        action (:func:`observation_anchors`); turn lengths from ``token_spans`` when every turn has them;
+        ``turn_signals`` read by ``signal`` (a :class:`TurnSignal`, or an info key read as it is) when given."""
 
         def rew(turn, name):
             return turn.reward if name is None else float(turn.info.get("reward_components", {}).get(name, 0.0))
@@ -859,7 +1038,13 @@ class TurnBatch:
         lengths = None
         if all(t.token_spans is not None for tr in trajectories for t in tr.turns):
             lengths = [[sum(e - s for s, e in t.token_spans) for t in tr.turns] for tr in trajectories]
-        return cls(rewards, gids, outcomes, anchors, None, lengths)
+        observations = [observation_anchors(tr.initial_observation, [t.observation for t in tr.turns])
+                        for tr in trajectories]  # fmt: skip
+        signals = None
+        if signal is not None:
+            src = TurnSignal(signal) if isinstance(signal, str) else signal
+            signals = [src.read(tr.reset_info, [t.info for t in tr.turns]) for tr in trajectories]
+        return cls(rewards, gids, outcomes, anchors, None, lengths, observations, signals)
 
 
 Estimator = Callable[..., list[np.ndarray]]
@@ -909,11 +1094,45 @@ def _est_a2tgpo(
 
 
 def _est_gigpo(
+    b: TurnBatch,
+    omega: float = 1.0,
+    gamma: float = 0.95,
+    eps: float = DEFAULT_EPS,
+    scale: bool = True,
+    anchor: Literal["state", "observation"] = "state",
+) -> list[np.ndarray]:
+    """GiGPO over the env's state anchors (``anchor="state"``: ``TurnBatch.anchors``) or over what the agent
+    observed (``"observation"``: ``TurnBatch.observations``, the paper's grouping)."""
+    if anchor == "state":
+        if b.anchors is None:
+            raise ValueError("gigpo needs TurnBatch.anchors (canonical observation per turn)")
+        anchors = b.anchors
+    elif anchor == "observation":
+        if b.observations is None:
+            raise ValueError("gigpo with observation anchors needs TurnBatch.observations (see observation_anchors)")
+        anchors = b.observations
+    else:
+        raise ValueError(f"anchor must be 'state' or 'observation', got {anchor!r}")
+    return gigpo(b.outcome_array, b.turn_rewards, anchors, b.group_ids, omega, gamma, eps, scale)
+
+
+def _est_gigpo_obs(
     b: TurnBatch, omega: float = 1.0, gamma: float = 0.95, eps: float = DEFAULT_EPS, scale: bool = True
 ) -> list[np.ndarray]:
-    if b.anchors is None:
-        raise ValueError("gigpo needs TurnBatch.anchors (canonical observation per turn)")
-    return gigpo(b.outcome_array, b.turn_rewards, b.anchors, b.group_ids, omega, gamma, eps, scale)
+    """GiGPO with observation anchors: turns grouped by what the agent observed, not by the env's state."""
+    return _est_gigpo(b, omega, gamma, eps, scale, anchor="observation")
+
+
+def _est_mt_grpo(
+    b: TurnBatch,
+    turn_coef: float = 1.0,
+    outcome_coef: float = 1.0,
+    final_turn: FinalTurn = "outcome",
+    eps: float = DEFAULT_EPS,
+) -> list[np.ndarray]:
+    if b.turn_signals is None:
+        raise ValueError("mt_grpo needs TurnBatch.turn_signals (a verified per-turn signal; see TURN_SIGNALS)")
+    return mt_grpo(b.outcome_array, b.turn_signals, b.group_ids, turn_coef, outcome_coef, final_turn, eps)
 
 
 def _est_matchtir(b: TurnBatch, gamma: float = 0.9, eps: float = DEFAULT_EPS) -> list[np.ndarray]:
@@ -953,11 +1172,18 @@ ESTIMATORS: Mapping[str, Estimator] = MappingProxyType(
         "siop": _est_siop,
         "a2tgpo": _est_a2tgpo,
         "gigpo": _est_gigpo,
+        "gigpo_obs": _est_gigpo_obs,
         "matchtir": _est_matchtir,
         "mapo": _est_mapo,
         "userrl": _est_userrl,
+        "mt_grpo": _est_mt_grpo,
     }
 )
+#: The estimators that read the rewards only through each trajectory's outcome (``TurnBatch.outcome_array``):
+#: for them "outcome-only" means the outcome alone, and the reference trainer feeds them the ``outcome`` reward
+#: component only by default (``TrainConfig.reward_components``). ``mt_grpo``'s turn credit comes from the
+#: verified signal, not from rewards.
+OUTCOME_ESTIMATORS: tuple[str, ...] = ("grpo", "dr_grpo", "rloo", "mt_grpo")
 
 
 def get_estimator(name: str) -> Estimator:

@@ -76,7 +76,10 @@ def turn_batches(draw, max_n=8, min_t=1, max_t=5):
     values = [np.array(draw(st.lists(finite, min_size=r.size, max_size=r.size))) for r in rows]
     lengths = [np.array(draw(st.lists(st.integers(1, 6), min_size=r.size, max_size=r.size))) for r in rows]
     outcomes = draw(st.one_of(st.none(), st.lists(reward, min_size=len(rows), max_size=len(rows))))
-    return TurnBatch(rows, gids, outcomes, anchors, values, lengths)
+    observations = [draw(st.lists(st.sampled_from(["o0", "o1"]), min_size=r.size, max_size=r.size)) for r in rows]
+    signal = st.one_of(st.none(), st.booleans(), reward)
+    signals = [draw(st.lists(signal, min_size=r.size, max_size=r.size)) for r in rows]
+    return TurnBatch(rows, gids, outcomes, anchors, values, lengths, observations, signals)
 
 
 def groups(keys):
@@ -682,7 +685,8 @@ def test_userrl_token_weighted_mean_is_the_trajectory_advantage(batch, turn_meth
 
 # --- registry and the batch-level properties (determinism, equivariance) ---------------------------------------
 
-NAMES = ["grpo", "dr_grpo", "rloo", "gtpo", "turn_ppo", "igpo", "siop", "a2tgpo", "gigpo", "matchtir", "mapo", "userrl"]
+NAMES = ["grpo", "dr_grpo", "rloo", "gtpo", "turn_ppo", "igpo", "siop", "a2tgpo", "gigpo", "gigpo_obs", "matchtir", "mapo",
+         "userrl", "mt_grpo"]  # fmt: skip
 
 
 def test_registry_names_and_unknown_name():
@@ -711,19 +715,22 @@ def test_every_estimator_finite_deterministic_and_permutation_equivariant(name, 
 @pytest.mark.parametrize("name", NAMES)
 def test_every_estimator_on_empty_batch_and_single_turns(name):
     est = get_estimator(name)
-    assert est(TurnBatch([], [], anchors=[], values=[])) == []
-    one = TurnBatch([[1.0], [0.0], [0.5]], ["a", "a", "b"], anchors=[["x"], ["x"], ["x"]], values=[[0.0]] * 3)
+    assert est(TurnBatch([], [], anchors=[], values=[], observations=[], turn_signals=[])) == []
+    one = TurnBatch([[1.0], [0.0], [0.5]], ["a", "a", "b"], anchors=[["x"], ["x"], ["x"]], values=[[0.0]] * 3,
+                    observations=[["o"]] * 3, turn_signals=[[1.0], [0.0], [True]])  # fmt: skip
     out = est(one)
     assert [x.size for x in out] == [1, 1, 1] and all(np.isfinite(x).all() for x in out)
     if name != "turn_ppo":  # critic-based: no group baseline
         assert out[2].tolist() == [0.0]  # singleton group
-    tied = TurnBatch([[1.0], [1.0]], [0, 0], anchors=[["x"], ["x"]], values=[[1.0], [1.0]])
+    tied = TurnBatch([[1.0], [1.0]], [0, 0], anchors=[["x"], ["x"]], values=[[1.0], [1.0]], observations=[["o"]] * 2,
+                     turn_signals=[[1.0], [1.0]])  # fmt: skip
     assert all(np.all(x == 0) for x in est(tied))
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if n != "igpo"])
 def test_estimators_accept_zero_turn_trajectories(name):
-    b = TurnBatch([[], [1.0, 0.0], [0.0]], [0, 0, 0], anchors=[[], ["a", "b"], ["a"]], values=[[], [0, 0], [0]])
+    b = TurnBatch([[], [1.0, 0.0], [0.0]], [0, 0, 0], anchors=[[], ["a", "b"], ["a"]], values=[[], [0, 0], [0]],
+                  observations=[[], ["a", "b"], ["a"]], turn_signals=[[], [1, None], [0]])  # fmt: skip
     out = get_estimator(name)(b)
     assert [x.size for x in out] == [0, 2, 1] and all(np.isfinite(x).all() for x in out)
 
