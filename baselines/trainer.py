@@ -317,7 +317,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--preset", choices=sorted(PRESETS))
     parser.add_argument("--config", dest="config_file")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--model", help="local model directory (overrides the preset's model)")
+    parser.add_argument("--model", help="local model directory, tiny or a named model such as smollm2-135m "
+                        "(overrides the preset's model)")  # fmt: skip
     parser.add_argument("--out-dir")
     parser.add_argument("--iterations", type=int)
     parser.add_argument("--resume", action="store_true", help="continue the run in the output folder")
@@ -342,8 +343,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(exc.args[0]) if isinstance(exc, KeyError) else str(exc))
     if not config.model:
         raise UserError("no model: give a local model directory with --model PATH (nothing is downloaded)")
-    if config.model != "tiny" and not Path(config.model).is_dir():
-        raise UserError(f"no model directory at {config.model} (--model: a local folder with config.json, or tiny)")
+    from agentgym.tools.named_models import NAMED_MODELS, model_names
+
+    if config.model in NAMED_MODELS:
+        try:
+            NAMED_MODELS[config.model].gguf_path()
+        except RuntimeError as exc:
+            raise UserError(str(exc)) from None
+    elif config.model != "tiny" and not Path(config.model).is_dir():
+        raise UserError(f"no model directory at {config.model} (--model: a local folder with config.json, or a "
+                        f"named model: {', '.join(('tiny', *model_names()))})")  # fmt: skip
     out_dir = Path(config.out_dir)
     found = [name for name in RUN_FILES if (out_dir / name).is_file()]
     if found and config.resume and args.overwrite:

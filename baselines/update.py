@@ -39,8 +39,9 @@ __all__ = [
 
 
 def build_policy(config: TrainConfig) -> tuple[Any, Any]:
-    """(model, tokenizer) on ``config.device`` in ``config.dtype``. Never downloads: ``model`` is ``"tiny"`` or a
-    local directory."""
+    """(model, tokenizer) on ``config.device`` in ``config.dtype``. Never downloads: ``model`` is ``"tiny"``, a
+    named model (``agentgym.tools.named_models``, loaded from the operator's model cache, ``$AGENTGYM_MODEL_CACHE``)
+    or a local directory."""
     if not config.model:
         raise ValueError("no model: give a local model directory with --model PATH (nothing is downloaded)")
     if config.model == "tiny":
@@ -50,10 +51,12 @@ def build_policy(config: TrainConfig) -> tuple[Any, Any]:
     else:
         from transformers import AutoModelForCausalLM
 
+        from agentgym.tools.named_models import resolve_model_path
         from agentgym.tools.tiny_model import load_tokenizer
 
-        tok = load_tokenizer(config.model)
-        model = AutoModelForCausalLM.from_pretrained(config.model, local_files_only=True)
+        path = resolve_model_path(config.model)
+        tok = load_tokenizer(path)
+        model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
     model = model.to(device=config.device, dtype=getattr(torch, config.dtype))
     if config.gradient_checkpointing:
         # active in train mode only, so sampling keeps its KV cache (transformers 5 renamed the method)

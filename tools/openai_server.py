@@ -46,6 +46,7 @@ from typing import Any
 
 from agentgym.agents.tool_calls import calls_message
 from agentgym.tools.local_lm import Generation, LocalLM, TokenLogprob
+from agentgym.tools.named_models import CACHE_ENV, NAMED_MODELS, ModelUnavailableError, model_names, resolve_model_path
 from agentgym.tools.serving import (
     TOKEN_ENV,
     bearer_checker,
@@ -691,9 +692,11 @@ def serve_model(
     max_new_tokens_limit: int = 2048,
     token: str | None = None,
     header_timeout: float = 10.0,
+    model_cache_dir: str | os.PathLike[str] | None = None,
     **app_kwargs: Any,
 ) -> None:
-    """Load a local model directory (``local_files_only=True``) and serve it until interrupted (blocks).
+    """Load a local model directory (``local_files_only=True``) or a named model (``"smollm2-135m"``, from the
+    operator's ``model_cache_dir``: ``agentgym.tools.named_models``) and serve it until interrupted (blocks).
 
     Binds to loopback by default; beyond loopback it needs a bearer ``token`` (ValueError otherwise, before the
     model is loaded). ``app_kwargs`` (``max_prompts``, ``max_sequences``, ...) go to :func:`create_app`.
@@ -701,8 +704,12 @@ def serve_model(
     >>> serve_model("/models/qwen2.5-0.5b-instruct", port=8000)   # doctest: +SKIP
     """
     check_bind(host, token)
+    if isinstance(model_path, str) and model_path in NAMED_MODELS:
+        name = model_name or model_path
+        model_path = resolve_model_path(model_path, model_cache_dir)
+    else:
+        name = model_name or os.path.basename(os.path.normpath(os.fspath(model_path)))
     lm = LocalLM.from_pretrained(model_path, device=device)
-    name = model_name or os.path.basename(os.path.normpath(os.fspath(model_path)))
     app = create_app(
         lm.model, lm.tokenizer, model_name=name, max_new_tokens_limit=max_new_tokens_limit, token=token, **app_kwargs
     )
@@ -711,7 +718,12 @@ def serve_model(
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Serve a local transformers model with the OpenAI API.")
-    parser.add_argument("model", help="local model directory (or an output directory with --tiny)")
+    parser.add_argument(
+        "model", help=f"local model directory, a named model ({', '.join(model_names())}), or an output directory "
+        "with --tiny"
+    )  # fmt: skip
+    parser.add_argument("--model-cache-dir", default=None, help=f"where named models are cached (default: ${CACHE_ENV}"
+                        ", else ~/.cache/agentgym/models)")  # fmt: skip
     parser.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default; others need a token)")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--model-name", default=None)
@@ -749,6 +761,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         from agentgym.tools.tiny_model import save_tiny_model
 
         save_tiny_model(args.model, seed=0)
+    elif args.model in NAMED_MODELS:
+        try:
+            NAMED_MODELS[args.model].gguf_path()
+        except ModelUnavailableError as exc:
+            parser.error(str(exc))
+    elif not os.path.isdir(args.model):
+        parser.error(f"no model directory at {args.model} (a local folder with config.json, or a named model: "
+                     f"{', '.join(model_names())})")  # fmt: skip
     serve_model(
         args.model,
         args.host,
@@ -758,6 +778,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         max_new_tokens_limit=args.max_new_tokens_limit,
         token=token,
         header_timeout=args.header_timeout,
+        model_cache_dir=args.model_cache_dir,
         max_prompts=args.max_prompts,
         max_n=args.max_n,
         max_sequences=args.max_sequences,

