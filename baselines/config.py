@@ -29,13 +29,17 @@ import torch
 from agentgym.baselines.backends import BACKENDS
 from agentgym.baselines.rollout import RolloutConfig, derive_seed
 from agentgym.pool import POOLS
-from agentgym.rewards.advantages import ESTIMATORS
+from agentgym.rewards.advantages import ESTIMATORS, OUTCOME_ESTIMATORS, TURN_SIGNALS, TurnSignal
 
-__all__ = ["ALGOS", "CRITIC_ESTIMATORS", "LOSS_AGG_MODES", "PRESETS", "SCORERS", "Seeds", "TrainConfig", "load_config"]
+__all__ = ["ALGOS", "CRITIC_ESTIMATORS", "LOSS_AGG_MODES", "PRESETS", "SCORERS", "SIGNAL_ESTIMATORS", "Seeds",
+           "TrainConfig", "load_config"]  # fmt: skip
+
 
 ALGOS = ("grpo", "dr_grpo", "rloo", "ppo")
 #: Estimators that need a critic (``algo="ppo"``); ``None`` there is token-level GAE.
 CRITIC_ESTIMATORS = ("turn_ppo",)
+#: Estimators that read a verified per-turn signal (``TrainConfig.turn_signal``) from the env's ``info``.
+SIGNAL_ESTIMATORS = ("mt_grpo",)
 #: Post-episode turn scorers of ``agentgym.rewards.information`` the trainer runs with the policy as scorer model.
 SCORERS = ("info_gain", "info_potential", "siop")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "constant")
@@ -81,6 +85,11 @@ class TrainConfig:
     scorer: str | None = None  # post-episode turn scorer run on the policy each iteration (SCORERS), added to turns
     scorer_kwargs: dict[str, Any] = field(default_factory=dict)
     scorer_coef: float = 1.0
+    # the reward components a turn's training reward sums: "auto" (outcome-only estimators, OUTCOME_ESTIMATORS: the
+    # "outcome" alone, plus "progress" with progress_key; the others: the env's whole reward), "all", or the names
+    reward_components: str | tuple[str, ...] = "auto"
+    turn_signal_key: str | None = None  # mt_grpo's verified per-turn signal: an info key (None: TURN_SIGNALS[env_id])
+    turn_signal_mode: str | None = None  # "value" or "delta" (None: TURN_SIGNALS' mode for its key, else "value")
     gamma: float = 1.0  # PPO's GAE (token-level, or over turns with estimator="turn_ppo")
     lam: float = 0.95
     whiten_advantages: bool = True  # PPO only
@@ -123,6 +132,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         self.stop = tuple(self.stop) if isinstance(self.stop, (list, tuple)) else self.stop
+        if isinstance(self.reward_components, list):  # from a JSON/TOML file
+            self.reward_components = tuple(self.reward_components)
         _check_types(self)
         for name, value, known in [("algo", self.algo, ALGOS), ("loss_agg", self.loss_agg, (None, *LOSS_AGG_MODES)),
                                    ("old_logprobs", self.old_logprobs, ("recompute", "rollout")),
@@ -146,6 +157,7 @@ class TrainConfig:
             unknown = sorted(set(self.estimator_kwargs) - set(list(params)[1:]))
             if unknown:
                 raise ValueError(f"estimator {self.estimator_name!r} takes no {unknown}")
+        self._check_credit_inputs()
         positive = {"group_size": self.group_size, "batch_tasks": self.batch_tasks, "epochs": self.epochs,
                     "minibatch_size": self.minibatch_size, "max_turns": self.max_turns,
                     "max_new_tokens": self.max_new_tokens, "sft_batch": self.sft_batch}  # fmt: skip
@@ -167,9 +179,49 @@ class TrainConfig:
         except gymnasium.error.Error as exc:
             raise ValueError(f"env_id: {exc}") from None
 
+    def _check_credit_inputs(self) -> None:
+        """``reward_components``, ``turn_signal_key``/``turn_signal_mode`` and the signal ``mt_grpo`` needs."""
+        rc = self.reward_components
+        if isinstance(rc, str):
+            if rc not in ("auto", "all"):
+                raise ValueError(f"reward_components must be 'auto', 'all' or a list of component names, got {rc!r}")
+        elif not rc or not all(isinstance(k, str) and k for k in rc):
+            raise ValueError(f"reward_components must name at least one component, got {rc!r}")
+        elif self.progress_key is not None and "progress" not in rc:
+            raise ValueError(f"progress_key adds the reward component 'progress', which reward_components {rc} "
+                             "leaves out")  # fmt: skip
+        if self.turn_signal_mode not in (None, "value", "delta"):
+            raise ValueError(f"turn_signal_mode must be 'value' or 'delta', got {self.turn_signal_mode!r}")
+        if self.estimator_name in SIGNAL_ESTIMATORS and self.turn_signal is None:
+            raise ValueError(f"estimator {self.estimator_name!r} needs a verified per-turn signal: set "
+                             f"turn_signal_key (an info key; {self.env_id} has no entry in "
+                             "agentgym.rewards.advantages.TURN_SIGNALS)")  # fmt: skip
+
     @property
     def estimator_name(self) -> str:
         return self.estimator or self.algo
+
+    @property
+    def counted_components(self) -> tuple[str, ...] | None:
+        """The reward components a turn's training reward sums (``baselines.credit.turn_rewards``); None: all of
+        them, i.e. the (wrapped) env's reward as it is."""
+        rc = self.reward_components
+        if rc == "all" or (rc == "auto" and self.estimator_name not in OUTCOME_ESTIMATORS):
+            return None
+        if rc == "auto":
+            return ("outcome", "progress") if self.progress_key is not None else ("outcome",)
+        return tuple(rc)
+
+    @property
+    def turn_signal(self) -> TurnSignal | None:
+        """Where the verified per-turn signal is read: ``turn_signal_key``, else the env's ``TURN_SIGNALS`` entry."""
+        default = TURN_SIGNALS.get(self.env_id)
+        if self.turn_signal_key is not None:
+            same = default is not None and default.key == self.turn_signal_key
+            return TurnSignal(self.turn_signal_key, self.turn_signal_mode or (default.mode if same else "value"))
+        if default is None:
+            return None
+        return TurnSignal(default.key, self.turn_signal_mode or default.mode)
 
     @property
     def critic(self) -> bool:

@@ -8,8 +8,12 @@ All of it comes from ``agentgym.rewards``; the trainer keeps no copies:
 - ``scorer`` runs a post-episode turn scorer of ``agentgym.rewards.information`` (``info_gain`` = IGPO,
   ``info_potential`` = TIPS, ``siop`` = SIOP) with the current policy as the scoring model, and adds its per-turn
   rewards times ``scorer_coef``;
+- ``config.counted_components`` picks the reward components a turn's reward sums: for the outcome-only
+  estimators (``grpo``, ``dr_grpo``, ``rloo``, ``mt_grpo``) the ``outcome`` alone by default (``reward_components``);
 - critic-free algorithms take the per-turn advantages of the registered estimator ``config.estimator_name``
-  (``agentgym.rewards.advantages.ESTIMATORS``: ``grpo``, ``rloo``, ``gtpo``, ``gigpo``, ...); PPO takes token-level
+  (``agentgym.rewards.advantages.ESTIMATORS``: ``grpo``, ``rloo``, ``gtpo``, ``gigpo`` over the env's state anchors,
+  ``gigpo_obs`` over what the agent observed, ``mt_grpo`` over the verified per-turn signal ``config.turn_signal``
+  plus the outcome, ...); PPO takes token-level
   GAE (``token_gae``) or, with ``estimator="turn_ppo"``, the ``turn_ppo`` estimator over the critic's values at
   the turns' first tokens. Either way ``gamma``/``lam`` come from the config, and turn advantages reach tokens
   through ``broadcast_to_tokens`` with the explicit turn spans.
@@ -26,18 +30,20 @@ import numpy as np
 import torch
 
 from agentgym.baselines.backends import amp_dtype
-from agentgym.baselines.config import TrainConfig
+from agentgym.baselines.config import SIGNAL_ESTIMATORS, TrainConfig
 from agentgym.baselines.rollout import Rollout, autocast
 from agentgym.rewards.advantages import (
     TurnBatch,
     broadcast_to_tokens,
     get_estimator,
     masked_whiten,
+    observation_anchors,
     place_turn_rewards,
     token_gae,
 )
 
-__all__ = ["EnvMaker", "compute_advantages", "group_stats", "score_turns", "turn_rewards"]
+__all__ = ["EnvMaker", "compute_advantages", "group_stats", "observation_keys", "score_turns", "turn_rewards",
+           "turn_signals"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -78,11 +84,43 @@ class EnvMaker:
 
 
 def turn_rewards(r: Rollout, config: TrainConfig) -> list[float]:
-    """The rewards the advantages are computed from: the (wrapped) env's per-turn rewards, plus the turn scorer's
-    rewards times ``scorer_coef`` when a scorer ran."""
+    """The rewards the advantages are computed from: the (wrapped) env's per-turn rewards, or, where
+    ``config.counted_components`` names components, each turn's sum of those components (by default the outcome
+    alone for the outcome-only estimators: Umbrella's and KeyDoor's ``distractor`` rewards and a ``format`` penalty
+    never reach GRPO's return; a step whose info names no components, as a plain gymnasium env's, counts whole);
+    plus the turn scorer's rewards times ``scorer_coef`` when a scorer ran."""
+    names = config.counted_components
+    if names is None:
+        base = list(r.turn_rewards)
+    else:
+        comps = r.reward_components or [{}] * len(r.turn_rewards)  # a hand-built rollout may record none
+        base = [math.fsum(c.get(k, 0.0) for k in names) if c else x
+                for x, c in zip(r.turn_rewards, comps, strict=True)]  # fmt: skip
     if not r.scored_rewards:
-        return list(r.turn_rewards)
-    return [x + config.scorer_coef * s for x, s in zip(r.turn_rewards, r.scored_rewards, strict=True)]
+        return base
+    return [x + config.scorer_coef * s for x, s in zip(base, r.scored_rewards, strict=True)]
+
+
+def observation_keys(rollouts: Sequence[Rollout]) -> list[list[tuple[str, ...]]] | None:
+    """Per rollout, the keys of what the agent observed before each turn (``gigpo_obs``'s anchors); None unless every
+    rollout recorded its observations (a hand-built rollout may not)."""
+    if any(len(r.observations) != len(r.turn_spans) for r in rollouts):
+        return None
+    return [observation_anchors(r.initial_observation, r.observations) for r in rollouts]
+
+
+def turn_signals(rollouts: Sequence[Rollout], config: TrainConfig) -> list[list[float | None]] | None:
+    """The verified per-turn signal of each rollout (``config.turn_signal`` read from its step infos) for the
+    estimators that need one (``SIGNAL_ESTIMATORS``), else None. A batch in which no turn reports the signal is an
+    error (the env does not report that key), never a silent fall back to the outcome."""
+    src = config.turn_signal
+    if config.estimator_name not in SIGNAL_ESTIMATORS or src is None:
+        return None
+    out = [src.read(r.reset_info, r.infos) for r in rollouts]
+    if rollouts and all(x is None for row in out for x in row):
+        raise ValueError(f"{config.estimator_name}: no turn of the batch reports info[{src.key!r}] (env "
+                         f"{config.env_id}; set turn_signal_key to a key it reports)")  # fmt: skip
+    return out
 
 
 def group_stats(rollouts: Sequence[Rollout], config: TrainConfig) -> dict[Any, float]:
@@ -141,7 +179,9 @@ def compute_advantages(
     rewards = [turn_rewards(r, config) for r in rollouts]
     if not config.critic:
         batch = TurnBatch(rewards, [r.group_id for r in rollouts], anchors=[r.anchors for r in rollouts],
-                          turn_lengths=[[e - s for s, e in r.turn_spans] for r in rollouts])  # fmt: skip
+                          turn_lengths=[[e - s for s, e in r.turn_spans] for r in rollouts],
+                          observations=observation_keys(rollouts),
+                          turn_signals=turn_signals(rollouts, config))  # fmt: skip
         per_turn = get_estimator(config.estimator_name)(batch, **config.estimator_kwargs)
         return [broadcast_to_tokens(a, r.turn_spans, len(r.response_ids), r.loss_mask)
                 for a, r in zip(per_turn, rollouts, strict=True)], None  # fmt: skip

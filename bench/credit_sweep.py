@@ -13,13 +13,19 @@ randomly initialised Qwen2 and is evaluated before and after on the same ``--eva
 
 Methods (``METHODS``; the trainer's estimators, all with the same learning rate and batch):
 
-- ``grpo``: outcome-only GRPO, the episode's return z-scored in its group and given to every turn;
+- ``grpo``: outcome-only GRPO, the episode's outcome (the ``outcome`` reward component alone: Umbrella's and
+  KeyDoor's distractor rewards do not count) z-scored in its group and given to every turn;
 - ``rloo``: the return minus the mean of the other group members;
 - ``gtpo``: GTPO, each turn's reward-to-go z-scored over the group's turns (env rewards only);
 - ``progress``: GTPO over the env rewards plus the potential-based verified-progress reward
   (``progress_key="progress"``: the difference of ``info["progress"]`` between turns);
 - ``gigpo``: GiGPO, the episode advantage plus step advantages z-scored among turns taken in the same state (the
-  diagnostics' anchors are the full env state);
+  diagnostics' anchors are the full env state, the hidden mistake flag included: privileged);
+- ``gigpo_obs``: GiGPO with the step advantages z-scored among turns taken on the same observation (what the agent
+  saw, as the GiGPO paper groups);
+- ``mt_grpo``: multi-turn GRPO, each turn's verified signal (``info["correct"]``; None on distractor stages)
+  z-scored among the same turn of the group, plus the outcome z-scored over the group (the final turn: the outcome
+  alone);
 - ``turn_ppo``: PPO with a turn-level critic (V at each turn's first token, GAE over turns).
 
 IGPO is not in the grid: its turn reward is the gain in the policy's probability of a gold answer string, and the
@@ -54,6 +60,8 @@ METHODS: dict[str, dict[str, Any]] = {
     "gtpo": {"algo": "grpo", "estimator": "gtpo"},
     "progress": {"algo": "grpo", "estimator": "gtpo", "progress_key": "progress"},
     "gigpo": {"algo": "grpo", "estimator": "gigpo"},
+    "gigpo_obs": {"algo": "grpo", "estimator": "gigpo_obs"},
+    "mt_grpo": {"algo": "grpo", "estimator": "mt_grpo"},
     "turn_ppo": {"algo": "ppo", "estimator": "turn_ppo"},
 }
 #: The default grid: env -> horizons.

@@ -71,6 +71,7 @@ def toy_config(tmp_path, **kw: Any) -> TrainConfig:
         "kl_coef": 0.1,
         "plot": False,
         "out_dir": str(tmp_path / "run"),
+        "reward_components": "all",  # the toy names its reward "words", not "outcome": count it for every algo
     }
     base.update(kw)
     return TrainConfig.from_dict(base)
