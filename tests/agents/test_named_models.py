@@ -221,3 +221,45 @@ def test_train_cli_names_the_known_models(tmp_path):
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     assert res.stderr.strip().splitlines() == [res.stderr.strip()]
     assert "no model directory at smollm3" in res.stderr and "tiny, smollm2-135m" in res.stderr
+
+
+@pytest.mark.slow
+@needs_wheel
+def test_the_model_server_serves_it_by_name(cache, tmp_path):
+    """``python -m agentgym.tools.openai_server smollm2-135m`` (a real server process on loopback) loads the cached
+    model, lists it under its name and answers a chat completion; an unknown name is a one-line usage error."""
+    import socket
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = [sys.executable, "-m", "agentgym.tools.openai_server"]
+    bad = subprocess.run([*server, "smol"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].endswith(
+        "error: no model directory at smol (a local folder with config.json, or a named model: smollm2-135m)"
+    )
+    cmd = [*server, NAME, "--model-cache-dir", str(cache), "--port", str(port)]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            assert proc.poll() is None, "the server exited"
+            try:
+                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "the server never answered"
+            time.sleep(0.2)
+        assert [m["id"] for m in httpx.get(f"{url}/v1/models", timeout=30).json()["data"]] == [NAME]
+        body = {"model": NAME, "messages": PROMPT, "max_tokens": 3, "temperature": 0}
+        reply = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120).json()
+        assert reply["model"] == NAME and reply["choices"][0]["message"]["content"].strip()
+        assert reply["usage"]["completion_tokens"] <= 3
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    assert not list(tmp_path.iterdir())  # nothing written in its working folder (only in the operator's cache)
