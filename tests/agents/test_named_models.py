@@ -7,6 +7,7 @@ from the cache it writes into a temporary folder (never the user's cache). The r
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,6 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -263,3 +266,35 @@ def test_the_model_server_serves_it_by_name(cache, tmp_path):
         proc.terminate()
         proc.wait(timeout=60)
     assert not list(tmp_path.iterdir())  # nothing written in its working folder (only in the operator's cache)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=40))
+def test_any_other_model_string_is_a_one_line_error(text):
+    """Whatever the string, resolve_model_path returns a folder (a known name's or an existing one) or raises
+    UnknownModelError on one line that lists the known names; HFAgent says the same as a ValueError."""
+    if text in NAMED_MODELS or os.path.isdir(text):
+        return
+    with pytest.raises(UnknownModelError) as err:
+        resolve_model_path(text)
+    assert "\n" not in str(err.value) and str(err.value).endswith("(known: smollm2-135m); nothing is downloaded")
+
+
+@needs_wheel
+@settings(max_examples=100, deadline=None)
+@given(st.one_of(st.binary(max_size=200), st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=12,
+).map(lambda v: json.dumps(v).encode())))  # fmt: skip
+def test_a_cache_entry_with_any_other_manifest_is_not_used(manifest):
+    """An entry whose manifest is anything but the right one (any bytes, any JSON) is not used, and looking never
+    raises."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as root:
+        entry = Path(root) / SPEC.entry_name()
+        entry.mkdir()
+        (entry / "config.json").write_text("{}")
+        (entry / MANIFEST).write_bytes(manifest)
+        assert cached_model_dir(NAME, root) is None
