@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -51,7 +52,7 @@ from agentgym.baselines.checkpoint import (
 )
 from agentgym.baselines.config import PRESETS, TrainConfig, load_config
 from agentgym.baselines.credit import EnvMaker, compute_advantages, group_stats, score_turns
-from agentgym.baselines.rollout import collect_rollouts, demonstration_episode
+from agentgym.baselines.rollout import collect_rollouts, demonstration_episode, derive_seed
 from agentgym.baselines.update import (
     aggregate_loss,
     build_policy,
@@ -62,9 +63,11 @@ from agentgym.baselines.update import (
     minibatch_loss,
     score_batch,
     select,
+    value_only_loss,
 )
 
-__all__ = ["PRESETS", "TrainConfig", "evaluate", "load_config", "main", "setup", "sft_step", "train", "train_iteration"]
+__all__ = ["PRESETS", "TrainConfig", "check_collapse", "critic_warmup", "evaluate", "load_config", "main", "setup",
+           "sft_step", "train", "train_iteration"]  # fmt: skip
 
 
 def setup(config: TrainConfig) -> TrainState:
@@ -77,8 +80,10 @@ def setup(config: TrainConfig) -> TrainState:
         ref_model, _ = build_policy(config)
         ref_model.eval().requires_grad_(False)
     value_head = build_value_head(model) if config.critic else None
-    params = list(model.parameters()) + ([] if value_head is None else list(value_head.parameters()))
-    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    groups: list[dict[str, Any]] = [{"params": list(model.parameters())}]
+    if value_head is not None:  # the critic's own group: its learning rate (value_lr) and its own clipping
+        groups.append({"params": list(value_head.parameters()), "lr": config.value_lr or config.lr})
+    optimizer = torch.optim.AdamW(groups, lr=config.lr, weight_decay=config.weight_decay)
     return TrainState(model, tok, ref_model, value_head, optimizer, make_backend(model, tok, config))
 
 
@@ -90,17 +95,7 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int) -> dict[str
     # 1. rollouts: batch_tasks tasks x group_size episodes each (one task seed per group)
     t0 = time.perf_counter()
     task_seeds = config.seeds.tasks(it).integers(0, config.task_seed_range, size=config.batch_tasks).tolist()
-    make_env = EnvMaker.of(config)
-    if config.env_pool != "list" and isinstance(state.envs, list):
-        from agentgym.pool import make_pool
-
-        state.envs = make_pool(config.env_pool, config.env_id, config.batch_tasks * config.group_size,
-                               make_env=make_env, **config.env_pool_kwargs)  # fmt: skip
-    rollouts = collect_rollouts(state.policy, make_env, task_seeds, group_size=config.group_size,
-                                config=config.rollout_config, sample_seed=config.seeds.sampling(it),
-                                group_offset=(it - 1) * config.batch_tasks, envs=state.envs,
-                                generation_batch=config.generation_batch)  # fmt: skip
-    state.policy.sleep()  # a colocated engine gives its GPU memory back to the update
+    rollouts = training_rollouts(state, config, task_seeds, config.seeds.sampling(it), (it - 1) * config.batch_tasks)
     t_rollout = time.perf_counter() - t0
 
     # 2. dense rewards from a post-episode turn scorer; drop groups whose returns all tie (no GRPO signal)
@@ -109,6 +104,7 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int) -> dict[str
         metrics.update(score_turns(rollouts, config, model, tok), time_scorer=time.perf_counter() - t_s)
     sampled = sum(r.num_sampled for r in rollouts)
     valid = [bool(i.get("action_valid", True)) for r in rollouts for i in r.infos] or [True]
+    correct = [bool(i["correct"]) for r in rollouts for i in r.infos if isinstance(i.get("correct"), bool)]
     stds = group_stats(rollouts, config)
     metrics.update(
         reward_mean=float(np.mean([r.outcome for r in rollouts])),
@@ -122,6 +118,8 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int) -> dict[str
         time_rollout=t_rollout,
         rollout_tokens_per_s=sampled / max(t_rollout, 1e-9),
     )
+    if correct:  # the env's verified per-turn signal (the diagnostics' info["correct"])
+        metrics["turn_accuracy"] = float(np.mean(correct))
     if config.dynamic_sampling:
         rollouts = [r for r in rollouts if stds[r.group_id] > 0.0]
     metrics["kept_rollouts"] = len(rollouts)
@@ -152,12 +150,17 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int) -> dict[str
         batch["old_values"] = old_v
         m = batch["loss_mask"] > 0
         metrics["explained_variance"] = explained_variance(old_v[m].numpy(), batch["returns"][m].numpy())
+        if config.lam < 1.0:  # the critic against the Monte-Carlo returns too (lam-returns contain V itself)
+            mc = mc_returns(rollouts, config, values)
+            metrics["explained_variance_mc"] = explained_variance(old_v[m].numpy(), mc[m].numpy())
 
     # 5. epochs x minibatches of clipped updates
     model.train()
-    params = [p for g in state.optimizer.param_groups for p in g["params"]]
-    logs: dict[str, list[float]] = {k: [] for k in ("loss", "pg_loss", "value_loss", "approx_kl", "kl_ref",
-                                                    "clip_frac", "entropy", "grad_norm")}  # fmt: skip
+    policy_params = state.optimizer.param_groups[0]["params"]
+    value_params = list(state.value_head.parameters()) if state.value_head is not None else []
+    keys = ("loss", "pg_loss", "value_loss", "approx_kl", "kl_ref", "clip_frac", "entropy", "grad_norm",
+            "value_grad_norm")  # fmt: skip
+    logs: dict[str, list[float]] = {k: [] for k in keys}
     for epoch in range(config.epochs):
         order = torch.randperm(len(rollouts), generator=config.seeds.minibatches(it, epoch))
         for start in range(0, len(rollouts), config.minibatch_size):
@@ -165,7 +168,9 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int) -> dict[str
             out = minibatch_loss(model, state.value_head, mb, config)
             state.optimizer.zero_grad(set_to_none=True)
             out["loss"].backward()
-            out["grad_norm"] = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+            out["grad_norm"] = torch.nn.utils.clip_grad_norm_(policy_params, config.max_grad_norm)  # before clipping
+            if value_params:
+                out["value_grad_norm"] = torch.nn.utils.clip_grad_norm_(value_params, config.max_grad_norm)
             state.optimizer.step()
             if not logs["loss"]:
                 metrics.update(first_ratio_maxdev=float(out["ratio_maxdev"]), first_kl_ref=float(out["kl_ref"]))
@@ -176,9 +181,160 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int) -> dict[str
     state.policy.mark_stale()
     t_update = time.perf_counter() - t1
     metrics.update({k: float(np.mean(v)) for k, v in logs.items() if v})
+    metrics["grad_norm_max"] = float(np.max(logs["grad_norm"]))
     kept_tokens = sum(r.num_sampled for r in rollouts)
     metrics.update(time_update=t_update, update_tokens_per_s=kept_tokens * config.epochs / max(t_update, 1e-9))
     return metrics
+
+
+def training_rollouts(state: TrainState, config: TrainConfig, task_seeds: list[int], sample_seed: int,
+                      group_offset: int) -> list[Any]:  # fmt: skip
+    """``group_size`` rollouts of each task seed on the training envs (built once, kept in ``state.envs``)."""
+    make_env = EnvMaker.of(config)
+    if config.env_pool != "list" and isinstance(state.envs, list):
+        from agentgym.pool import make_pool
+
+        state.envs = make_pool(config.env_pool, config.env_id, config.batch_tasks * config.group_size,
+                               make_env=make_env, **config.env_pool_kwargs)  # fmt: skip
+    rollouts = collect_rollouts(state.policy, make_env, task_seeds, group_size=config.group_size,
+                                config=config.rollout_config, sample_seed=sample_seed, group_offset=group_offset,
+                                envs=state.envs, generation_batch=config.generation_batch)  # fmt: skip
+    state.policy.sleep()  # a colocated engine gives its GPU memory back to the update
+    return rollouts
+
+
+def mc_returns(rollouts: Sequence[Any], config: TrainConfig, values: Sequence[np.ndarray]) -> torch.Tensor:
+    """The Monte-Carlo (``lam = 1``) returns of the config's critic, in sequence coordinates ``(B, L)``: the
+    discounted sum of the training rewards still to come, whatever the critic predicts."""
+    _, rets = compute_advantages(rollouts, dataclasses.replace(config, lam=1.0), values)
+    return make_batch(rollouts, 0, returns=rets)["returns"]
+
+
+def critic_warmup(state: TrainState, config: TrainConfig) -> dict[str, Any]:
+    """``critic_warmup_steps`` value-only iterations from the starting policy, before its first update. Each plays one
+    iteration's rollouts (``batch_tasks`` x ``group_size``, seeds from ``Seeds.critic_warmup``) and measures the
+    critic's explained variance on them before fitting them (a held-out number); the targets are the Monte-Carlo
+    returns. The policy takes no policy-gradient step.
+
+    - ``detach_critic``: the head's inputs (the trunk's hidden states) do not change, so they are kept and the
+      linear head is refitted after every step on all of them by ridge regression (``ridge`` x the number of
+      tokens on the weights): the optimum that gradient steps on a fixed linear model approach, without the
+      per-batch chasing of noise (Adam on 16 rollouts at a time left its explained variance at 0 or below on
+      Chain). The policy's weights stay bit for bit the same.
+    - otherwise: ``epochs`` x minibatches of :func:`value_only_loss` per step on that step's rollouts; the value
+      loss then moves the shared trunk too (so the policy changes: the reason ``detach_critic`` exists)."""
+    if state.value_head is None:
+        raise ValueError("critic_warmup needs a critic (algo='ppo')")
+    model, tok, device = state.model, state.tokenizer, next(state.model.parameters()).device
+    amp = amp_dtype(config)
+    value_params = list(state.value_head.parameters())
+    trunk = [] if config.detach_critic else state.optimizer.param_groups[0]["params"]
+    evs, losses, feats, targets = [], [], [], []
+    for step in range(config.critic_warmup_steps):
+        task_rng, sample_seed = config.seeds.critic_warmup(step)
+        task_seeds = task_rng.integers(0, config.task_seed_range, size=config.batch_tasks).tolist()
+        rollouts = training_rollouts(state, config, task_seeds, sample_seed, 0)
+        batch = make_batch(rollouts, tok.pad_token_id, mask_truncated=config.mask_truncated)
+        model.eval()
+        inputs: list[torch.Tensor] = []
+        hook = state.value_head.register_forward_hook(
+            lambda _m, args, _out, sink=inputs: sink.append(args[0].detach().cpu())
+        )
+        try:
+            _, old_v = score_batch(model, batch, config.temperature, config.minibatch_size, state.value_head, amp)
+        finally:
+            hook.remove()
+        assert old_v is not None
+        values = [old_v[i, len(r.prompt_ids) : len(r.input_ids)].double().numpy() for i, r in enumerate(rollouts)]
+        batch["returns"] = mc_returns(rollouts, config, values)
+        m = batch["loss_mask"] > 0
+        evs.append(explained_variance(old_v[m].numpy(), batch["returns"][m].numpy()))
+        if config.detach_critic:  # the head's inputs in score_batch's order: minibatches of rows, row-major inside
+            feats.append(torch.cat(inputs))
+            targets.append(batch["returns"][m])
+            losses.append(fit_value_head(state.value_head, torch.cat(feats), torch.cat(targets)))
+            continue
+        model.train()
+        for epoch in range(config.epochs):
+            gen = torch.Generator().manual_seed(derive_seed(config.seed, step, 6, 3, epoch))
+            order = torch.randperm(len(rollouts), generator=gen)
+            for start in range(0, len(rollouts), config.minibatch_size):
+                mb = {k: v.to(device) for k, v in select(batch, order[start : start + config.minibatch_size]).items()}
+                loss = value_only_loss(model, state.value_head, mb, config)
+                state.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(value_params, config.max_grad_norm)
+                torch.nn.utils.clip_grad_norm_(trunk, config.max_grad_norm)
+                state.optimizer.step()
+                losses.append(float(loss.detach()))
+        model.eval()
+        state.policy.mark_stale()
+    return {
+        "critic_warmup_steps": config.critic_warmup_steps,
+        "critic_warmup_value_loss_first": losses[0] if losses else None,
+        "critic_warmup_value_loss": losses[-1] if losses else None,
+        "critic_warmup_explained_variance_first": evs[0] if evs else None,
+        "critic_warmup_explained_variance": evs[-1] if evs else None,
+    }
+
+
+@torch.no_grad()
+def fit_value_head(head: torch.nn.Linear, x: torch.Tensor, y: torch.Tensor, ridge: float = 1e-3) -> float:
+    """Set the linear ``head`` to the ridge-regression fit of ``y`` on ``x`` (penalty ``ridge * len(x)`` on the
+    weights, none on the bias; float64); returns the fit's loss ``0.5 * mean((head(x) - y)^2)``."""
+    a = torch.cat([x.double(), torch.ones(len(x), 1, dtype=torch.float64)], dim=1)
+    reg = torch.eye(a.shape[1], dtype=torch.float64) * ridge * len(x)
+    reg[-1, -1] = 0.0
+    w = torch.linalg.solve(a.T @ a + reg, a.T @ y.double())
+    head.weight.copy_(w[:-1].to(head.weight)[None])
+    head.bias.copy_(w[-1:].to(head.bias))
+    return float(0.5 * ((a @ w - y.double()) ** 2).mean())
+
+
+def check_collapse(history: Sequence[dict[str, Any]], config: TrainConfig) -> str | None:
+    """Why the run has collapsed (None: it has not), from its RL iterations' records (iteration >= 1):
+
+    - a non-finite loss or gradient norm in the latest iteration;
+    - the mean valid-action share of the latest ``collapse_window`` iterations below ``collapse_ratio`` x that of
+      the first ``collapse_window`` (the start);
+    - the same for training success, when the start's is at least ``collapse_min_success`` (below it a drop is
+      noise);
+    - the mean pre-clipping gradient norm of the latest window above ``collapse_grad_factor`` x the start's
+      (iterations whose groups all tied, norm 0, are left out of both).
+
+    The windows never overlap: nothing is checked before ``2 * collapse_window`` iterations."""
+    rl = [h for h in history if h.get("iteration", 0) >= 1]
+    if not rl:
+        return None
+    last = rl[-1]
+    for key in ("loss", "grad_norm", "grad_norm_max"):
+        if key in last and (last[key] is None or not np.isfinite(last[key])):
+            return f"non-finite {key} ({last[key]}) at iteration {last['iteration']}"
+    w = config.collapse_window
+    if len(rl) < 2 * w:
+        return None
+    start, recent = rl[:w], rl[-w:]
+
+    def span(records: Sequence[dict[str, Any]]) -> str:
+        first, last = records[0]["iteration"], records[-1]["iteration"]
+        return f"iteration {first}" if first == last else f"iterations {first}-{last}"
+
+    def mean(records: Sequence[dict[str, Any]], key: str, nonzero: bool = False) -> float | None:
+        vals = [float(r[key]) for r in records if r.get(key) is not None and not (nonzero and r[key] == 0)]
+        return float(np.mean(vals)) if vals else None
+
+    ratio = config.collapse_ratio
+    for key, name, floor in (("valid_action_frac", "valid-action share", 0.0),
+                             ("success_rate", "training success", config.collapse_min_success)):  # fmt: skip
+        before, now = mean(start, key), mean(recent, key)
+        if before is not None and now is not None and before > 0 and before >= floor and now < ratio * before:
+            return (f"{name} fell from {before:.3f} ({span(start)}) to {now:.3f} ({span(recent)}), below "
+                    f"collapse_ratio {ratio} x the start")  # fmt: skip
+    before, now = mean(start, "grad_norm", True), mean(recent, "grad_norm", True)
+    if before is not None and now is not None and now > config.collapse_grad_factor * before:
+        return (f"gradient norm exploded from {before:.3g} ({span(start)}) to {now:.3g} ({span(recent)}), above "
+                f"collapse_grad_factor {config.collapse_grad_factor} x the start")  # fmt: skip
+    return None
 
 
 def sft_step(state: TrainState, config: TrainConfig, it: int, step: int) -> float:
@@ -253,21 +409,25 @@ def train(config: TrainConfig) -> dict[str, Any]:
     metrics_path.write_text("".join(json.dumps(h) + "\n" for h in history), encoding="utf-8")  # drop lines past it
     (out_dir / "config.json").write_text(json.dumps(asdict(config), indent=2), encoding="utf-8")
 
-    if not resumed and (config.sft_steps > 0 or config.eval_every > 0):  # iteration 0: warm start, first eval
-        warm: dict[str, Any] = {"iteration": 0}
+    if not resumed and (config.sft_steps > 0 or config.eval_every > 0 or config.critic_warmup_steps > 0):
+        warm: dict[str, Any] = {"iteration": 0}  # iteration 0: warm start, critic warm-up, first eval
         if config.sft_steps > 0:
             losses = [sft_step(state, config, 0, k) for k in range(config.sft_steps)]
             warm.update(sft_loss=losses[-1], sft_loss_first=losses[0])
             if state.ref_model is not None:  # the KL anchor is the warm-started policy
                 state.ref_model.load_state_dict(state.model.state_dict())
+        if config.critic_warmup_steps > 0:
+            warm.update(critic_warmup(state, config))
         if config.eval_every > 0:
             warm.update(evaluate(state, config))
         history.append(warm)
         append_metrics(metrics_path, warm)
-        if config.sft_steps > 0 and config.checkpoint_every > 0:
+        if (config.sft_steps > 0 or config.critic_warmup_steps > 0) and config.checkpoint_every > 0:
             save_checkpoint(state, config, ckpt)
 
-    start = state.iteration + 1
+    collapsed = next((h["collapse_reason"] for h in history if h.get("collapse_reason")), None)
+    collapsed = collapsed if config.collapse_check else None  # a resumed collapsed run stops again, unless told not to
+    start = config.iterations + 1 if collapsed else state.iteration + 1
     bar = tqdm(total=config.iterations, initial=state.iteration, desc="train", unit="it",
                disable=not config.progress or start > config.iterations)  # fmt: skip
     for it in range(start, config.iterations + 1):
@@ -275,18 +435,24 @@ def train(config: TrainConfig) -> dict[str, Any]:
         if config.sft_steps_per_iteration > 0:
             metrics["sft_loss"] = float(np.mean([sft_step(state, config, it, k)
                                                  for k in range(config.sft_steps_per_iteration)]))  # fmt: skip
-        if config.eval_every > 0 and (it % config.eval_every == 0 or it == config.iterations):
+        if config.collapse_check:
+            collapsed = check_collapse([*history, metrics], config)
+            if collapsed:
+                metrics.update(collapsed=True, collapse_reason=collapsed)
+        if config.eval_every > 0 and (it % config.eval_every == 0 or it == config.iterations) and not collapsed:
             metrics.update(evaluate(state, config))
         state.iteration = it
         history.append(metrics)
         append_metrics(metrics_path, metrics)
-        if config.checkpoint_every > 0 and (it % config.checkpoint_every == 0 or it == config.iterations):
+        if config.checkpoint_every > 0 and (it % config.checkpoint_every == 0 or it == config.iterations or collapsed):
             save_checkpoint(state, config, ckpt)
         shown = {"reward": metrics["reward_mean"], "success": metrics["success_rate"]}
         if "eval_success_rate" in metrics:
             shown["eval"] = metrics["eval_success_rate"]
         bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items()}, refresh=False)
         bar.update(1)
+        if collapsed:  # a reported failure, not a data point: stop here
+            break
     bar.close()
     state.close()
     plot = plot_metrics(history, out_dir / "metrics.png") if config.plot and history else None
@@ -297,6 +463,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
         "metrics_path": str(metrics_path),
         "checkpoint": str(ckpt) if ckpt.is_file() else None,
         "plot": None if plot is None else str(plot),
+        "collapsed": collapsed,
         "state": state,
     }
 
@@ -371,12 +538,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise KeyboardInterrupt(where) from None
     print(json.dumps(jsonable(summary["last"] or {}), indent=2))
     print(json.dumps({k: summary[k] for k in ("iterations", "metrics_path", "checkpoint", "plot")}, indent=2))
+    evals = [(h["iteration"], h["eval_success_rate"]) for h in summary["history"] if "eval_success_rate" in h]
+    if len(evals) > 1:  # what a newcomer wants to see: held-out success before RL and after
+        print("held-out success: " + " -> ".join(f"{v:.3f} (iteration {i})" for i, v in evals))
+    if summary["collapsed"]:
+        print(f"agentgym train: the run collapsed and stopped at iteration {summary['iterations']}: "
+              f"{summary['collapsed']} (--set collapse_check=false runs on)", file=sys.stderr)  # fmt: skip
+        return 1
     return 0
 
 
 if __name__ == "__main__":  # the same messages and exit codes as ``agentgym train``
-    import sys
-
     from agentgym.cli import main as cli_main
 
     raise SystemExit(cli_main(["train", *sys.argv[1:]]))

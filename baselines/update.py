@@ -35,6 +35,7 @@ __all__ = [
     "minibatch_loss",
     "score_batch",
     "select",
+    "value_only_loss",
 ]
 
 
@@ -81,6 +82,7 @@ def forward_tokens(
     value_head: torch.nn.Module | None = None,
     token_mask: torch.Tensor | None = None,
     amp: torch.dtype | None = None,
+    detach_value: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Per-token ``(logprobs, entropy, values)`` in sequence coordinates ``(B, L)``: entry ``t`` is about token ``t``
     given tokens ``< t`` (entry 0 is 0). Log-probs/entropy of ``softmax(logits / temperature)`` (T=1 if greedy).
@@ -89,7 +91,8 @@ def forward_tokens(
     are 0. In multi-turn rollouts most tokens are observations, so scoring only the sampled ones saves most of the
     ``(tokens, vocab)`` logits. Assumes ``logits = lm_head(decoder(...).last_hidden_state)`` (Llama/Qwen/Mistral
     style); a model with logit soft-capping falls back to the full forward. ``amp``: autocast dtype of the forward
-    (the log-softmax is float32 either way)."""
+    (the log-softmax is float32 either way). ``detach_value``: the value head reads the hidden states detached, so
+    a value loss trains the head alone and never moves the policy's trunk."""
     scale = temperature if temperature > 0 else 1.0
     sel = (attention_mask if token_mask is None else token_mask).bool().clone()
     sel[:, 0] = False
@@ -111,7 +114,8 @@ def forward_tokens(
     entropy = zeros.index_put((rows, cols), ent_sel)
     values = None
     if value_head is not None:
-        v_sel = value_head(hidden[rows, cols - 1].float()).squeeze(-1)
+        h = hidden[rows, cols - 1].float()
+        v_sel = value_head(h.detach() if detach_value else h).squeeze(-1)
         values = zeros.index_put((rows, cols), v_sel)
     return lp, entropy, values
 
@@ -234,6 +238,7 @@ def minibatch_loss(
         value_head,
         token_mask=mb["loss_mask"] > 0,
         amp=amp_dtype(config),
+        detach_value=config.detach_critic,
     )
     mask, adv, mode = mb["loss_mask"], mb["advantages"], config.loss_mode
     on = mask > 0
@@ -271,6 +276,20 @@ def minibatch_loss(
     return out
 
 
+def value_only_loss(
+    model: Any, value_head: torch.nn.Module, mb: dict[str, torch.Tensor], config: TrainConfig
+) -> torch.Tensor:
+    """The critic warm-up's loss: ``0.5 * (V - return)^2``, token-mean over sampled tokens, unclipped (the warm-up
+    fits a fresh head; PPO's value clipping would hold it near zero). With ``detach_critic`` only the head gets
+    gradients."""
+    _, _, values = forward_tokens(model, mb["input_ids"], mb["attention_mask"], config.temperature, value_head,
+                                  token_mask=mb["loss_mask"] > 0, amp=amp_dtype(config),
+                                  detach_value=config.detach_critic)  # fmt: skip
+    assert values is not None
+    return aggregate_loss(0.5 * (values - mb["returns"]) ** 2, mb["loss_mask"], "token-mean")
+
+
 def explained_variance(pred: np.ndarray, target: np.ndarray) -> float:
+    """``1 - Var(target - pred) / Var(target)`` (NaN when the target is constant)."""
     var = float(np.var(target))
     return float("nan") if var == 0 else 1.0 - float(np.var(target - pred)) / var
