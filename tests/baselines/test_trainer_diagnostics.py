@@ -318,6 +318,26 @@ def test_turn_ppo_with_progress_as_immediate_reward(tmp_path, lam):
     assert advs[0][r.turn_spans[0][1] : r.turn_spans[1][0]].tolist() == [0.0]  # env tokens
 
 
+def test_turn_ppo_gets_the_progress_difference_as_each_turns_reward(tmp_path):
+    """On real Chain rollouts with progress_key, turn_ppo's per-turn rewards are the verified progress differences
+    (plus the outcome at the end): progress is an immediate reward, not only a telescoped return."""
+    from agentgym.baselines.credit import turn_rewards
+
+    config = chain(tmp_path, algo="ppo", estimator="turn_ppo", progress_key="progress", lam=0.0, group_size=3)
+    state = setup(config)
+    for k in range(110):  # partly skilled (about 40% of episodes right), so turns differ
+        sft_step(state, config, 0, k)
+    rollouts = training_rollouts(state, config, [1, 2], 5, 0)
+    seen = set()
+    for r in rollouts:
+        prog = [0.0] + [m.get("progress", 0.0) for m in r.turn_metrics]
+        outcome = [c.get("outcome", 0.0) for c in r.reward_components]
+        expected = [prog[t + 1] - prog[t] + outcome[t] for t in range(len(r.turn_spans))]
+        np.testing.assert_allclose(turn_rewards(r, config), expected, atol=1e-9)
+        seen.update(round(x, 6) for x in expected)
+    assert len(seen) > 1  # the rewards differ between turns
+
+
 @pytest.mark.parametrize("lam", [0.0, 0.5])
 def test_progress_under_a_turn_critic_trains_on_chain(tmp_path, lam):
     """The arm runs end to end: turn_ppo, the verified progress as the per-turn reward, a warmed detached critic."""
