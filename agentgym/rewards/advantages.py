@@ -775,7 +775,7 @@ def userrl_advantages(
 
 # ----------------------------------------------------------------------------------------------------------------
 # multi-turn GRPO with a verified per-turn signal, and the signals and observation keys it reads
-# (docs/rewards.md, 'Multi-turn GRPO and observation anchors')
+# (docs/rewards.md, 'Multi-turn GRPO', and 'GiGPO' for the observation anchors)
 
 FinalTurn = Literal["outcome", "both"]
 SignalMode = Literal["value", "delta"]

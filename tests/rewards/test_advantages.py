@@ -685,8 +685,8 @@ def test_userrl_token_weighted_mean_is_the_trajectory_advantage(batch, turn_meth
 
 # --- registry and the batch-level properties (determinism, equivariance) ---------------------------------------
 
-NAMES = ["grpo", "dr_grpo", "rloo", "gtpo", "turn_ppo", "igpo", "siop", "a2tgpo", "gigpo", "gigpo_obs", "matchtir", "mapo",
-         "userrl", "mt_grpo"]  # fmt: skip
+NAMES = ["grpo", "dr_grpo", "rloo", "gtpo", "turn_ppo", "igpo", "siop", "a2tgpo", "gigpo", "gigpo_obs", "matchtir",
+         "mapo", "userrl", "mt_grpo"]  # fmt: skip
 
 
 def test_registry_names_and_unknown_name():
