@@ -26,7 +26,15 @@ Methods (``METHODS``; the trainer's estimators, all with the same learning rate 
 - ``mt_grpo``: multi-turn GRPO, each turn's verified signal (``info["correct"]``; None on distractor stages)
   z-scored among the same turn of the group, plus the outcome z-scored over the group (the final turn: the outcome
   alone);
-- ``turn_ppo``: PPO with a turn-level critic (V at each turn's first token, GAE over turns).
+- ``turn_ppo``: PPO with a turn-level critic (V at each turn's first token, GAE over turns);
+- ``progress_td`` / ``progress_gae``: the verified progress as an immediate per-turn reward (with the outcome) under
+  ``turn_ppo``'s critic, TD(0) (``lam`` 0) / GAE ``lam`` 0.5; the critic is detached from the trunk, warmed by 24
+  value-only steps from the warm start and has its own learning rate (1e-2: at 1e-3 and below its explained
+  variance fell below 0 during RL on Chain H=2).
+
+A run the trainer stops as collapsed (``collapse_check``: its valid-action share or success halved, or its gradient
+norm exploded) is a reported failure, not a data point: the table counts it in ``collapsed`` and leaves it out of
+the means and of the paired differences.
 
 IGPO is not in the grid: its turn reward is the gain in the policy's probability of a gold answer string, and the
 diagnostics have choices, not an answer to score.
@@ -63,12 +71,19 @@ METHODS: dict[str, dict[str, Any]] = {
     "gigpo_obs": {"algo": "grpo", "estimator": "gigpo_obs"},
     "mt_grpo": {"algo": "grpo", "estimator": "mt_grpo"},
     "turn_ppo": {"algo": "ppo", "estimator": "turn_ppo"},
-}
+    "progress_td": {"algo": "ppo", "estimator": "turn_ppo", "progress_key": "progress", "lam": 0.0,
+                    "reward_components": ["outcome", "progress"], "detach_critic": True, "critic_warmup_steps": 24,
+                    "value_lr": 1e-2},
+    "progress_gae": {"algo": "ppo", "estimator": "turn_ppo", "progress_key": "progress", "lam": 0.5,
+                     "reward_components": ["outcome", "progress"], "detach_critic": True, "critic_warmup_steps": 24,
+                     "value_lr": 1e-2},
+}  # fmt: skip
 #: The default grid: env -> horizons.
 CELLS: dict[str, tuple[int, ...]] = {"Chain": (2, 4, 8, 16), "Umbrella": (2, 4, 8, 16), "KeyDoor": (2, 8)}
 #: The per-iteration numbers a run keeps for the report.
 KEPT = ("iteration", "success_rate", "reward_mean", "zero_std_group_frac", "eval_success_rate", "time_rollout",
-        "time_update", "sft_loss")  # fmt: skip
+        "time_update", "sft_loss", "valid_action_frac", "entropy", "grad_norm", "grad_norm_max", "value_grad_norm",
+        "explained_variance", "explained_variance_mc", "turn_accuracy", "collapse_reason")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -139,9 +154,10 @@ def run_job(job: Job, args: argparse.Namespace, out: Path) -> tuple[Job, dict[st
     summary = train(config)
     result: dict[str, Any] = {"job": asdict(job), "history": [{k: h[k] for k in KEPT if k in h}
                                                               for h in summary["history"]]}  # fmt: skip
+    result["collapsed"] = next((h["collapse_reason"] for h in summary["history"] if h.get("collapse_reason")), None)
     if job.method is None:
         result["before"] = evaluate_start(summary["state"], job, args, out)
-    else:
+    elif result["collapsed"] is None:  # a collapsed run is a failure, not a data point: no "after"
         result["after"] = evaluate(summary["state"], config)["eval_success_rate"]
     summary["state"].close()
     result["seconds"] = time.perf_counter() - t0
@@ -240,7 +256,8 @@ def load_results(out: Path) -> list[dict[str, Any]]:
         evals = [h["eval_success_rate"] for h in r["history"] if "eval_success_rate" in h]
         before = starts.get((j["env"], j["seed"]), {})
         r.setdefault("before", before[str(j["horizon"])] if str(j["horizon"]) in before else evals[0])
-        r.setdefault("after", evals[-1] if evals else None)
+        r.setdefault("collapsed", None)
+        r.setdefault("after", None if r["collapsed"] else evals[-1] if evals else None)
         results.append(r)
     return results
 
@@ -267,12 +284,17 @@ def bootstrap_ci(diffs: np.ndarray, n: int = 10_000, seed: int = 0) -> tuple[flo
 def table(results: list[dict[str, Any]], methods: list[str]) -> tuple[str, list[dict[str, Any]]]:
     """Markdown table, one row per (env, H, method), and its rows as records."""
     by: dict[tuple[str, int, str], dict[int, dict[str, float]]] = {}
+    collapsed: dict[tuple[str, int, str], int] = {}
     for r in results:
         j = r["job"]
-        by.setdefault((j["env"], j["horizon"], j["method"]), {})[j["seed"]] = summarise(r)
-    head = ("| env | H | method | seeds | success before | after (mean ± std) | AUC | zero-var groups "
+        key = (j["env"], j["horizon"], j["method"])
+        if r.get("collapsed"):  # a reported failure: counted, never averaged or paired
+            collapsed[key] = collapsed.get(key, 0) + 1
+            continue
+        by.setdefault(key, {})[j["seed"]] = summarise(r)
+    head = ("| env | H | method | seeds | collapsed | success before | after (mean ± std) | AUC | zero-var groups "
             "| after − grpo [95% CI] |")  # fmt: skip
-    lines = [head, "|---|---:|---|---:|---:|---:|---:|---:|---|"]
+    lines = [head, "|---|---:|---|---:|---:|---:|---:|---:|---:|---|"]
     records = []
     for env, h, method in sorted(by, key=lambda k: (k[0], k[1], methods.index(k[2]) if k[2] in methods else 99)):
         runs = by[(env, h, method)]
@@ -287,14 +309,19 @@ def table(results: list[dict[str, Any]], methods: list[str]) -> tuple[str, list[
             if len(paired) >= 3:
                 ci = bootstrap_ci(d)
         rec = {"env": env, "horizon": h, "method": method, "seeds": len(seeds),
+               "collapsed": collapsed.get((env, h, method), 0),
                **{f"{k}_mean": float(v.mean()) for k, v in get.items()}, "after_std": float(get["after"].std()),
                "diff_to_grpo": diff, "diff_ci": list(ci)}  # fmt: skip
         records.append(rec)
         cell = "" if math.isnan(diff) else f"{diff:+.3f}"
         cell += "" if math.isnan(ci[0]) else f" [{ci[0]:+.3f}, {ci[1]:+.3f}]"
-        lines.append(f"| {env} | {h} | `{method}` | {len(seeds)} | {get['before'].mean():.3f} | "
+        lines.append(f"| {env} | {h} | `{method}` | {len(seeds)} | {rec['collapsed']} | {get['before'].mean():.3f} | "
                      f"{get['after'].mean():.3f} ± {get['after'].std():.3f} | {get['auc'].mean():.3f} | "
                      f"{get['zero_var'].mean():.2f} | {cell} |")  # fmt: skip
+    for env, h, method in sorted(set(collapsed) - set(by)):  # every seed of the cell collapsed
+        n = collapsed[(env, h, method)]
+        records.append({"env": env, "horizon": h, "method": method, "seeds": 0, "collapsed": n})
+        lines.append(f"| {env} | {h} | `{method}` | 0 | {n} | | | | | |")
     return "\n".join(lines), records
 
 
@@ -303,7 +330,8 @@ def pivot(records: list[dict[str, Any]], methods: list[str]) -> str:
     best mean of the row in bold."""
     cells: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
     for rec in records:
-        cells.setdefault((rec["env"], rec["horizon"]), {})[rec["method"]] = rec
+        if rec["seeds"]:  # cells where every run collapsed have no mean to show
+            cells.setdefault((rec["env"], rec["horizon"]), {})[rec["method"]] = rec
     shown = [m for m in methods if any(m in row for row in cells.values())]
     lines = ["| env | H | seeds | start | " + " | ".join(f"`{m}`" for m in shown) + " |",
              "|---|---:|---:|---:|" + "---:|" * len(shown)]  # fmt: skip
@@ -340,7 +368,8 @@ def plot(results: list[dict[str, Any]], methods: list[str], path: Path) -> None:
         for m in methods:
             xs, ys, es = [], [], []
             for h in horizons:
-                after = [r["after"] for r in mine if r["job"]["method"] == m and r["job"]["horizon"] == h]
+                after = [r["after"] for r in mine
+                         if r["job"]["method"] == m and r["job"]["horizon"] == h and not r["collapsed"]]  # fmt: skip
                 if after:
                     xs.append(h), ys.append(np.mean(after)), es.append(np.std(after))
             if xs:
@@ -358,7 +387,7 @@ def plot(results: list[dict[str, Any]], methods: list[str], path: Path) -> None:
                 continue
             for m in methods:
                 curves = [[x["success_rate"] for x in r["history"] if x.get("iteration", 0) > 0] for r in mine
-                          if r["job"]["method"] == m and r["job"]["horizon"] == h]  # fmt: skip
+                          if r["job"]["method"] == m and r["job"]["horizon"] == h and not r["collapsed"]]  # fmt: skip
                 if curves:
                     n = min(map(len, curves))
                     mean = np.mean([c[:n] for c in curves], axis=0)
@@ -387,9 +416,9 @@ def report(args: argparse.Namespace, out: Path) -> str:
     with open(out / "runs.jsonl", "w", encoding="utf-8") as fh:  # every run, compact: enough to redraw the report
         for r in results:
             curves = {k: [h.get(k) for h in r["history"] if h.get("iteration", 0) > 0]
-                      for k in ("success_rate", "zero_std_group_frac")}  # fmt: skip
-            fh.write(json.dumps({**r["job"], "before": r["before"], "after": r["after"], "seconds": r["seconds"],
-                                 **curves}) + "\n")  # fmt: skip
+                      for k in ("success_rate", "zero_std_group_frac", "valid_action_frac", "grad_norm")}  # fmt: skip
+            fh.write(json.dumps({**r["job"], "before": r["before"], "after": r["after"], "collapsed": r["collapsed"],
+                                 "seconds": r["seconds"], **curves}) + "\n")  # fmt: skip
     plot(results, list(args.methods), out / "credit_sweep.png")
     return head + "\n\n" + text
 
