@@ -12,13 +12,7 @@ import agentgym  # noqa: F401  (registers the envs)
 from agentgym.baselines.rollout import HFPolicy, RolloutConfig, check_contexts, collect_rollouts
 from agentgym.baselines.update import make_batch, score_batch
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/baselines/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -49,12 +49,7 @@ if TOY_ID not in gymnasium.registry:
     gymnasium.register(id=TOY_ID, entry_point=ToyEnv, disable_env_checker=True)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/baselines/conftest.py
 
 
 def toy_config(tmp_path, **kw: Any) -> TrainConfig:

@@ -56,12 +56,7 @@ if WORDS_ID not in gymnasium.registry:
     gymnasium.register(id=WORDS_ID, entry_point=WordsEnv, disable_env_checker=True)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/baselines/conftest.py
 
 
 def chain(tmp_path, **kw: Any) -> TrainConfig:
