@@ -65,6 +65,9 @@ class TrainConfig:
     dtype: str = "float32"  # model weights and optimizer state; log-probs are always computed in float32
     amp_dtype: str | None = None  # e.g. "bfloat16": forward passes under torch.autocast, float32 master weights
     gradient_checkpointing: bool = False
+    # train only the top N decoder layers and the final norm; everything else (embeddings, and with them a tied LM
+    # head such as SmolLM2's, the lower layers) is frozen and left out of the optimizer (None: the whole model)
+    trainable_layers: int | None = None
     max_turns: int = 3
     max_new_tokens: int = 32
     max_total_tokens: int = 2048
@@ -172,6 +175,8 @@ class TrainConfig:
         small = [k for k, v in positive.items() if v < 1]
         if small:
             raise ValueError(f"{', '.join(small)} must be >= 1")
+        if self.trainable_layers is not None and self.trainable_layers < 0:
+            raise ValueError(f"trainable_layers must be >= 0 or None, got {self.trainable_layers}")
         if self.critic_warmup_steps < 0 or self.collapse_window < 1:
             raise ValueError("critic_warmup_steps must be >= 0 and collapse_window >= 1")
         if (self.critic_warmup_steps or self.detach_critic or self.value_lr is not None) and not self.critic:

@@ -80,7 +80,7 @@ def setup(config: TrainConfig) -> TrainState:
         ref_model, _ = build_policy(config)
         ref_model.eval().requires_grad_(False)
     value_head = build_value_head(model) if config.critic else None
-    groups: list[dict[str, Any]] = [{"params": list(model.parameters())}]
+    groups: list[dict[str, Any]] = [{"params": [p for p in model.parameters() if p.requires_grad]}]  # trainable_layers
     if value_head is not None:  # the critic's own group: its learning rate (value_lr) and its own clipping
         groups.append({"params": list(value_head.parameters()), "lr": config.value_lr or config.lr})
     optimizer = torch.optim.AdamW(groups, lr=config.lr, weight_decay=config.weight_decay)

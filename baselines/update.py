@@ -31,6 +31,7 @@ __all__ = [
     "build_value_head",
     "explained_variance",
     "forward_tokens",
+    "freeze_lower_layers",
     "make_batch",
     "minibatch_loss",
     "score_batch",
@@ -59,11 +60,30 @@ def build_policy(config: TrainConfig) -> tuple[Any, Any]:
         tok = load_tokenizer(path)
         model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
     model = model.to(device=config.device, dtype=getattr(torch, config.dtype))
+    if config.trainable_layers is not None:
+        freeze_lower_layers(model, config.trainable_layers)
     if config.gradient_checkpointing:
         # active in train mode only, so sampling keeps its KV cache (transformers 5 renamed the method)
         enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
         enable()
     return model, tok
+
+
+def freeze_lower_layers(model: Any, trainable_layers: int) -> list[str]:
+    """Freeze everything but the top ``trainable_layers`` decoder layers and the final norm (``requires_grad``
+    False); returns the names of the parameters left trainable. The embeddings stay frozen, and with them an LM
+    head tied to them (SmolLM2's); an untied LM head is frozen too. ``ValueError`` when the model has fewer layers
+    or no ``get_decoder().layers`` / ``.norm`` (Llama, Qwen2, Mistral have them)."""
+    decoder = model.get_decoder()
+    layers, norm = getattr(decoder, "layers", None), getattr(decoder, "norm", None)
+    if layers is None or norm is None:
+        raise ValueError(f"trainable_layers: {type(model).__name__} has no decoder .layers and .norm to train")
+    if trainable_layers > len(layers):
+        raise ValueError(f"trainable_layers={trainable_layers}, but the model has {len(layers)} decoder layers")
+    model.requires_grad_(False)
+    for module in [*(list(layers)[len(layers) - trainable_layers :]), norm]:
+        module.requires_grad_(True)
+    return [name for name, p in model.named_parameters() if p.requires_grad]
 
 
 def build_value_head(model: Any) -> torch.nn.Linear:
