@@ -31,14 +31,17 @@ from agentgym.baselines.rollout import RolloutConfig, derive_seed
 from agentgym.pool import POOLS
 from agentgym.rewards.advantages import ESTIMATORS, OUTCOME_ESTIMATORS, TURN_SIGNALS, TurnSignal
 
-__all__ = ["ALGOS", "CRITIC_ESTIMATORS", "LOSS_AGG_MODES", "PRESETS", "SCORERS", "SIGNAL_ESTIMATORS", "Seeds",
-           "TrainConfig", "load_config"]  # fmt: skip
+__all__ = ["ALGOS", "BRANCH_ESTIMATORS", "CRITIC_ESTIMATORS", "LOSS_AGG_MODES", "PRESETS", "SCORERS",
+           "SIGNAL_ESTIMATORS", "Seeds", "TrainConfig", "load_config"]  # fmt: skip
 
 ALGOS = ("grpo", "dr_grpo", "rloo", "ppo")
 #: Estimators that need a critic (``algo="ppo"``); ``None`` there is token-level GAE.
 CRITIC_ESTIMATORS = ("turn_ppo",)
 #: Estimators that read a verified per-turn signal (``TrainConfig.turn_signal``) from the env's ``info``.
 SIGNAL_ESTIMATORS = ("mt_grpo",)
+#: Estimators over forks from the states before chosen turns (``branch_k`` >= 1; baselines/branches.py): ``vine``
+#: (VinePPO's Monte-Carlo state values) and ``tree`` (turn-level groups of the K + 1 actions taken in one state).
+BRANCH_ESTIMATORS = ("vine", "tree")
 #: Post-episode turn scorers of ``agentgym.rewards.information`` the trainer runs with the policy as scorer model.
 SCORERS = ("info_gain", "info_potential", "siop")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "constant")
@@ -92,7 +95,15 @@ class TrainConfig:
     reward_components: str | tuple[str, ...] = "auto"
     turn_signal_key: str | None = None  # mt_grpo's verified per-turn signal: an info key (None: TURN_SIGNALS[env_id])
     turn_signal_mode: str | None = None  # "value" or "delta" (None: TURN_SIGNALS' mode for its key, else "value")
-    gamma: float = 1.0  # PPO's GAE (token-level, or over turns with estimator="turn_ppo")
+    # branch credit (BRANCH_ESTIMATORS, baselines/branches.py): branch_k forks from the env snapshot and token prefix
+    # before each chosen turn: "all" turns, or "uncertain", the branch_frac of the batch's turns whose least likely
+    # sampled token was least likely
+    branch_k: int = 0  # 0: off
+    branch_turns: str = "all"
+    branch_frac: float = 0.5
+    # the token budget: stop the run once it has sampled this many tokens (main rollouts and forks; None: no limit)
+    max_sampled_tokens: int | None = None
+    gamma: float = 1.0  # PPO's GAE (token-level, or over turns with estimator="turn_ppo"); vine's and tree's returns
     lam: float = 0.95
     whiten_advantages: bool = True  # PPO only
     eps_low: float = 0.2
@@ -159,16 +170,19 @@ class TrainConfig:
             if self.estimator_kwargs:
                 raise ValueError("ppo's GAE takes gamma and lam from the config, not estimator_kwargs")
         else:
-            if self.estimator_name not in ESTIMATORS:
-                raise ValueError(f"unknown estimator {self.estimator_name!r}; known: {', '.join(sorted(ESTIMATORS))}")
+            if self.estimator_name not in ESTIMATORS and self.estimator_name not in BRANCH_ESTIMATORS:
+                raise ValueError(f"unknown estimator {self.estimator_name!r}; known: "
+                                 f"{', '.join(sorted((*ESTIMATORS, *BRANCH_ESTIMATORS)))}")  # fmt: skip
             if self.estimator_name in CRITIC_ESTIMATORS:
                 raise ValueError(f"estimator {self.estimator_name!r} needs a critic: use algo='ppo' (algo "
                                  f"{self.algo!r} is critic-free)")  # fmt: skip
-            params = inspect.signature(ESTIMATORS[self.estimator_name]).parameters
-            unknown = sorted(set(self.estimator_kwargs) - set(list(params)[1:]))
+            fn = ESTIMATORS.get(self.estimator_name)
+            params = list(inspect.signature(fn).parameters)[1:] if fn is not None else []
+            unknown = sorted(set(self.estimator_kwargs) - set(params))
             if unknown:
                 raise ValueError(f"estimator {self.estimator_name!r} takes no {unknown}")
         self._check_credit_inputs()
+        self._check_branches()
         positive = {"group_size": self.group_size, "batch_tasks": self.batch_tasks, "epochs": self.epochs,
                     "minibatch_size": self.minibatch_size, "max_turns": self.max_turns,
                     "max_new_tokens": self.max_new_tokens, "sft_batch": self.sft_batch}  # fmt: skip
@@ -218,6 +232,24 @@ class TrainConfig:
             raise ValueError(f"estimator {self.estimator_name!r} needs a verified per-turn signal: set "
                              f"turn_signal_key (an info key; {self.env_id} has no entry in "
                              "agentgym.rewards.advantages.TURN_SIGNALS)")  # fmt: skip
+
+    def _check_branches(self) -> None:
+        """``branch_k`` / ``branch_turns`` / ``branch_frac`` with the branch estimators, and ``max_sampled_tokens``."""
+        if self.max_sampled_tokens is not None and self.max_sampled_tokens < 1:
+            raise ValueError(f"max_sampled_tokens must be >= 1 or None, got {self.max_sampled_tokens}")
+        if self.branch_k < 0:
+            raise ValueError(f"branch_k must be >= 0, got {self.branch_k}")
+        if self.branch_turns not in ("all", "uncertain") or not 0.0 < self.branch_frac <= 1.0:
+            raise ValueError(f"branch_turns must be 'all' or 'uncertain' and branch_frac in (0, 1], got "
+                             f"{self.branch_turns!r} and {self.branch_frac}")  # fmt: skip
+        branch = self.estimator_name in BRANCH_ESTIMATORS
+        if branch != (self.branch_k > 0):
+            raise ValueError(f"the branch estimators {BRANCH_ESTIMATORS} need branch_k >= 1 and only they use forks "
+                             f"(estimator {self.estimator_name!r}, branch_k {self.branch_k})")  # fmt: skip
+        if branch and (self.env_pool != "list" or self.rollout_backend != "hf" or self.dynamic_sampling
+                       or self.scorer is not None):  # fmt: skip
+            raise ValueError(f"estimator {self.estimator_name!r} forks envs in this process with the HF loop: it "
+                             "needs env_pool 'list' and rollout_backend 'hf', without dynamic_sampling or a scorer")
 
     @property
     def estimator_name(self) -> str:

@@ -37,7 +37,8 @@ import numpy as np
 import torch
 
 from agentgym.agents.base import normalize_messages
-from agentgym.pool import EnvPool, Outcome, as_pool
+from agentgym.branching import snapshot
+from agentgym.pool import EnvPool, Outcome, SerialPool, as_pool
 from agentgym.tools.local_lm import model_input_names
 from agentgym.trajectory import Trajectory, Turn
 
@@ -45,6 +46,7 @@ __all__ = [
     "HFPolicy",
     "Rollout",
     "RolloutConfig",
+    "advance_episodes",
     "autocast",
     "check_contexts",
     "check_rows",
@@ -133,6 +135,8 @@ class Rollout:
     infos: list[dict[str, Any]] = field(default_factory=list)
     scored_rewards: list[float] = field(default_factory=list)  # a trainer's turn-scorer rewards (empty: none)
     error: str | None = None  # a failed env step (an exception, a timeout, a dead actor) ended the episode
+    # the env (with its wrappers) before each turn, ``agentgym.branching.snapshot`` (only with ``snapshots=True``)
+    snapshots: list[Any] = field(default_factory=list)
 
     @property
     def input_ids(self) -> list[int]:
@@ -353,11 +357,14 @@ class HFPolicy:
         temperature: float,
         stop: Sequence[str],
         generators: Sequence[torch.Generator],
+        share_prefill: bool = False,
     ) -> list[tuple[list[int], list[float], str]]:
         """:meth:`sample` for many contexts at once: left-padded, one forward per new token for the whole batch.
 
         Row ``i`` samples at most ``budgets[i]`` tokens with its own ``generators[i]``, so its draws do not depend
-        on the other rows; a finished row rides along masked out until the last row ends."""
+        on the other rows; a finished row rides along masked out until the last row ends. ``share_prefill``: rows
+        with the same context (the K forks of one state, baselines/branches.py) share one prefill, whose KV cache
+        is copied to each of them."""
         check_rows(contexts, budgets, generators)
         n = len(contexts)
         device = next(self.model.parameters()).device
@@ -371,7 +378,16 @@ class HFPolicy:
             attention[i, width - len(c) :] = 1
         ids, attention = ids.to(device), attention.to(device)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        cache, last = self._forward(ids, attention, positions, None)
+        first: dict[tuple[int, ...], int] = {}
+        rows = [first.setdefault(tuple(c), len(first)) for c in contexts] if share_prefill else []
+        if share_prefill and len(first) < n:  # prefill each distinct context once, then copy its cache rows
+            unique = torch.tensor([rows.index(u) for u in range(len(first))], device=device)
+            cache, last = self._forward(ids[unique], attention[unique], positions[unique], None)
+            expand = torch.tensor(rows, device=device)
+            cache.reorder_cache(expand)
+            last = last[expand]
+        else:
+            cache, last = self._forward(ids, attention, positions, None)
         tokens: list[list[int]] = [[] for _ in range(n)]
         logprobs: list[list[float]] = [[] for _ in range(n)]
         finish = ["length"] * n
@@ -449,13 +465,16 @@ def run_episodes(
     config: RolloutConfig,
     generation_batch: int | None = None,
     options: Sequence[dict[str, Any] | None] | None = None,
+    snapshots: bool = False,
 ) -> list[Rollout]:
     """Episode ``i`` on ``envs[i]`` (reset with ``seeds[i]`` and ``options[i]``), all in lockstep: each turn,
     every episode still running samples in one batched generation (chunks of ``generation_batch`` rows; None =
     all), then the chunk's envs step at once. Episode ``i`` samples with a generator seeded with ``sample_seeds[i]``.
 
     ``envs`` is a list of envs or an ``agentgym.pool.EnvPool`` (episode ``i`` on slot ``i``; a ``ThreadPool`` or
-    ``RayPool`` steps the envs in parallel). A failed reset raises; a failed step ends its episode with ``error``."""
+    ``RayPool`` steps the envs in parallel). A failed reset raises; a failed step ends its episode with ``error``.
+    ``snapshots``: keep each env's state before every turn in ``Rollout.snapshots`` (envs in this process only: a
+    list or a ``SerialPool``), what baselines/branches.py forks from."""
     n = len(seeds)
     if not n == len(group_ids) == len(sample_seeds) or not (
         n <= len(envs) if isinstance(envs, EnvPool) else n == len(envs)
@@ -471,10 +490,41 @@ def run_episodes(
         r = Rollout(prompt_ids=policy.prompt_ids(obs), group_id=group_id, seed=int(seed), task_id=info.get("task_id"))
         r.initial_observation, r.reset_info = list(obs), dict(info)
         rollouts.append(r)
+    contexts = advance_episodes(policy, pool, rollouts, generators, turn_limits=[config.max_turns] * n,
+                                config=config, generation_batch=generation_batch, snapshots=snapshots)  # fmt: skip
+    if config.check:
+        for r, ctx in zip(rollouts, contexts, strict=True):
+            check_contexts(r, ctx)
+    return rollouts
+
+
+def advance_episodes(
+    policy: HFPolicy,
+    pool: EnvPool,
+    rollouts: Sequence[Rollout],
+    generators: Sequence[torch.Generator],
+    *,
+    turn_limits: Sequence[int],
+    config: RolloutConfig,
+    generation_batch: int | None = None,
+    snapshots: bool = False,
+    share_prefill: bool = False,
+) -> list[list[list[int]]]:
+    """The lockstep turn loop of :func:`run_episodes`: episode ``i`` (``rollouts[i]``, its env on slot ``i`` of
+    ``pool``, already reset or restored) plays at most ``turn_limits[i]`` more turns, sampling with
+    ``generators[i]``; an episode that reaches its limit is truncated. Returns the contexts the model saw, per
+    episode and turn. ``snapshots``: record each env's state before every turn (a ``SerialPool``: envs in this
+    process); ``share_prefill``: passed to ``sample_batch`` (the HF loop's one prefill per distinct context)."""
+    n = len(rollouts)
+    if snapshots and not isinstance(pool, SerialPool):
+        raise ValueError(f"snapshots need the envs in this process (a list or a SerialPool), not {type(pool).__name__}")
+    envs = pool.envs if isinstance(pool, SerialPool) and snapshots else []
     contexts: list[list[list[int]]] = [[] for _ in range(n)]
-    running = list(range(n))
+    played = [0] * n
+    running = [i for i in range(n) if turn_limits[i] > 0]
     chunk = generation_batch or max(n, 1)
-    for turn in range(config.max_turns):
+    extra = {"share_prefill": True} if share_prefill else {}
+    while running:
         ready = []
         for i in running:
             r = rollouts[i]
@@ -492,28 +542,27 @@ def run_episodes(
                 temperature=config.temperature,
                 stop=config.stop,
                 generators=[generators[i] for i, _ in part],
+                **extra,
             )
             actions = [policy.decode(tokens) for tokens, _, _ in samples]
+            for i, _ in part if snapshots else ():
+                rollouts[i].snapshots.append(snapshot(envs[i]))
             outcomes = pool.step({i: action for (i, _), action in zip(part, actions, strict=True)})
             for (i, _), (tokens, logprobs, finish), action, out in zip(part, samples, actions, outcomes, strict=True):
                 r = rollouts[i]
                 contexts[i].append(r.input_ids)
                 r.context_lengths.append(len(r.input_ids))
                 obs, terminated, truncated = r.record_outcome(tokens, logprobs, action, out)
+                played[i] += 1
                 if terminated or truncated:
                     continue
-                if turn + 1 == config.max_turns:
+                if played[i] >= turn_limits[i]:
                     r.truncated = True  # turn limit of the rollout
                     continue
                 r.append_observation(policy.observation_ids(obs, last_token=tokens[-1] if finish == "eos" else None))
                 running.append(i)
         running.sort()
-        if not running:
-            break
-    if config.check:
-        for r, ctx in zip(rollouts, contexts, strict=True):
-            check_contexts(r, ctx)
-    return rollouts
+    return contexts
 
 
 def collect_rollouts(
@@ -528,6 +577,7 @@ def collect_rollouts(
     envs: list[Any] | EnvPool | None = None,
     generation_batch: int | None = None,
     options: Sequence[dict[str, Any] | None] | None = None,
+    snapshots: bool = False,
 ) -> list[Rollout]:
     """``group_size`` rollouts per task seed (a GRPO group shares its seed); group id = ``group_offset + task
     index``. Rollout ``j`` samples with ``derive_seed(sample_seed, j)``, so a batch is reproducible. ``options[b]``
@@ -558,6 +608,7 @@ def collect_rollouts(
             config=config,
             generation_batch=generation_batch,
             options=None if options is None else [o for o in options for _ in range(group_size)],
+            snapshots=snapshots,
         )
     finally:
         policy.model.train(was_training)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -40,6 +41,7 @@ import torch
 from tqdm.auto import tqdm
 
 from agentgym.baselines.backends import amp_dtype, make_backend
+from agentgym.baselines.branches import BranchSet, branch_advantages, grow_branches
 from agentgym.baselines.checkpoint import (
     TrainState,
     append_metrics,
@@ -66,8 +68,8 @@ from agentgym.baselines.update import (
     value_only_loss,
 )
 
-__all__ = ["PRESETS", "TrainConfig", "check_collapse", "critic_warmup", "evaluate", "load_config", "main", "setup",
-           "sft_step", "train", "train_iteration"]  # fmt: skip
+__all__ = ["PRESETS", "TrainConfig", "budget_stop", "check_collapse", "critic_warmup", "evaluate", "load_config",
+           "main", "setup", "sft_step", "train", "train_iteration"]  # fmt: skip
 
 
 def setup(config: TrainConfig) -> TrainState:
@@ -96,13 +98,18 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int) -> dict[str
     t0 = time.perf_counter()
     task_seeds = config.seeds.tasks(it).integers(0, config.task_seed_range, size=config.batch_tasks).tolist()
     rollouts = training_rollouts(state, config, task_seeds, config.seeds.sampling(it), (it - 1) * config.batch_tasks)
+    branches: BranchSet | None = None
+    if config.branch_k > 0:  # forks from the states before chosen turns (baselines/branches.py)
+        branches = grow_branches(state.policy, state.envs, EnvMaker.of(config), rollouts, config,
+                                 config.seeds.sampling(it))  # fmt: skip
+        metrics.update(branches.metrics(config))
     t_rollout = time.perf_counter() - t0
 
     # 2. dense rewards from a post-episode turn scorer; drop groups whose returns all tie (no GRPO signal)
     if config.scorer is not None:
         t_s = time.perf_counter()
         metrics.update(score_turns(rollouts, config, model, tok), time_scorer=time.perf_counter() - t_s)
-    sampled = sum(r.num_sampled for r in rollouts)
+    sampled = sum(r.num_sampled for r in rollouts) + (branches.sampled_tokens if branches is not None else 0)
     valid = [bool(i.get("action_valid", True)) for r in rollouts for i in r.infos] or [True]
     correct = [bool(i["correct"]) for r in rollouts for i in r.infos if isinstance(i.get("correct"), bool)]
     stds = group_stats(rollouts, config)
@@ -125,6 +132,12 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int) -> dict[str
     metrics["kept_rollouts"] = len(rollouts)
     if not rollouts:
         return {**metrics, "skipped_update": True}
+    # tree trains on the forks' first turns too, in as many optimizer steps as the main rollouts alone would take
+    minibatch = config.minibatch_size
+    branch_advs = None
+    if branches is not None:
+        rollouts, branch_advs = branch_advantages(branches, config)
+        minibatch = math.ceil(config.minibatch_size * len(rollouts) / len(branches.mains))
 
     # 3. behaviour (old) log-probs as the trainer computes them, reference log-probs, critic values
     t1 = time.perf_counter()
@@ -140,7 +153,7 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int) -> dict[str
     # 4. advantages (and PPO returns) per response token -> sequence coordinates
     values = None if old_v is None else [old_v[i, len(r.prompt_ids) : len(r.input_ids)].double().numpy()
                                          for i, r in enumerate(rollouts)]  # fmt: skip
-    advs, rets = compute_advantages(rollouts, config, values)
+    advs, rets = (branch_advs, None) if branch_advs is not None else compute_advantages(rollouts, config, values)
     batch = make_batch(rollouts, tok.pad_token_id, advantages=advs, returns=rets, mask_truncated=config.mask_truncated)
     batch["old_logprobs"] = old_lp
     if config.kl_coef > 0:
@@ -163,8 +176,8 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int) -> dict[str
     logs: dict[str, list[float]] = {k: [] for k in keys}
     for epoch in range(config.epochs):
         order = torch.randperm(len(rollouts), generator=config.seeds.minibatches(it, epoch))
-        for start in range(0, len(rollouts), config.minibatch_size):
-            mb = {k: v.to(device) for k, v in select(batch, order[start : start + config.minibatch_size]).items()}
+        for start in range(0, len(rollouts), minibatch):
+            mb = {k: v.to(device) for k, v in select(batch, order[start : start + minibatch]).items()}
             out = minibatch_loss(model, state.value_head, mb, config)
             state.optimizer.zero_grad(set_to_none=True)
             out["loss"].backward()
@@ -198,7 +211,8 @@ def training_rollouts(state: TrainState, config: TrainConfig, task_seeds: list[i
                                make_env=make_env, **config.env_pool_kwargs)  # fmt: skip
     rollouts = collect_rollouts(state.policy, make_env, task_seeds, group_size=config.group_size,
                                 config=config.rollout_config, sample_seed=sample_seed, group_offset=group_offset,
-                                envs=state.envs, generation_batch=config.generation_batch)  # fmt: skip
+                                envs=state.envs, generation_batch=config.generation_batch,
+                                snapshots=config.branch_k > 0)  # fmt: skip
     state.policy.sleep()  # a colocated engine gives its GPU memory back to the update
     return rollouts
 
@@ -427,11 +441,19 @@ def train(config: TrainConfig) -> dict[str, Any]:
 
     collapsed = next((h["collapse_reason"] for h in history if h.get("collapse_reason")), None)
     collapsed = collapsed if config.collapse_check else None  # a resumed collapsed run stops again, unless told not to
-    start = config.iterations + 1 if collapsed else state.iteration + 1
+    # the token budget (max_sampled_tokens): every token sampled in the RL iterations so far, main rollouts and forks
+    total = next((h["sampled_tokens_total"] for h in reversed(history) if h.get("sampled_tokens_total") is not None), 0)
+    stopped = budget_stop(total, config)
+    start = config.iterations + 1 if collapsed or stopped else state.iteration + 1
     bar = tqdm(total=config.iterations, initial=state.iteration, desc="train", unit="it",
                disable=not config.progress or start > config.iterations)  # fmt: skip
     for it in range(start, config.iterations + 1):
         metrics = train_iteration(state, config, it)
+        total += int(metrics.get("sampled_tokens", 0))
+        metrics["sampled_tokens_total"] = total
+        stopped = budget_stop(total, config)
+        if stopped:
+            metrics["stop_reason"] = stopped
         if config.sft_steps_per_iteration > 0:
             metrics["sft_loss"] = float(np.mean([sft_step(state, config, it, k)
                                                  for k in range(config.sft_steps_per_iteration)]))  # fmt: skip
@@ -439,19 +461,21 @@ def train(config: TrainConfig) -> dict[str, Any]:
             collapsed = check_collapse([*history, metrics], config)
             if collapsed:
                 metrics.update(collapsed=True, collapse_reason=collapsed)
-        if config.eval_every > 0 and (it % config.eval_every == 0 or it == config.iterations) and not collapsed:
+        eval_due = it % config.eval_every == 0 or it == config.iterations or stopped if config.eval_every > 0 else False
+        if eval_due and not collapsed:
             metrics.update(evaluate(state, config))
         state.iteration = it
         history.append(metrics)
         append_metrics(metrics_path, metrics)
-        if config.checkpoint_every > 0 and (it % config.checkpoint_every == 0 or it == config.iterations or collapsed):
+        if config.checkpoint_every > 0 and (it % config.checkpoint_every == 0 or it == config.iterations or collapsed
+                                            or stopped):  # fmt: skip
             save_checkpoint(state, config, ckpt)
         shown = {"reward": metrics["reward_mean"], "success": metrics["success_rate"]}
         if "eval_success_rate" in metrics:
             shown["eval"] = metrics["eval_success_rate"]
         bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items()}, refresh=False)
         bar.update(1)
-        if collapsed:  # a reported failure, not a data point: stop here
+        if collapsed or stopped:  # a collapse is a reported failure, not a data point; a spent budget ends the run
             break
     bar.close()
     state.close()
@@ -464,8 +488,17 @@ def train(config: TrainConfig) -> dict[str, Any]:
         "checkpoint": str(ckpt) if ckpt.is_file() else None,
         "plot": None if plot is None else str(plot),
         "collapsed": collapsed,
+        "stopped": stopped,
         "state": state,
     }
+
+
+def budget_stop(total: int, config: TrainConfig) -> str | None:
+    """Why the run stops for its token budget (None: it does not): ``total`` sampled tokens reached
+    ``max_sampled_tokens``. A resumed run checks its count again, so raising the budget continues it."""
+    if config.max_sampled_tokens is None or total < config.max_sampled_tokens:
+        return None
+    return f"token budget: {total} sampled tokens >= max_sampled_tokens {config.max_sampled_tokens}"
 
 
 #: What a run writes into its ``out_dir``: a folder holding any of them holds a run.
@@ -541,6 +574,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     evals = [(h["iteration"], h["eval_success_rate"]) for h in summary["history"] if "eval_success_rate" in h]
     if len(evals) > 1:  # what a newcomer wants to see: held-out success before RL and after
         print("held-out success: " + " -> ".join(f"{v:.3f} (iteration {i})" for i, v in evals))
+    if summary["stopped"]:
+        print(f"agentgym train: stopped at iteration {summary['iterations']}: {summary['stopped']}")
     if summary["collapsed"]:
         print(f"agentgym train: the run collapsed and stopped at iteration {summary['iterations']}: "
               f"{summary['collapsed']} (--set collapse_check=false runs on)", file=sys.stderr)  # fmt: skip
