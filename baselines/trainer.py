@@ -386,9 +386,13 @@ def sft_step(state: TrainState, config: TrainConfig, it: int, step: int) -> floa
 
 
 @torch.no_grad()
-def evaluate(state: TrainState, config: TrainConfig) -> dict[str, float]:
+def evaluate(state: TrainState, config: TrainConfig) -> dict[str, Any]:
     """Success and reward on ``eval_tasks`` episodes of the eval env (``task_index`` ``i % num_tasks``, without the
-    dense reward), sampled at ``eval_temperature`` with a fixed seed, so every evaluation plays the same draws."""
+    dense reward), sampled at ``eval_temperature`` with a fixed seed, so every evaluation plays the same draws.
+
+    Where the env reports a verified per-turn signal (the diagnostics' ``info["correct"]``; None or absent on turns
+    without one), also ``eval_turn_accuracy`` (the share of those turns that were right) and
+    ``eval_turn_accuracy_by_turn`` (the same at each turn position 1, 2, ...: None where no episode had a signal)."""
     n = config.eval_tasks
     make_env = EnvMaker.of(config, config.eval_env_kwargs, shaped=False)
     if not state.eval_envs:
@@ -400,11 +404,20 @@ def evaluate(state: TrainState, config: TrainConfig) -> dict[str, float]:
                                 generation_batch=config.generation_batch,
                                 options=[{"task_index": i % num_tasks} for i in range(n)])  # fmt: skip
     state.policy.sleep()
-    return {
+    result: dict[str, Any] = {
         "eval_success_rate": float(np.mean([r.success for r in rollouts])),
         "eval_reward_mean": float(np.mean([r.outcome for r in rollouts])),
         "eval_progress": float(np.mean([r.final_progress for r in rollouts])),
     }
+    by_turn: list[list[bool]] = [[] for _ in range(max((len(r.infos) for r in rollouts), default=0))]
+    for r in rollouts:
+        for t, info in enumerate(r.infos):
+            if isinstance(info.get("correct"), bool):
+                by_turn[t].append(info["correct"])
+    if any(by_turn):
+        result["eval_turn_accuracy"] = float(np.mean([c for turn in by_turn for c in turn]))
+        result["eval_turn_accuracy_by_turn"] = [float(np.mean(turn)) if turn else None for turn in by_turn]
+    return result
 
 
 def train(config: TrainConfig) -> dict[str, Any]:

@@ -1,70 +1,83 @@
-"""Credit-assignment sweep: the reference trainer on the diagnostics, env x horizon x method x seed.
+"""Credit-assignment sweep: the reference trainer on the diagnostics, env x horizon x method x seed, paired by seed.
 
-    python bench/credit_sweep.py                         # the README's grid, 2 worker processes, resumable
-    python bench/credit_sweep.py --cells Chain:2,4 --methods grpo progress --seeds 0 --iterations 4 --out runs/smoke
-    python bench/credit_sweep.py --report-only           # the table and plot of what has finished so far
+    python bench/credit_sweep.py                                   # Chain H in {4, 8, 16}, every method, seeds 0-7
+    python bench/credit_sweep.py --cells Chain:16 --methods grpo progress_td --seeds 0 1 2 --out runs/pilot
+    python bench/credit_sweep.py --report-only --out runs/pilot     # the report of what has finished so far
 
-Every (env, seed) gets one SFT warm start on the env's oracle demonstrations at H = ``--sft-horizon``
-(``--sft-steps`` at ``--sft-lr``: short of teaching the task, so the policy answers in the right format but is right
-on only part of the turns), and every horizon and method of that seed starts from those same weights
-(``init_from``) with a fresh optimizer: the per-turn skill at the start is the same at every H. Each run then
-plays ``--iterations`` x ``--batch-tasks`` x ``--group-size`` training episodes (the sample budget) with the tiny
-randomly initialised Qwen2 and is evaluated before and after on the same ``--eval-episodes`` held-out tasks at T=1.
+**Warm starts at a target skill.** Every (env, seed) gets one SFT warm start on the env's oracle demonstrations at
+the longest H of its cells (``--sft-horizon``; every turn position the runs will see is demonstrated), trained in
+chunks until the held-out per-turn accuracy (the share of turns with ``info["correct"]``, on the eval tasks at that
+H, T=1) lies inside ``--target`` +- ``--tolerance``. Each chunk is measured on ``--search-episodes`` eval tasks and a
+value inside the band is confirmed on all ``--eval-episodes``. A chunk that overshoots the band is undone (back to
+the last checkpoint below it) and retried with half the steps (a bisection; at one step, half the learning rate).
+A seed that is not in the band after ``--sft-max-steps`` SFT steps (every step taken counts, undone ones too) is
+reported as such and its runs are left out. The warm start's success, turn accuracy and accuracy by turn position
+at every H of its env are stored in its ``result.json``. Every horizon and method of a seed starts from its weights
+(``init_from``) with a fresh optimizer.
 
-Methods (``METHODS``; the trainer's estimators, all with the same learning rate and batch):
+**Runs.** Each RL run plays ``--iterations`` x ``--batch-tasks`` x ``--group-size`` training episodes (or stops at
+``--token-budget`` sampled tokens: the same for every method of a cell) with the same learning rate, epochs and
+minibatches for every method, and is evaluated before (the warm start) and after on the same ``--eval-episodes``
+held-out tasks with the same sampling seeds. A run the trainer stops as collapsed (``collapse_check``: valid-action
+share or success halved, or the gradient norm exploded) is a reported failure, not a data point: counted in
+``collapsed``, left out of the means and of the pairs.
 
-- ``grpo``: outcome-only GRPO, the episode's outcome (the ``outcome`` reward component alone: Umbrella's and
-  KeyDoor's distractor rewards do not count) z-scored in its group and given to every turn;
-- ``rloo``: the return minus the mean of the other group members;
-- ``gtpo``: GTPO, each turn's reward-to-go z-scored over the group's turns (env rewards only);
-- ``progress``: GTPO over the env rewards plus the potential-based verified-progress reward
-  (``progress_key="progress"``: the difference of ``info["progress"]`` between turns);
-- ``gigpo``: GiGPO, the episode advantage plus step advantages z-scored among turns taken in the same state (the
-  diagnostics' anchors are the full env state, the hidden mistake flag included: privileged);
-- ``gigpo_obs``: GiGPO with the step advantages z-scored among turns taken on the same observation (what the agent
-  saw, as the GiGPO paper groups);
-- ``mt_grpo``: multi-turn GRPO, each turn's verified signal (``info["correct"]``; None on distractor stages)
-  z-scored among the same turn of the group, plus the outcome z-scored over the group (the final turn: the outcome
-  alone);
+**Statistics.** Per (env, H, method) against ``grpo`` of the same seeds: the mean difference of final success and
+of training AUC (mean training success over the iterations), each with an exact two-sided paired sign-flip test
+(``agentgym.stats``: all 2^n sign patterns for n <= 20, else a seeded Monte-Carlo whose draw count is stated), and
+Holm's correction within each family: ``--primary`` names the primary family (final success of the named methods
+at the named cells); every other comparison, both endpoints, is the secondary family.
+
+Methods (``METHODS``; the trainer's estimators):
+
+- ``grpo``: outcome-only GRPO: the ``outcome`` reward component alone (Umbrella's and KeyDoor's distractor rewards
+  do not count), z-scored in its group and given to every turn; ``rloo``: the same outcome minus the mean of the
+  other group members;
+- ``gtpo``: GTPO, each turn's reward-to-go (the env's whole reward) z-scored over the group's turns;
+- ``progress``: GTPO plus the potential-based verified-progress reward (``progress_key="progress"``);
+- ``gigpo`` / ``gigpo_obs``: GiGPO with step advantages z-scored among turns taken in the same env state (privileged:
+  the hidden mistake flag included) / on the same observation (as the GiGPO paper groups);
+- ``mt_grpo``: multi-turn GRPO, the verified turn signal (``info["correct"]``) z-scored among the same turn of the
+  group plus the outcome z-scored over the group;
 - ``turn_ppo``: PPO with a turn-level critic (V at each turn's first token, GAE over turns);
 - ``progress_td`` / ``progress_gae``: the verified progress as an immediate per-turn reward (with the outcome) under
-  ``turn_ppo``'s critic, TD(0) (``lam`` 0) / GAE ``lam`` 0.5; the critic is detached from the trunk, warmed by 24
-  value-only steps from the warm start and has its own learning rate (1e-2: at 1e-3 and below its explained
-  variance fell below 0 during RL on Chain H=2).
-
-A run the trainer stops as collapsed (``collapse_check``: its valid-action share or success halved, or its gradient
-norm exploded) is a reported failure, not a data point: the table counts it in ``collapsed`` and leaves it out of
-the means and of the paired differences.
+  ``turn_ppo``'s critic, TD(0) / GAE lambda 0.5; the critic is detached from the trunk, warmed by 24 value-only steps
+  and has its own learning rate (1e-2).
 
 IGPO is not in the grid: its turn reward is the gain in the policy's probability of a gold answer string, and the
 diagnostics have choices, not an answer to score.
 
-Jobs run in ``--jobs`` spawned processes (one torch thread each). Each finished job leaves ``result.json`` in its
-directory (written atomically), so an interrupted sweep started again with the same ``--out`` skips what finished
-and resumes an interrupted run from its last checkpoint. Writes ``results.md`` (the table), ``results.json`` (its rows),
-``runs.jsonl`` (every run's start, end and curves) and ``credit_sweep.png`` under ``--out``.
+Jobs run in ``--jobs`` spawned processes (one torch thread each); each finished job leaves ``result.json`` in its
+directory (written atomically), so a sweep started again with the same ``--out`` skips what finished and resumes an
+interrupted run from its last checkpoint. The report (``results.md``, ``results.json``, ``runs.jsonl``,
+``credit_sweep.png``, ``credit_diagnostics.png`` under ``--out``) works on partial results and lists what is missing.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import dataclasses
 import json
 import math
 import multiprocessing as mp
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
 
+from agentgym.stats import MAX_EXACT, holm, sign_flip_test
+
 #: Method name -> trainer overrides.
 METHODS: dict[str, dict[str, Any]] = {
-    "grpo": {"algo": "grpo"},
-    "rloo": {"algo": "rloo"},
+    "grpo": {"algo": "grpo", "reward_components": ["outcome"]},
+    "rloo": {"algo": "rloo", "reward_components": ["outcome"]},
     "gtpo": {"algo": "grpo", "estimator": "gtpo"},
     "progress": {"algo": "grpo", "estimator": "gtpo", "progress_key": "progress"},
     "gigpo": {"algo": "grpo", "estimator": "gigpo"},
@@ -79,11 +92,18 @@ METHODS: dict[str, dict[str, Any]] = {
                      "value_lr": 1e-2},
 }  # fmt: skip
 #: The default grid: env -> horizons.
-CELLS: dict[str, tuple[int, ...]] = {"Chain": (2, 4, 8, 16), "Umbrella": (2, 4, 8, 16), "KeyDoor": (2, 8)}
+CELLS: dict[str, tuple[int, ...]] = {"Chain": (4, 8, 16)}
+#: The primary family of the design (bench/results/credit_round2/DESIGN.md): final success at Chain H=16.
+PRIMARY = "Chain:16:progress_td,mt_grpo,vine"
 #: The per-iteration numbers a run keeps for the report.
 KEPT = ("iteration", "success_rate", "reward_mean", "zero_std_group_frac", "eval_success_rate", "time_rollout",
         "time_update", "sft_loss", "valid_action_frac", "entropy", "grad_norm", "grad_norm_max", "value_grad_norm",
-        "explained_variance", "explained_variance_mc", "turn_accuracy", "collapse_reason")  # fmt: skip
+        "explained_variance", "explained_variance_mc", "turn_accuracy", "sampled_tokens",
+        "collapse_reason")  # fmt: skip
+#: The diagnostics the report draws: history key -> panel title.
+DIAGNOSTICS = {"success_rate": "training success", "valid_action_frac": "valid-action share", "entropy": "entropy",
+               "grad_norm": "gradient norm", "explained_variance": "explained variance (critic)",
+               "zero_std_group_frac": "zero-variance groups", "turn_accuracy": "turn accuracy"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -105,8 +125,13 @@ class Job:
     def directory(self, out: Path) -> Path:
         return out / ("sft" if self.method is None else "rl") / self.name
 
-    def warm_start(self, sft_horizon: int) -> Job:
-        return Job(self.env, sft_horizon, self.seed)
+    def warm_start(self, args: argparse.Namespace) -> Job:
+        return Job(self.env, sft_horizon(self.env, args), self.seed)
+
+
+def sft_horizon(env: str, args: argparse.Namespace) -> int:
+    """The demonstrations' horizon of ``env``'s warm start: ``--sft-horizon``, else the longest H of its cells."""
+    return args.sft_horizon or max(args.cells[env])
 
 
 def config_overrides(job: Job, args: argparse.Namespace, out: Path, horizon: int | None = None) -> dict[str, Any]:
@@ -127,6 +152,7 @@ def config_overrides(job: Job, args: argparse.Namespace, out: Path, horizon: int
         "batch_tasks": args.batch_tasks,
         "group_size": args.group_size,
         "minibatch_size": args.minibatch_size,
+        "epochs": args.epochs,
         "lr": args.lr,
         "kl_coef": 0.0,
         "plot": False,
@@ -134,15 +160,182 @@ def config_overrides(job: Job, args: argparse.Namespace, out: Path, horizon: int
         "out_dir": str(job.directory(out)),
     }
     if job.method is None:
-        return {**common, "iterations": 0, "sft_steps": args.sft_steps, "sft_lr": args.sft_lr}
-    sft = job.warm_start(args.sft_horizon).directory(out) / "checkpoint.pt"
-    return {**common, **METHODS[job.method], "iterations": args.iterations, "init_from": str(sft), "resume": True,
-            "checkpoint_every": 5}  # fmt: skip
+        return {**common, "iterations": 0, "sft_lr": args.sft_lr}
+    sft = job.warm_start(args).directory(out) / "checkpoint.pt"
+    budget = {} if args.token_budget is None else {"max_sampled_tokens": args.token_budget}
+    return {**common, **METHODS[job.method], **budget, "iterations": args.iterations, "init_from": str(sft),
+            "resume": True, "checkpoint_every": 5}  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# warm starts at a target skill
+
+
+@dataclass(frozen=True)
+class Band:
+    """The target per-turn skill: ``target`` +- ``tolerance`` (both ends inside)."""
+
+    target: float
+    tolerance: float
+
+    def __post_init__(self) -> None:
+        if not (0.0 < self.target < 1.0 and 0.0 < self.tolerance < min(self.target, 1.0 - self.target)):
+            raise ValueError(f"the band {self.target} +- {self.tolerance} must lie inside (0, 1)")
+
+    def where(self, accuracy: float) -> int:
+        """-1 below the band, 0 inside, 1 above (a tiny slack for values printed as the band's ends)."""
+        if accuracy < self.target - self.tolerance - 1e-9:
+            return -1
+        return 1 if accuracy > self.target + self.tolerance + 1e-9 else 0
+
+
+@dataclass
+class SkillSearch:
+    """A bounded search for SFT weights whose per-turn accuracy lies in ``band``.
+
+    ``sft(position, steps, lr)`` takes ``steps`` SFT steps whose demonstrations are those of ``position`` onwards;
+    ``measure(full)`` is the accuracy on the search episodes (``full``: on every eval episode); ``snapshot()`` and
+    ``restore(s)`` save and bring back the weights and optimizer state. :meth:`run` returns whether the band was
+    reached; ``log`` holds every measurement, ``reason`` why it stopped."""
+
+    sft: Callable[[int, int, float], None]
+    measure: Callable[[bool], float]
+    snapshot: Callable[[], Any]
+    restore: Callable[[Any], None]
+    band: Band
+    chunk: int
+    lr: float
+    max_steps: int
+    max_shrinks: int = 16
+    confirm: bool = True  # a search value inside the band is measured again on every eval episode
+    log: list[dict[str, Any]] = field(default_factory=list)
+    position: int = 0  # SFT steps behind the current weights
+    spent: int = 0  # SFT steps taken, undone ones included
+    accuracy: float = math.nan
+    reason: str = ""
+
+    def _judge(self) -> int:
+        acc = self.measure(False)
+        entry = {"position": self.position, "spent": self.spent, "lr": self.lr, "chunk": self.chunk,
+                 "accuracy": acc}  # fmt: skip
+        where = self.band.where(acc)
+        if where == 0 and self.confirm:
+            acc = self.measure(True)
+            entry["confirmed"] = acc
+            where = self.band.where(acc)
+        self.accuracy = acc
+        self.log.append(entry)
+        return where
+
+    def run(self) -> bool:
+        lo, hi = self.band.target - self.band.tolerance, self.band.target + self.band.tolerance
+        where = self._judge()
+        if where > 0:
+            self.reason = f"per-turn accuracy {self.accuracy:.3f} is above the band [{lo:.3f}, {hi:.3f}] before SFT"
+            return False
+        saved, saved_at, shrinks = self.snapshot(), 0, 0
+        while where != 0:
+            if self.spent >= self.max_steps:
+                self.reason = (f"not in the band [{lo:.3f}, {hi:.3f}] after {self.spent} SFT steps (last accuracy "
+                               f"{self.accuracy:.3f}; budget {self.max_steps})")  # fmt: skip
+                return False
+            steps = min(self.chunk, self.max_steps - self.spent)
+            self.sft(self.position, steps, self.lr)
+            self.position += steps
+            self.spent += steps
+            where = self._judge()
+            if where < 0:
+                saved, saved_at = self.snapshot(), self.position
+            elif where > 0:  # overshot: back to the last weights below the band, smaller chunk (then lr)
+                self.restore(saved)
+                self.position = saved_at
+                shrinks += 1
+                if shrinks > self.max_shrinks:
+                    self.reason = (f"overshot the band [{lo:.3f}, {hi:.3f}] {shrinks} times (chunk {self.chunk}, lr "
+                                   f"{self.lr:.2g})")  # fmt: skip
+                    return False
+                if self.chunk > 1:
+                    self.chunk //= 2
+                else:
+                    self.lr /= 2
+        self.reason = f"per-turn accuracy {self.accuracy:.3f} after {self.position} SFT steps ({self.spent} taken)"
+        return True
+
+
+def trainer_search(state: Any, config: Any, band: Band, *, chunk: int, lr: float, max_steps: int,
+                   search_episodes: int) -> SkillSearch:  # fmt: skip
+    """A :class:`SkillSearch` on the real trainer: ``state``'s policy takes SFT steps of ``config``'s env, and the
+    skill is the held-out per-turn accuracy (``trainer.evaluate``'s ``eval_turn_accuracy``) on the first
+    ``search_episodes`` eval tasks, confirmed on all ``config.eval_tasks`` when there are more."""
+    from agentgym.baselines.trainer import evaluate, sft_step
+
+    search_config = dataclasses.replace(config, eval_tasks=min(search_episodes, config.eval_tasks))
+
+    def sft(position: int, steps: int, step_lr: float) -> None:
+        step_config = dataclasses.replace(config, sft_lr=step_lr)
+        for k in range(position, position + steps):
+            sft_step(state, step_config, 0, k)
+
+    def measure(full: bool) -> float:
+        result = evaluate(state, config if full else search_config)
+        if "eval_turn_accuracy" not in result:
+            raise ValueError(f"{config.env_id} reports no info['correct']: the warm start has no skill to measure")
+        return result["eval_turn_accuracy"]
+
+    def snapshot() -> dict[str, Any]:
+        return copy.deepcopy({"model": state.model.state_dict(), "optimizer": state.optimizer.state_dict()})
+
+    def restore(saved: dict[str, Any]) -> None:
+        state.model.load_state_dict(saved["model"])
+        state.optimizer.load_state_dict(saved["optimizer"])
+        state.policy.mark_stale()
+
+    return SkillSearch(sft, measure, snapshot, restore, band, chunk=chunk, lr=lr, max_steps=max_steps,
+                       confirm=search_config.eval_tasks < config.eval_tasks)  # fmt: skip
+
+
+def run_warm_start(job: Job, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """The skill search of ``job`` (a warm start) on the real trainer; on success its checkpoint and its evaluation
+    at every H of its env."""
+    from agentgym.baselines.checkpoint import save_checkpoint
+    from agentgym.baselines.config import load_config
+    from agentgym.baselines.trainer import setup
+
+    config = load_config("tiny", overrides=config_overrides(job, args, out))
+    directory = job.directory(out)
+    directory.mkdir(parents=True, exist_ok=True)
+    state = setup(config)
+    search = trainer_search(state, config, Band(args.target, args.tolerance), chunk=args.sft_chunk, lr=args.sft_lr,
+                            max_steps=args.sft_max_steps, search_episodes=args.search_episodes)  # fmt: skip
+    reached = search.run()
+    result: dict[str, Any] = {"job": asdict(job), "reached": reached, "reason": search.reason,
+                              "sft_steps": search.position, "sft_steps_taken": search.spent, "sft_lr_final": search.lr,
+                              "turn_accuracy": search.accuracy, "search": search.log, "history": []}  # fmt: skip
+    if reached:
+        save_checkpoint(state, config, directory / "checkpoint.pt")
+        result["before"] = evaluate_start(state, job, args, out)
+    state.close()
+    return result
+
+
+def evaluate_start(state: Any, job: Job, args: argparse.Namespace, out: Path) -> dict[int, dict[str, Any]]:
+    """The warm start's held-out success, turn accuracy and accuracy by turn position at every horizon of its env
+    (each with its own eval env)."""
+    from agentgym.baselines.config import load_config
+    from agentgym.baselines.trainer import evaluate
+
+    before = {}
+    for h in args.cells[job.env]:
+        for env in state.eval_envs:  # the eval env of the previous horizon
+            env.close()
+        state.eval_envs.clear()
+        before[h] = evaluate(state, load_config("tiny", overrides=config_overrides(job, args, out, h)))
+    return before
 
 
 def run_job(job: Job, args: argparse.Namespace, out: Path) -> tuple[Job, dict[str, Any]]:
-    """Run ``job`` in this process and write its ``result.json``. A warm start is evaluated at every horizon of its
-    env (``before``: the start of every method's run, computed once); an RL run after its last iteration."""
+    """Run ``job`` in this process and write its ``result.json``: a warm start's search and evaluation, or an RL
+    run with its history and its evaluation after the last iteration (none when it collapsed)."""
     import torch
 
     from agentgym.baselines.config import load_config
@@ -150,16 +343,18 @@ def run_job(job: Job, args: argparse.Namespace, out: Path) -> tuple[Job, dict[st
 
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    config = load_config("tiny", overrides=config_overrides(job, args, out))
-    summary = train(config)
-    result: dict[str, Any] = {"job": asdict(job), "history": [{k: h[k] for k in KEPT if k in h}
-                                                              for h in summary["history"]]}  # fmt: skip
-    result["collapsed"] = next((h["collapse_reason"] for h in summary["history"] if h.get("collapse_reason")), None)
     if job.method is None:
-        result["before"] = evaluate_start(summary["state"], job, args, out)
-    elif result["collapsed"] is None:  # a collapsed run is a failure, not a data point: no "after"
-        result["after"] = evaluate(summary["state"], config)["eval_success_rate"]
-    summary["state"].close()
+        result = run_warm_start(job, args, out)
+    else:
+        config = load_config("tiny", overrides=config_overrides(job, args, out))
+        summary = train(config)
+        result = {"job": asdict(job), "history": [{k: h[k] for k in KEPT if k in h} for h in summary["history"]]}
+        result["collapsed"] = next((h["collapse_reason"] for h in summary["history"] if h.get("collapse_reason")),
+                                   None)  # fmt: skip
+        if result["collapsed"] is None:  # a collapsed run is a failure, not a data point: no "after"
+            result["after_eval"] = evaluate(summary["state"], config)
+            result["after"] = result["after_eval"]["eval_success_rate"]
+        summary["state"].close()
     result["seconds"] = time.perf_counter() - t0
     path = job.directory(out) / "result.json"
     tmp = path.with_suffix(".tmp")
@@ -170,56 +365,28 @@ def run_job(job: Job, args: argparse.Namespace, out: Path) -> tuple[Job, dict[st
     return job, result
 
 
-def evaluate_start(state: Any, job: Job, args: argparse.Namespace, out: Path) -> dict[int, float]:
-    """The warm start's held-out success at every horizon of its env (each with its own eval env)."""
-    from agentgym.baselines.config import load_config
-    from agentgym.baselines.trainer import evaluate
-
-    before = {}
-    for h in args.cells[job.env]:
-        state.close()  # the eval env of the previous horizon
-        before[h] = evaluate(state, load_config("tiny", overrides=config_overrides(job, args, out, h)))
-    return {h: r["eval_success_rate"] for h, r in before.items()}
-
-
-def reevaluate_starts(args: argparse.Namespace, out: Path) -> None:
-    """Recompute ``before`` of every finished warm start from its checkpoint (``--reevaluate-starts``)."""
-    import torch
-
-    from agentgym.baselines.checkpoint import load_weights
-    from agentgym.baselines.config import load_config
-    from agentgym.baselines.trainer import setup
-
-    torch.set_num_threads(1)
-    for path in sorted((out / "sft").glob("*/result.json")):
-        result = json.loads(path.read_text(encoding="utf-8"))
-        job = Job(**result["job"])
-        state = setup(load_config("tiny", overrides=config_overrides(job, args, out)))
-        load_weights(state, job.directory(out) / "checkpoint.pt")
-        result["before"] = evaluate_start(state, job, args, out)
-        state.close()
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(result), encoding="utf-8")
-        os.replace(tmp, path)
-        print(job.name, result["before"], flush=True)
-
-
 def grid(args: argparse.Namespace) -> list[Job]:
-    """The SFT jobs, then the RL jobs of ``--seeds`` (longest horizons first), then those of ``--more-seeds``
-    (at the horizons ``--more-seeds-at``), so a sweep cut short has the base grid."""
+    """The warm starts, then the RL runs (longest horizons first, seed by seed), so a sweep cut short has whole
+    seeds of the longest cells."""
     rl = [Job(env, h, s, m) for s in args.seeds for env, hs in args.cells.items() for h in hs for m in args.methods]
     rl.sort(key=lambda j: -j.horizon)
-    rl += [Job(env, h, s, m) for s in args.more_seeds for env, hs in args.cells.items() for h in hs
-           if h in args.more_seeds_at for m in args.methods]  # fmt: skip
-    sft = list(dict.fromkeys(j.warm_start(args.sft_horizon) for j in rl))
+    sft = list(dict.fromkeys(j.warm_start(args) for j in rl))
     return sft + rl
 
 
+def read_result(job: Job, out: Path) -> dict[str, Any] | None:
+    path = job.directory(out) / "result.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
 def run_grid(args: argparse.Namespace, out: Path) -> None:
-    """Run what has no ``result.json`` yet, each RL job once its warm start exists."""
-    todo = [j for j in grid(args) if not (j.directory(out) / "result.json").is_file()]
-    pending = {j for j in todo if j.method is None}  # warm starts not yet written
-    queue = [j for j in todo if j.method is None or j.warm_start(args.sft_horizon) not in pending]
+    """Run what has no ``result.json`` yet, each RL job once its warm start is in the band (the runs of a seed whose
+    warm start is not are left out and reported)."""
+    jobs = grid(args)
+    starts = {j: read_result(j, out) for j in jobs if j.method is None}
+    todo = [j for j in jobs if not (j.directory(out) / "result.json").is_file()]
+    todo = [j for j in todo if j.method is None or (starts[j.warm_start(args)] or {}).get("reached", True)]
+    queue = [j for j in todo if j.method is None or starts[j.warm_start(args)] is not None]
     waiting = [j for j in todo if j not in queue]
     bar = tqdm(total=len(todo), desc="sweep", unit="run")
     ctx = mp.get_context("spawn")
@@ -232,57 +399,61 @@ def run_grid(args: argparse.Namespace, out: Path) -> None:
                 _, result = fut.result()  # a failed run stops the sweep with its traceback
                 bar.update(1)
                 bar.set_postfix_str(f"{job.name} {result['seconds']:.0f}s", refresh=False)
-                if job.method is None:  # its RL runs can start
-                    for j in [w for w in waiting if w.warm_start(args.sft_horizon) == job]:
+                if job.method is None:  # its RL runs can start, or are left out
+                    mine = [w for w in waiting if w.warm_start(args) == job]
+                    for j in mine:
                         waiting.remove(j)
-                        running[pool.submit(run_job, j, args, out)] = j
+                        if result["reached"]:
+                            running[pool.submit(run_job, j, args, out)] = j
+                    if not result["reached"]:
+                        bar.update(len(mine))
+                        tqdm.write(f"{job.name}: warm start not in the band ({result['reason']}); its "
+                                   f"{len(mine)} runs are left out")  # fmt: skip
     bar.close()
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # report
 
+ENDPOINTS = {"final": "after", "auc": "auc"}  # endpoint name -> the summarise() key it compares
 
-def load_results(out: Path) -> list[dict[str, Any]]:
-    """Every finished RL run, with ``before`` (its warm start's success at its horizon) and ``after``."""
+
+def load_results(out: Path) -> tuple[dict[tuple[str, int], dict[str, Any]], list[dict[str, Any]]]:
+    """The finished warm starts by (env, seed), and every finished RL run with ``before`` (its warm start's held-out
+    success at its horizon) and ``after`` (None when it collapsed)."""
     starts = {}
     for p in (out / "sft").glob("*/result.json"):
         r = json.loads(p.read_text(encoding="utf-8"))
-        starts[(r["job"]["env"], r["job"]["seed"])] = r.get("before", {})
+        starts[(r["job"]["env"], r["job"]["seed"])] = r
     results = []
     for p in sorted((out / "rl").glob("*/result.json")):
         r = json.loads(p.read_text(encoding="utf-8"))
         j = r["job"]
-        evals = [h["eval_success_rate"] for h in r["history"] if "eval_success_rate" in h]
-        before = starts.get((j["env"], j["seed"]), {})
-        r.setdefault("before", before[str(j["horizon"])] if str(j["horizon"]) in before else evals[0])
+        start = starts.get((j["env"], j["seed"]), {}).get("before", {}).get(str(j["horizon"]), {})
+        r.setdefault("before", start.get("eval_success_rate"))
+        r.setdefault("before_turn_accuracy", start.get("eval_turn_accuracy"))
         r.setdefault("collapsed", None)
-        r.setdefault("after", None if r["collapsed"] else evals[-1] if evals else None)
+        r.setdefault("after", None)
         results.append(r)
-    return results
+    return starts, results
 
 
 def summarise(result: dict[str, Any]) -> dict[str, float]:
-    """Per run: eval success before and after, the area under the training success curve (its mean over the
-    iterations), and the mean share of groups whose outcomes all tie."""
+    """Per run: held-out success before and after, the area under the training success curve (its mean over the
+    iterations), the mean share of groups whose outcomes all tie, and the held-out turn accuracy after."""
     rl = [h for h in result["history"] if h.get("iteration", 0) > 0]
+    nan = math.nan
     return {
-        "before": result["before"],
-        "after": result["after"],
-        "auc": float(np.mean([h["success_rate"] for h in rl])),
-        "zero_var": float(np.mean([h["zero_std_group_frac"] for h in rl])),
+        "before": nan if result.get("before") is None else result["before"],
+        "after": nan if result.get("after") is None else result["after"],
+        "auc": float(np.mean([h["success_rate"] for h in rl])) if rl else nan,
+        "zero_var": float(np.mean([h["zero_std_group_frac"] for h in rl])) if rl else nan,
+        "turn_acc": (result.get("after_eval") or {}).get("eval_turn_accuracy", nan),
     }
 
 
-def bootstrap_ci(diffs: np.ndarray, n: int = 10_000, seed: int = 0) -> tuple[float, float]:
-    """95% percentile-bootstrap interval of the mean of ``diffs`` (resampling seeds)."""
-    rng = np.random.default_rng(seed)
-    means = rng.choice(diffs, size=(n, diffs.size), replace=True).mean(axis=1)
-    return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
-
-
-def table(results: list[dict[str, Any]], methods: list[str]) -> tuple[str, list[dict[str, Any]]]:
-    """Markdown table, one row per (env, H, method), and its rows as records."""
+def _cells(results: list[dict[str, Any]]) -> tuple[dict, dict]:
+    """(env, H, method) -> {seed: summary} of the runs that did not collapse, and -> count of those that did."""
     by: dict[tuple[str, int, str], dict[int, dict[str, float]]] = {}
     collapsed: dict[tuple[str, int, str], int] = {}
     for r in results:
@@ -292,42 +463,111 @@ def table(results: list[dict[str, Any]], methods: list[str]) -> tuple[str, list[
             collapsed[key] = collapsed.get(key, 0) + 1
             continue
         by.setdefault(key, {})[j["seed"]] = summarise(r)
-    head = ("| env | H | method | seeds | collapsed | success before | after (mean ± std) | AUC | zero-var groups "
-            "| after − grpo [95% CI] |")  # fmt: skip
-    lines = [head, "|---|---:|---|---:|---:|---:|---:|---:|---:|---|"]
+    return by, collapsed
+
+
+def _order(methods: list[str]) -> Callable[[tuple[str, int, str]], tuple]:
+    return lambda k: (k[0], k[1], methods.index(k[2]) if k[2] in methods else len(methods), k[2])
+
+
+def _fmt(x: float, digits: int = 3) -> str:
+    return "" if math.isnan(x) else f"{x:.{digits}f}"
+
+
+def table(results: list[dict[str, Any]], methods: list[str]) -> tuple[str, list[dict[str, Any]]]:
+    """Markdown table, one row per (env, H, method): seeds, collapsed count, start, final success and AUC (mean ±
+    sd over seeds), turn accuracy after, zero-variance groups, and the mean paired difference of final success to
+    ``grpo``; and its rows as records."""
+    by, collapsed = _cells(results)
+    lines = ["| env | H | method | n | collapsed | start success | final success (mean ± sd) | AUC (mean ± sd) "
+             "| turn accuracy after | zero-var groups | final − grpo (paired) |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     records = []
-    for env, h, method in sorted(by, key=lambda k: (k[0], k[1], methods.index(k[2]) if k[2] in methods else 99)):
-        runs = by[(env, h, method)]
+    for key in sorted(set(by) | set(collapsed), key=_order(methods)):
+        env, h, method = key
+        runs = by.get(key, {})
+        n_collapsed = collapsed.get(key, 0)
+        if not runs:  # every finished seed of the cell collapsed
+            records.append({"env": env, "horizon": h, "method": method, "seeds": 0, "collapsed": n_collapsed})
+            lines.append(f"| {env} | {h} | `{method}` | 0 | {n_collapsed} | | | | | | |")
+            continue
         seeds = sorted(runs)
-        get = {k: np.array([runs[s][k] for s in seeds]) for k in ("before", "after", "auc", "zero_var")}
+        get = {k: np.array([runs[s][k] for s in seeds]) for k in ("before", "after", "auc", "zero_var", "turn_acc")}
         base = by.get((env, h, "grpo"), {})
         paired = [s for s in seeds if s in base]
-        diff, ci = float("nan"), (float("nan"), float("nan"))
+        diff = math.nan
         if method != "grpo" and paired:
-            d = np.array([runs[s]["after"] - base[s]["after"] for s in paired])
-            diff = float(d.mean())
-            if len(paired) >= 3:
-                ci = bootstrap_ci(d)
-        rec = {"env": env, "horizon": h, "method": method, "seeds": len(seeds),
-               "collapsed": collapsed.get((env, h, method), 0),
-               **{f"{k}_mean": float(v.mean()) for k, v in get.items()}, "after_std": float(get["after"].std()),
-               "diff_to_grpo": diff, "diff_ci": list(ci)}  # fmt: skip
+            diff = float(np.mean([runs[s]["after"] - base[s]["after"] for s in paired]))
+
+        def sd(x: np.ndarray) -> float:
+            return float(x.std(ddof=1)) if x.size > 1 else math.nan
+
+        rec = {"env": env, "horizon": h, "method": method, "seeds": len(seeds), "collapsed": n_collapsed,
+               **{f"{k}_mean": float(np.mean(v)) for k, v in get.items()}, "after_std": sd(get["after"]),
+               "auc_std": sd(get["auc"]), "diff_to_grpo": diff, "paired": len(paired)}  # fmt: skip
         records.append(rec)
-        cell = "" if math.isnan(diff) else f"{diff:+.3f}"
-        cell += "" if math.isnan(ci[0]) else f" [{ci[0]:+.3f}, {ci[1]:+.3f}]"
-        lines.append(f"| {env} | {h} | `{method}` | {len(seeds)} | {rec['collapsed']} | {get['before'].mean():.3f} | "
-                     f"{get['after'].mean():.3f} ± {get['after'].std():.3f} | {get['auc'].mean():.3f} | "
-                     f"{get['zero_var'].mean():.2f} | {cell} |")  # fmt: skip
-    for env, h, method in sorted(set(collapsed) - set(by)):  # every seed of the cell collapsed
-        n = collapsed[(env, h, method)]
-        records.append({"env": env, "horizon": h, "method": method, "seeds": 0, "collapsed": n})
-        lines.append(f"| {env} | {h} | `{method}` | 0 | {n} | | | | | |")
+        lines.append(f"| {env} | {h} | `{method}` | {len(seeds)} | {n_collapsed} | {_fmt(rec['before_mean'])} | "
+                     f"{_fmt(rec['after_mean'])} ± {_fmt(rec['after_std'])} | {_fmt(rec['auc_mean'])} ± "
+                     f"{_fmt(rec['auc_std'])} | {_fmt(rec['turn_acc_mean'])} | {_fmt(rec['zero_var_mean'], 2)} | "
+                     f"{'' if math.isnan(diff) else f'{diff:+.3f} (n={len(paired)})'} |")  # fmt: skip
     return "\n".join(lines), records
 
 
+def parse_primary(text: str) -> set[tuple[str, int, str]]:
+    """``Chain:16:progress_td,mt_grpo;Chain:8:vine`` -> {("Chain", 16, "progress_td"), ...}; ``none`` -> empty."""
+    if text.strip().lower() in ("", "none"):
+        return set()
+    found = set()
+    for part in text.split(";"):
+        env, h, methods = part.split(":")
+        found |= {(env.strip(), int(h), m.strip()) for m in methods.split(",")}
+    return found
+
+
+def comparisons(results: list[dict[str, Any]], methods: list[str], primary: set[tuple[str, int, str]],
+                samples: int = 100_000) -> list[dict[str, Any]]:  # fmt: skip
+    """Every (env, H, method) against ``grpo`` of the same seeds (both runs finished, neither collapsed), for final
+    success and training AUC: the mean and sd of the differences and the exact paired sign-flip p; then Holm's
+    adjusted p within each family (``primary``: the final success of the named cells; ``secondary``: the rest)."""
+    by, _ = _cells(results)
+    rows = []
+    for key in sorted(by, key=_order(methods)):
+        env, h, method = key
+        base = by.get((env, h, "grpo"))
+        if method == "grpo" or not base:
+            continue
+        paired = sorted(s for s in by[key] if s in base)
+        for endpoint, stat in ENDPOINTS.items():
+            d = [by[key][s][stat] - base[s][stat] for s in paired]
+            d = [x for x in d if not math.isnan(x)]
+            if not d:
+                continue
+            test = sign_flip_test(d, samples=samples)
+            family = "primary" if endpoint == "final" and key in primary else "secondary"
+            rows.append({"family": family, "env": env, "horizon": h, "method": method, "endpoint": endpoint,
+                         **asdict(test)})  # fmt: skip
+    for family in ("primary", "secondary"):
+        mine = [r for r in rows if r["family"] == family]
+        for r, adjusted in zip(mine, holm([r["p"] for r in mine]), strict=True):
+            r["p_holm"] = adjusted
+            r["family_size"] = len(mine)
+    return rows
+
+
+def tests_table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| family | env | H | method − grpo | endpoint | n | mean diff ± sd | p (two-sided) | Holm p |",
+             "|---|---|---:|---|---|---:|---:|---:|---:|"]  # fmt: skip
+    for r in sorted(rows, key=lambda r: r["family"] != "primary"):
+        p = f"{r['p']:.4f}" + ("" if r["exact"] else f" (MC, {r['samples']} draws)")
+        sd = "" if math.isnan(r["sd"]) else f" ± {r['sd']:.3f}"
+        lines.append(f"| {r['family']} | {r['env']} | {r['horizon']} | `{r['method']}` | {r['endpoint']} | {r['n']} "
+                     f"| {r['mean']:+.3f}{sd} | {p} | {r['p_holm']:.4f} |")  # fmt: skip
+    return "\n".join(lines)
+
+
 def pivot(records: list[dict[str, Any]], methods: list[str]) -> str:
-    """One row per (env, H): the start, then each method's success after the budget (mean ± std over seeds); the
-    best mean of the row in bold."""
+    """One row per (env, H): the start, then each method's final success (mean ± sd over seeds); the best mean of
+    the row in bold."""
     cells: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
     for rec in records:
         if rec["seeds"]:  # cells where every run collapsed have no mean to show
@@ -343,84 +583,214 @@ def pivot(records: list[dict[str, Any]], methods: list[str]) -> str:
             if m not in row:
                 out.append("")
                 continue
-            text = f"{row[m]['after_mean']:.3f} ± {row[m]['after_std']:.3f}"
+            text = f"{row[m]['after_mean']:.3f} ± {_fmt(row[m]['after_std'])}"
             out.append(f"**{text}**" if row[m]["after_mean"] == best and best > 0 else text)
         seeds = "/".join(sorted({str(r["seeds"]) for r in row.values()}))
-        lines.append(f"| {env} | {h} | {seeds} | {first['before_mean']:.3f} | " + " | ".join(out) + " |")
+        lines.append(f"| {env} | {h} | {seeds} | {_fmt(first['before_mean'])} | " + " | ".join(out) + " |")
     return "\n".join(lines)
 
 
+def warm_start_tables(starts: dict[tuple[str, int], dict[str, Any]]) -> str:
+    """One row per warm start (in the band or not, its SFT steps, its held-out success and turn accuracy at each
+    H), then the accuracy by turn position at each H, averaged over the seeds in the band."""
+    lines = ["| env | seed | in band | SFT steps (taken) | last SFT lr | per H: success / turn accuracy |",
+             "|---|---:|---|---:|---:|---|"]  # fmt: skip
+    positions: dict[tuple[str, int], list[list[float | None]]] = {}
+    for (env, seed), r in sorted(starts.items()):
+        per_h = "; ".join(f"H={h}: {e['eval_success_rate']:.3f} / {_fmt(e.get('eval_turn_accuracy', math.nan))}"
+                          for h, e in sorted(r.get("before", {}).items(), key=lambda x: int(x[0])))  # fmt: skip
+        band = "yes" if r["reached"] else f"no: {r['reason']}"
+        lines.append(f"| {env} | {seed} | {band} | {r['sft_steps']} ({r['sft_steps_taken']}) | "
+                     f"{r['sft_lr_final']:.2g} | {per_h} |")  # fmt: skip
+        for h, e in r.get("before", {}).items():
+            positions.setdefault((env, int(h)), []).append(e.get("eval_turn_accuracy_by_turn") or [])
+    if positions:
+        width = max(len(p) for ps in positions.values() for p in ps)
+        lines += ["", "Warm-start turn accuracy by turn position (mean over the seeds in the band):", "",
+                  "| env | H | " + " | ".join(str(t + 1) for t in range(width)) + " |",
+                  "|---|---:|" + "---:|" * width]  # fmt: skip
+        for (env, h), ps in sorted(positions.items()):
+            cols = []
+            for t in range(width):
+                vals = [p[t] for p in ps if t < len(p) and p[t] is not None]
+                cols.append(f"{np.mean(vals):.2f}" if vals else "")
+            lines.append(f"| {env} | {h} | " + " | ".join(cols) + " |")
+    return "\n".join(lines)
+
+
+def missing(args: argparse.Namespace, out: Path, starts: dict, results: list[dict[str, Any]],
+            primary: set[tuple[str, int, str]]) -> list[str]:  # fmt: skip
+    """What the requested grid still lacks: warm starts not run or out of the band, runs not finished (by cell), and
+    primary comparisons without data."""
+    notes = []
+    done = {(r["job"]["env"], r["job"]["horizon"], r["job"]["method"], r["job"]["seed"]) for r in results}
+    for env in args.cells:
+        for s in args.seeds:
+            w = starts.get((env, s))
+            if w is None:
+                notes.append(f"warm start {env} seed {s}: not run yet")
+            elif not w["reached"]:
+                notes.append(f"warm start {env} seed {s}: not in the band ({w['reason']}); its runs are left out")
+    for env, hs in args.cells.items():
+        for h in hs:
+            for m in args.methods:
+                lost = [s for s in args.seeds if (env, h, m, s) not in done]
+                if lost:
+                    notes.append(f"{env} H={h} `{m}`: {len(args.seeds) - len(lost)} of {len(args.seeds)} seeds "
+                                 f"finished (missing {', '.join(map(str, lost))})")  # fmt: skip
+    have = {(r["job"]["env"], r["job"]["horizon"], r["job"]["method"]) for r in results if not r.get("collapsed")}
+    for env, h, m in sorted(primary):
+        if (env, h, m) not in have or (env, h, "grpo") not in have:
+            notes.append(f"primary comparison {env} H={h} `{m}` − `grpo`: no finished pair")
+    return notes
+
+
+def design(args: argparse.Namespace, primary: set[tuple[str, int, str]], n_results: int, seconds: float) -> str:
+    """The design header, from the arguments of the sweep."""
+    episodes = args.iterations * args.batch_tasks * args.group_size
+    budget = (f"{args.iterations} iterations x {args.batch_tasks} tasks x {args.group_size} rollouts = {episodes} "
+              "training episodes per run") if args.token_budget is None else (
+              f"{args.token_budget} sampled tokens per run (at most {args.iterations} iterations of {args.batch_tasks} "
+              f"tasks x {args.group_size} rollouts)")  # fmt: skip
+    n = len(args.seeds)
+    p_min = 2 / 2**n if n <= MAX_EXACT else None
+    family = ("primary family: final success of " + ", ".join(f"`{m}` at {e} H={h}" for e, h, m in sorted(primary))
+              + "; secondary family: every other comparison, final success and AUC") if primary else (
+              "one family: every comparison of the report, final success and AUC")  # fmt: skip
+    cells = "; ".join(f"{env} H in {{{', '.join(map(str, hs))}}}" for env, hs in args.cells.items())
+    return "\n".join([
+        "## Design",
+        "",
+        f"- Grid: {cells}; k = {args.num_options} options; methods {', '.join(f'`{m}`' for m in args.methods)}; "
+        f"seeds {', '.join(map(str, args.seeds))} ({n} paired seeds).",
+        f"- Warm start per (env, seed): SFT on the oracle's demonstrations at the longest H of the env, in chunks of "
+        f"{args.sft_chunk} steps at lr {args.sft_lr:g} (halved chunk, then lr, after an overshoot), until the held-out "
+        f"per-turn accuracy is {args.target} ± {args.tolerance} (search on {args.search_episodes} eval tasks, "
+        f"confirmed on {args.eval_episodes}); at most {args.sft_max_steps} SFT steps, else the seed is left out.",
+        f"- Budget: {budget}; lr {args.lr:g}, {args.epochs} epoch(s), minibatch {args.minibatch_size}, no KL, "
+        "temperature 1; the same for every method.",
+        f"- Evaluation: {args.eval_episodes} held-out tasks at T=1 with fixed sampling seeds, the same before and "
+        "after and for every method.",
+        "- Endpoints: final held-out success (primary) and training AUC (mean training success over the "
+        "iterations), each paired by seed against `grpo`.",
+        "- Test: exact two-sided paired sign-flip test of the mean difference (all 2^n sign patterns for n <= "
+        f"{MAX_EXACT}, else a seeded Monte-Carlo)" + (f"; with {n} seeds the smallest attainable p is {p_min:.4f}"
+                                                      if p_min else "") + f". Holm's correction: {family}.",
+        "- A run the trainer stops as collapsed is a reported failure: counted, not averaged, its seed left out of "
+        "that comparison.",
+        f"- Compute so far: {seconds / 3600:.2f} core-hours for {n_results} runs and warm starts.",
+    ])  # fmt: skip
+
+
+def _curves(runs: list[dict[str, Any]], key: str) -> np.ndarray | None:
+    """Runs x iterations of ``key`` (NaN where a run has no value or stopped early); None when no run has any."""
+    rows = [[h.get(key) for h in r["history"] if h.get("iteration", 0) > 0] for r in runs]
+    if not rows or not any(v is not None for row in rows for v in row):
+        return None
+    width = max(map(len, rows))
+    return np.array([[np.nan if v is None else float(v) for v in row] + [np.nan] * (width - len(row))
+                     for row in rows])  # fmt: skip
+
+
+def plot_diagnostics(results: list[dict[str, Any]], methods: list[str], path: Path) -> None:
+    """One row per (env, H), one panel per diagnostic: per method, the mean over its seeds that did not collapse
+    (solid), each collapsed run thin and dotted."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = sorted({(r["job"]["env"], r["job"]["horizon"]) for r in results})
+    fig, axes = plt.subplots(len(cells), len(DIAGNOSTICS), figsize=(3.0 * len(DIAGNOSTICS), 2.6 * len(cells)),
+                             squeeze=False)  # fmt: skip
+    colours = {m: f"C{i % 10}" for i, m in enumerate(methods)}
+    for row, (env, h) in zip(axes, cells, strict=True):
+        for ax, (key, title) in zip(row, DIAGNOSTICS.items(), strict=True):
+            for m in methods:
+                mine = [r for r in results if (r["job"]["env"], r["job"]["horizon"], r["job"]["method"]) == (env, h, m)]
+                kept = _curves([r for r in mine if not r.get("collapsed")], key)
+                if kept is not None and np.isfinite(kept).any():
+                    with np.errstate(all="ignore"):
+                        mean = np.nanmean(kept, axis=0)
+                    ax.plot(np.arange(1, mean.size + 1), mean, color=colours[m], label=m, lw=1.2)
+                failed = _curves([r for r in mine if r.get("collapsed")], key)
+                for curve in [] if failed is None else failed:
+                    ax.plot(np.arange(1, curve.size + 1), curve, color=colours[m], lw=0.6, ls=":")
+            ax.set_title(f"{env} H={h}: {title}", fontsize=8)
+            ax.tick_params(labelsize=7)
+        row[0].legend(fontsize=6)
+    for ax in axes[-1]:
+        ax.set_xlabel("iteration", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=70)
+    plt.close(fig)
+
+
 def plot(results: list[dict[str, Any]], methods: list[str], path: Path) -> None:
-    """Row per env: success after the budget against H (one line per method), then the training success curves
-    (mean over seeds, smoothed over 5 iterations) at each H."""
+    """Row per env: final success against H (mean ± sd over seeds; one line per method) and the warm start."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     envs = sorted({r["job"]["env"] for r in results})
-    horizons = sorted({r["job"]["horizon"] for r in results})
-    fig, axes = plt.subplots(len(envs), 1 + len(horizons), figsize=(3.6 * (1 + len(horizons)), 3.2 * len(envs)),
-                             squeeze=False)  # fmt: skip
-    colours = {m: f"C{i}" for i, m in enumerate(methods)}
-    for row, env in zip(axes, envs, strict=True):
+    fig, axes = plt.subplots(1, len(envs), figsize=(4.5 * len(envs), 3.4), squeeze=False)
+    for ax, env in zip(axes[0], envs, strict=True):
         mine = [r for r in results if r["job"]["env"] == env]
-        for m in methods:
+        horizons = sorted({r["job"]["horizon"] for r in mine})
+        for i, m in enumerate(methods):
             xs, ys, es = [], [], []
             for h in horizons:
-                after = [r["after"] for r in mine
-                         if r["job"]["method"] == m and r["job"]["horizon"] == h and not r["collapsed"]]  # fmt: skip
+                after = [r["after"] for r in mine if r["job"]["method"] == m and r["job"]["horizon"] == h
+                         and not r.get("collapsed") and r.get("after") is not None]  # fmt: skip
                 if after:
                     xs.append(h), ys.append(np.mean(after)), es.append(np.std(after))
             if xs:
-                row[0].errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=m, color=colours[m])
-        before = {h: np.mean([r["before"] for r in mine if r["job"]["horizon"] == h]) for h in horizons
-                  if any(r["job"]["horizon"] == h for r in mine)}  # fmt: skip
-        row[0].plot(list(before), list(before.values()), "k--", label="SFT start")
-        row[0].set_xscale("log", base=2)
-        row[0].set_title(f"{env}: success after the budget", fontsize=9)
-        row[0].set_xlabel("H")
-        row[0].legend(fontsize=7)
-        for ax, h in zip(row[1:], horizons, strict=True):
-            if not any(r["job"]["horizon"] == h for r in mine):
-                ax.axis("off")  # this env was not run at this horizon
-                continue
-            for m in methods:
-                curves = [[x["success_rate"] for x in r["history"] if x.get("iteration", 0) > 0] for r in mine
-                          if r["job"]["method"] == m and r["job"]["horizon"] == h and not r["collapsed"]]  # fmt: skip
-                if curves:
-                    n = min(map(len, curves))
-                    mean = np.mean([c[:n] for c in curves], axis=0)
-                    smooth = np.convolve(mean, np.ones(5) / 5, mode="valid") if n >= 5 else mean
-                    ax.plot(np.arange(len(smooth)) + 1, smooth, color=colours[m], label=m)
-            ax.set_title(f"{env} H={h}: training success", fontsize=9)
-            ax.set_xlabel("iteration")
+                ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=m, color=f"C{i % 10}")
+        before = {h: [r["before"] for r in mine if r["job"]["horizon"] == h and r.get("before") is not None]
+                  for h in horizons}  # fmt: skip
+        before = {h: float(np.mean(v)) for h, v in before.items() if v}
+        ax.plot(list(before), list(before.values()), "k--", label="warm start")
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"{env}: held-out success after the budget", fontsize=9)
+        ax.set_xlabel("H")
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
 
 
 def report(args: argparse.Namespace, out: Path) -> str:
-    results = [r for r in load_results(out) if r["job"]["method"] in args.methods]
-    if not results:
-        return "no finished runs yet"
-    text, records = table(results, list(args.methods))
-    budget = args.iterations * args.batch_tasks * args.group_size
-    head = (f"Budget: {budget} training episodes per run ({args.iterations} iterations x {args.batch_tasks} tasks x "
-            f"{args.group_size}), SFT warm start {args.sft_steps} steps, eval {args.eval_episodes} held-out episodes "
-            f"at T=1, k={args.num_options} options. Compute: {sum(r['seconds'] for r in results) / 3600:.2f} "
-            f"core-hours for {len(results)} runs.")  # fmt: skip
-    text = pivot(records, list(args.methods)) + "\n\n" + text
-    (out / "results.md").write_text(head + "\n\n" + text + "\n", encoding="utf-8")
-    (out / "results.json").write_text(json.dumps(records, indent=1), encoding="utf-8")
+    """Write results.md, results.json, runs.jsonl and the plots of what has finished; return the markdown."""
+    starts, results = load_results(out)
+    results = [r for r in results if r["job"]["method"] in args.methods]
+    primary = parse_primary(args.primary)
+    seconds = sum(r.get("seconds", 0.0) for r in [*results, *starts.values()])
+    parts = ["# Credit sweep", "", design(args, primary, len(results) + len(starts), seconds)]
+    text, records = table(results, list(args.methods)) if results else ("", [])
+    tests = comparisons(results, list(args.methods), primary, args.mc_samples) if results else []
+    if results:
+        parts += ["", "## Final success (mean ± sd over seeds)", "", pivot(records, list(args.methods)),
+                  "", "## Every cell", "", text, "", "## Paired tests against `grpo`", "",
+                  tests_table(tests) if tests else "no paired comparison yet"]  # fmt: skip
+    if starts:
+        parts += ["", "## Warm starts", "", warm_start_tables(starts)]
+    gaps = missing(args, out, starts, results, primary)
+    parts += ["", "## Missing", ""] + ([f"- {g}" for g in gaps] or ["nothing: the requested grid is complete"])
+    md = "\n".join(parts) + "\n"
+    (out / "results.md").write_text(md, encoding="utf-8")
+    (out / "results.json").write_text(json.dumps({"cells": records, "tests": tests, "missing": gaps}, indent=1),
+                                      encoding="utf-8")  # fmt: skip
     with open(out / "runs.jsonl", "w", encoding="utf-8") as fh:  # every run, compact: enough to redraw the report
         for r in results:
-            curves = {k: [h.get(k) for h in r["history"] if h.get("iteration", 0) > 0]
-                      for k in ("success_rate", "zero_std_group_frac", "valid_action_frac", "grad_norm")}  # fmt: skip
+            rl = [h for h in r["history"] if h.get("iteration", 0) > 0]
+            curves = {k: [h.get(k) for h in rl] for k in KEPT if k not in ("iteration", "collapse_reason")}
             fh.write(json.dumps({**r["job"], "before": r["before"], "after": r["after"], "collapsed": r["collapsed"],
                                  "seconds": r["seconds"], **curves}) + "\n")  # fmt: skip
-    plot(results, list(args.methods), out / "credit_sweep.png")
-    return head + "\n\n" + text
+    if results:
+        plot(results, list(args.methods), out / "credit_sweep.png")
+        plot_diagnostics(results, list(args.methods), out / "credit_diagnostics.png")
+    return md
 
 
 def parse_cells(text: str) -> dict[str, tuple[int, ...]]:
@@ -432,33 +802,57 @@ def parse_cells(text: str) -> dict[str, tuple[int, ...]]:
     return cells
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cells", type=parse_cells, default=CELLS, help="e.g. 'Chain:2,4,8,16;KeyDoor:2,8'")
+    parser.add_argument("--cells", type=parse_cells, default=CELLS, help="e.g. 'Chain:4,8,16;Umbrella:8'")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--more-seeds", type=int, nargs="*", default=[3, 4])
-    parser.add_argument("--more-seeds-at", type=int, nargs="*", default=[8], help="horizons that get --more-seeds")
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(range(8)))
     parser.add_argument("--num-options", type=int, default=2)
-    parser.add_argument("--iterations", type=int, default=30)
+    parser.add_argument("--iterations", type=int, default=40)
+    parser.add_argument("--token-budget", type=int, help="stop every run at this many sampled tokens")
     parser.add_argument("--batch-tasks", type=int, default=4)
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--minibatch-size", type=int, default=16)
-    parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--sft-steps", type=int, default=110)
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--lr", type=float, default=5e-4)
+    parser.add_argument("--target", type=float, default=0.75, help="the warm start's held-out per-turn accuracy")
+    parser.add_argument("--tolerance", type=float, default=0.03)
+    parser.add_argument("--sft-chunk", type=int, default=20, help="SFT steps between measurements (at first)")
     parser.add_argument("--sft-lr", type=float, default=3e-3)
-    parser.add_argument("--sft-horizon", type=int, default=4, help="the demonstrations' H (one warm start per seed)")
-    parser.add_argument("--eval-episodes", type=int, default=64)
+    parser.add_argument("--sft-max-steps", type=int, default=600, help="SFT steps a warm start may take")
+    parser.add_argument("--sft-horizon", type=int, help="the demonstrations' H (default: the env's longest H)")
+    parser.add_argument("--search-episodes", type=int, default=64, help="eval tasks measured after each SFT chunk")
+    parser.add_argument("--eval-episodes", type=int, default=256)
+    parser.add_argument("--primary", default=PRIMARY, help="the primary family, e.g. 'Chain:16:progress_td,mt_grpo' "
+                        "('none': one family)")  # fmt: skip
+    parser.add_argument("--mc-samples", type=int, default=100_000, help="sign patterns drawn when n > 20")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", default="runs/credit_sweep")
     parser.add_argument("--report-only", action="store_true")
-    parser.add_argument("--reevaluate-starts", action="store_true", help="recompute the warm starts' evaluations")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    try:
+        Band(args.target, args.tolerance)
+        parse_primary(args.primary)
+    except ValueError as exc:
+        parser.error(str(exc))
+    small = [n for n in ("iterations", "sft_chunk", "sft_max_steps", "search_episodes", "eval_episodes", "jobs",
+                         "mc_samples") if getattr(args, n) < 1]  # fmt: skip
+    if small or (args.token_budget is not None and args.token_budget < 1):
+        parser.error(f"{', '.join(small) or 'token_budget'} must be >= 1")
+    if args.token_budget is not None:
+        from agentgym.baselines.config import TrainConfig
+
+        if "max_sampled_tokens" not in {f.name for f in dataclasses.fields(TrainConfig)}:
+            # TODO(issue 21): the trainer knob max_sampled_tokens (branch rollouts) has not landed yet
+            parser.error("--token-budget needs the trainer's max_sampled_tokens, which this checkout lacks")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    if args.reevaluate_starts:
-        reevaluate_starts(args, out)
-    elif not args.report_only:
+    if not args.report_only:
         run_grid(args, out)
     print(report(args, out))
 
