@@ -16,10 +16,10 @@ return minus the mean of the other rollouts of its group: reward units, like the
 
 The trainer's branch mode (``TrainConfig.branch_k > 0``): the main rollouts record the env snapshot before every turn
 (``run_episodes(snapshots=True)``), :func:`grow_branches` picks the turns (:func:`choose_turns`) and runs every
-fork of the batch in lockstep (:func:`run_forks`; the HF loop prefills the K forks' shared prefix once), and
-:func:`branch_advantages` gives the rows to train on and their token advantages. Fork ``k`` of the main rollout
-``i`` at turn ``t`` samples with ``derive_seed(sample_seed, i, t, k)``, so a batch is reproducible whatever the
-generation batching.
+fork of the batch in lockstep waves, one per turn position (:func:`run_forks`; the HF loop prefills the K forks'
+shared prefix once), and :func:`branch_advantages` gives the rows to train on and their token advantages. Fork
+``k`` of the main rollout ``i`` at turn ``t`` samples with ``derive_seed(sample_seed, i, t, k)``, so a batch is
+reproducible whatever the generation batching.
 """
 
 from __future__ import annotations
@@ -171,10 +171,11 @@ def run_forks(
     generation_batch: int | None = None,
     share_prefill: bool = False,
 ) -> tuple[list[Rollout], list[tuple[int, int, int]]]:
-    """``k`` continuations from the state before each chosen turn, all in lockstep on ``envs`` (at least
-    ``k * len(chosen)`` spare envs built like the mains', restored from ``Rollout.snapshots``). Fork ``j`` of
-    ``(i, t)`` plays at most ``config.max_turns - t`` turns and samples with ``derive_seed(sample_seed, i, t, j)``.
-    Returns the forks and their origins ``(i, t, j)``, in that order."""
+    """``k`` continuations from the state before each chosen turn on ``envs`` (at least ``k * len(chosen)`` spare
+    envs built like the mains', restored from ``Rollout.snapshots``), in lockstep waves: the forks of every turn
+    position ``t`` together. Fork ``j`` of ``(i, t)`` plays at most ``config.max_turns - t`` turns and samples with
+    ``derive_seed(sample_seed, i, t, j)`` (its tokens do not depend on the batching). Returns the forks and their
+    origins ``(i, t, j)``, in that order."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     origins = [(i, t, j) for i, t in chosen for j in range(k)]
@@ -189,12 +190,18 @@ def run_forks(
         restore(env, mains[i].snapshots[t])
         forks.append(fork_start(mains[i], t))
     generators = [torch.Generator().manual_seed(derive_seed(sample_seed, i, t, j)) for i, t, j in origins]
+    contexts: list[list[list[int]]] = [[] for _ in forks]
     was_training = policy.model.training
     policy.model.eval()
-    try:
-        contexts = advance_episodes(policy, SerialPool.of_envs(list(envs[: len(origins)])), forks, generators,
-                                    turn_limits=[config.max_turns - t for _, t, _ in origins], config=config,
-                                    generation_batch=generation_batch, share_prefill=share_prefill)  # fmt: skip
+    try:  # one lockstep wave per turn position: similar prefix lengths, little left-padding (2x faster on Chain H=8)
+        for turn in sorted({t for _, t, _ in origins}):
+            rows = [m for m, (_, t, _) in enumerate(origins) if t == turn]
+            wave = advance_episodes(policy, SerialPool.of_envs([envs[m] for m in rows]), [forks[m] for m in rows],
+                                    [generators[m] for m in rows], turn_limits=[config.max_turns - turn] * len(rows),
+                                    config=config, generation_batch=generation_batch,
+                                    share_prefill=share_prefill)  # fmt: skip
+            for m, ctx in zip(rows, wave, strict=True):
+                contexts[m] = ctx
     finally:
         policy.model.train(was_training)
     if config.check:
