@@ -15,12 +15,12 @@ reported as such and its runs are left out. The warm start's success, turn accur
 at every H of its env are stored in its ``result.json``. Every horizon and method of a seed starts from its weights
 (``init_from``) with a fresh optimizer.
 
-**Runs.** Each RL run plays ``--iterations`` x ``--batch-tasks`` x ``--group-size`` training episodes (or stops at
-``--token-budget`` sampled tokens: the same for every method of a cell) with the same learning rate, epochs and
-minibatches for every method, and is evaluated before (the warm start) and after on the same ``--eval-episodes``
-held-out tasks with the same sampling seeds. A run the trainer stops as collapsed (``collapse_check``: valid-action
-share or success halved, or the gradient norm exploded) is a reported failure, not a data point: counted in
-``collapsed``, left out of the means and of the pairs.
+**Runs.** Each RL run plays ``--iterations`` x ``--batch-tasks`` x ``--group-size`` training episodes (the branch
+methods: as many sampled tokens as ``grpo``, below; ``--token-budget N``: every run stops at N sampled tokens) with
+the same learning rate, epochs and minibatches for every method, and is evaluated before (the warm start) and after
+on the same ``--eval-episodes`` held-out tasks with the same sampling seeds. A run the trainer stops as collapsed
+(``collapse_check``: valid-action share or success halved, or the gradient norm exploded) is a reported failure, not
+a data point: counted in ``collapsed``, left out of the means and of the pairs.
 
 **Statistics.** Per (env, H, method) against ``grpo`` of the same seeds: the mean difference of final success and
 of training AUC (mean training success over the iterations), each with an exact two-sided paired sign-flip test
@@ -42,7 +42,12 @@ Methods (``METHODS``; the trainer's estimators):
 - ``turn_ppo``: PPO with a turn-level critic (V at each turn's first token, GAE over turns);
 - ``progress_td`` / ``progress_gae``: the verified progress as an immediate per-turn reward (with the outcome) under
   ``turn_ppo``'s critic, TD(0) / GAE lambda 0.5; the critic is detached from the trunk, warmed by 24 value-only steps
-  and has its own learning rate (1e-2).
+  and has its own learning rate (1e-2);
+- ``vine`` / ``tree``: branch credit (baselines/branches.py): K = 2 continuations forked from the env snapshot and
+  token prefix before every turn; ``vine`` uses their mean return as the state's value (VinePPO), ``tree`` compares
+  the K + 1 actions taken in one state (turn-level groups). Both count the outcome alone. With ``--token-budget
+  grpo`` (the default) each stops at the sampled tokens (main rollouts and forks) of ``grpo``'s run of the same
+  cell and seed, which it waits for: the comparison is at equal sampled tokens, not equal episodes.
 
 IGPO is not in the grid: its turn reward is the gain in the policy's probability of a gold answer string, and the
 diagnostics have choices, not an answer to score.
@@ -90,7 +95,13 @@ METHODS: dict[str, dict[str, Any]] = {
     "progress_gae": {"algo": "ppo", "estimator": "turn_ppo", "progress_key": "progress", "lam": 0.5,
                      "reward_components": ["outcome", "progress"], "detach_critic": True, "critic_warmup_steps": 24,
                      "value_lr": 1e-2},
+    "vine": {"algo": "grpo", "estimator": "vine", "branch_k": 2, "branch_turns": "all",
+             "reward_components": ["outcome"]},
+    "tree": {"algo": "grpo", "estimator": "tree", "branch_k": 2, "branch_turns": "all",
+             "reward_components": ["outcome"]},
 }  # fmt: skip
+#: The methods that fork branches: they sample more tokens per iteration than the others.
+BRANCH_METHODS = tuple(m for m, o in METHODS.items() if o.get("branch_k", 0) > 0)
 #: The default grid: env -> horizons.
 CELLS: dict[str, tuple[int, ...]] = {"Chain": (4, 8, 16)}
 #: The primary family of the design (bench/results/credit_round2/DESIGN.md): final success at Chain H=16.
@@ -99,7 +110,7 @@ PRIMARY = "Chain:16:progress_td,mt_grpo,vine"
 KEPT = ("iteration", "success_rate", "reward_mean", "zero_std_group_frac", "eval_success_rate", "time_rollout",
         "time_update", "sft_loss", "valid_action_frac", "entropy", "grad_norm", "grad_norm_max", "value_grad_norm",
         "explained_variance", "explained_variance_mc", "turn_accuracy", "sampled_tokens",
-        "collapse_reason")  # fmt: skip
+        "sampled_tokens_total", "stop_reason", "collapse_reason")  # fmt: skip
 #: The diagnostics the report draws: history key -> panel title.
 DIAGNOSTICS = {"success_rate": "training success", "valid_action_frac": "valid-action share", "entropy": "entropy",
                "grad_norm": "gradient norm", "explained_variance": "explained variance (critic)",
@@ -162,9 +173,32 @@ def config_overrides(job: Job, args: argparse.Namespace, out: Path, horizon: int
     if job.method is None:
         return {**common, "iterations": 0, "sft_lr": args.sft_lr}
     sft = job.warm_start(args).directory(out) / "checkpoint.pt"
-    budget = {} if args.token_budget is None else {"max_sampled_tokens": args.token_budget}
+    budget = {} if token_budget(job, args, out) is None else {"max_sampled_tokens": token_budget(job, args, out)}
     return {**common, **METHODS[job.method], **budget, "iterations": args.iterations, "init_from": str(sft),
             "resume": True, "checkpoint_every": 5}  # fmt: skip
+
+
+def matched_budget(job: Job, args: argparse.Namespace) -> bool:
+    """Whether ``job`` gets the sampled tokens of ``grpo``'s run of its cell and seed (``--token-budget grpo``: the
+    branch methods do; ``grpo`` itself and the methods that sample as much per iteration run their iterations)."""
+    return args.token_budget == "grpo" and job.method in BRANCH_METHODS
+
+
+def token_budget(job: Job, args: argparse.Namespace, out: Path) -> int | None:
+    """The run's ``max_sampled_tokens``: ``--token-budget N`` for every run; with ``grpo`` for a branch method, the
+    mean tokens per iteration of ``grpo``'s run of the same (env, H, seed) times ``--iterations`` (its total when it
+    ran them all; extrapolated when it collapsed); None: no budget but the iterations."""
+    if args.token_budget == "none" or (args.token_budget == "grpo" and not matched_budget(job, args)):
+        return None
+    if args.token_budget != "grpo":
+        return int(args.token_budget)
+    base = read_result(Job(job.env, job.horizon, job.seed, "grpo"), out)
+    if base is None:
+        raise ValueError(f"{job.name} takes grpo's token count, and grpo's run of its cell and seed has not finished")
+    tokens = [h["sampled_tokens"] for h in base["history"] if h.get("iteration", 0) > 0 and "sampled_tokens" in h]
+    if not tokens:
+        raise ValueError(f"{job.name}: grpo's run of its cell and seed recorded no sampled tokens")
+    return max(1, round(float(np.mean(tokens)) * args.iterations))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -379,36 +413,58 @@ def read_result(job: Job, out: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
+def needs(job: Job, args: argparse.Namespace) -> list[Job]:
+    """The jobs whose results ``job`` waits for: an RL run's warm start, and ``grpo``'s run of its cell and seed
+    when its token budget is grpo's."""
+    if job.method is None:
+        return []
+    deps = [job.warm_start(args)]
+    if matched_budget(job, args):
+        deps.append(Job(job.env, job.horizon, job.seed, "grpo"))
+    return deps
+
+
 def run_grid(args: argparse.Namespace, out: Path) -> None:
-    """Run what has no ``result.json`` yet, each RL job once its warm start is in the band (the runs of a seed whose
-    warm start is not are left out and reported)."""
-    jobs = grid(args)
-    starts = {j: read_result(j, out) for j in jobs if j.method is None}
-    todo = [j for j in jobs if not (j.directory(out) / "result.json").is_file()]
-    todo = [j for j in todo if j.method is None or (starts[j.warm_start(args)] or {}).get("reached", True)]
-    queue = [j for j in todo if j.method is None or starts[j.warm_start(args)] is not None]
-    waiting = [j for j in todo if j not in queue]
-    bar = tqdm(total=len(todo), desc="sweep", unit="run")
+    """Run what has no ``result.json`` yet, each job once what it needs has finished (the runs of a seed whose warm
+    start is not in the band are left out and reported)."""
+    finished = {j: r for j in grid(args) if (r := read_result(j, out)) is not None}
+    waiting = [j for j in grid(args) if j not in finished]
+
+    def ready(job: Job) -> bool | None:  # None: never (its warm start is out of the band)
+        for dep in needs(job, args):
+            if dep not in finished:
+                return False
+            if dep.method is None and not finished[dep]["reached"]:
+                return None
+        return True
+
+    bar = tqdm(total=len(waiting), desc="sweep", unit="run")
     ctx = mp.get_context("spawn")
     with ProcessPoolExecutor(max_workers=args.jobs, mp_context=ctx) as pool:
-        running: dict[Future, Job] = {pool.submit(run_job, j, args, out): j for j in queue}
+        running: dict[Future, Job] = {}
+
+        def submit() -> None:
+            for job in list(waiting):
+                verdict = ready(job)
+                if verdict is None:
+                    waiting.remove(job)
+                    bar.update(1)
+                elif verdict:
+                    waiting.remove(job)
+                    running[pool.submit(run_job, job, args, out)] = job
+
+        submit()
         while running:
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for fut in done:
                 job = running.pop(fut)
                 _, result = fut.result()  # a failed run stops the sweep with its traceback
+                finished[job] = result
                 bar.update(1)
                 bar.set_postfix_str(f"{job.name} {result['seconds']:.0f}s", refresh=False)
-                if job.method is None:  # its RL runs can start, or are left out
-                    mine = [w for w in waiting if w.warm_start(args) == job]
-                    for j in mine:
-                        waiting.remove(j)
-                        if result["reached"]:
-                            running[pool.submit(run_job, j, args, out)] = j
-                    if not result["reached"]:
-                        bar.update(len(mine))
-                        tqdm.write(f"{job.name}: warm start not in the band ({result['reason']}); its "
-                                   f"{len(mine)} runs are left out")  # fmt: skip
+                if job.method is None and not result["reached"]:
+                    tqdm.write(f"{job.name}: warm start not in the band ({result['reason']}); its runs are left out")
+            submit()
     bar.close()
 
 
@@ -440,7 +496,8 @@ def load_results(out: Path) -> tuple[dict[tuple[str, int], dict[str, Any]], list
 
 def summarise(result: dict[str, Any]) -> dict[str, float]:
     """Per run: held-out success before and after, the area under the training success curve (its mean over the
-    iterations), the mean share of groups whose outcomes all tie, and the held-out turn accuracy after."""
+    iterations), the mean share of groups whose outcomes all tie, the held-out turn accuracy after, and the tokens
+    sampled in training (main rollouts and forks)."""
     rl = [h for h in result["history"] if h.get("iteration", 0) > 0]
     nan = math.nan
     return {
@@ -449,6 +506,7 @@ def summarise(result: dict[str, Any]) -> dict[str, float]:
         "auc": float(np.mean([h["success_rate"] for h in rl])) if rl else nan,
         "zero_var": float(np.mean([h["zero_std_group_frac"] for h in rl])) if rl else nan,
         "turn_acc": (result.get("after_eval") or {}).get("eval_turn_accuracy", nan),
+        "tokens": float(sum(h.get("sampled_tokens", 0) for h in rl)),
     }
 
 
@@ -480,8 +538,8 @@ def table(results: list[dict[str, Any]], methods: list[str]) -> tuple[str, list[
     ``grpo``; and its rows as records."""
     by, collapsed = _cells(results)
     lines = ["| env | H | method | n | collapsed | start success | final success (mean ± sd) | AUC (mean ± sd) "
-             "| turn accuracy after | zero-var groups | final − grpo (paired) |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+             "| turn accuracy after | zero-var groups | sampled tokens | final − grpo (paired) |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     records = []
     for key in sorted(set(by) | set(collapsed), key=_order(methods)):
         env, h, method = key
@@ -489,10 +547,11 @@ def table(results: list[dict[str, Any]], methods: list[str]) -> tuple[str, list[
         n_collapsed = collapsed.get(key, 0)
         if not runs:  # every finished seed of the cell collapsed
             records.append({"env": env, "horizon": h, "method": method, "seeds": 0, "collapsed": n_collapsed})
-            lines.append(f"| {env} | {h} | `{method}` | 0 | {n_collapsed} | | | | | | |")
+            lines.append(f"| {env} | {h} | `{method}` | 0 | {n_collapsed} | | | | | | | |")
             continue
         seeds = sorted(runs)
-        get = {k: np.array([runs[s][k] for s in seeds]) for k in ("before", "after", "auc", "zero_var", "turn_acc")}
+        keys = ("before", "after", "auc", "zero_var", "turn_acc", "tokens")
+        get = {k: np.array([runs[s][k] for s in seeds]) for k in keys}
         base = by.get((env, h, "grpo"), {})
         paired = [s for s in seeds if s in base]
         diff = math.nan
@@ -509,6 +568,7 @@ def table(results: list[dict[str, Any]], methods: list[str]) -> tuple[str, list[
         lines.append(f"| {env} | {h} | `{method}` | {len(seeds)} | {n_collapsed} | {_fmt(rec['before_mean'])} | "
                      f"{_fmt(rec['after_mean'])} ± {_fmt(rec['after_std'])} | {_fmt(rec['auc_mean'])} ± "
                      f"{_fmt(rec['auc_std'])} | {_fmt(rec['turn_acc_mean'])} | {_fmt(rec['zero_var_mean'], 2)} | "
+                     f"{rec['tokens_mean']:.0f} | "
                      f"{'' if math.isnan(diff) else f'{diff:+.3f} (n={len(paired)})'} |")  # fmt: skip
     return "\n".join(lines), records
 
@@ -648,10 +708,17 @@ def missing(args: argparse.Namespace, out: Path, starts: dict, results: list[dic
 def design(args: argparse.Namespace, primary: set[tuple[str, int, str]], n_results: int, seconds: float) -> str:
     """The design header, from the arguments of the sweep."""
     episodes = args.iterations * args.batch_tasks * args.group_size
-    budget = (f"{args.iterations} iterations x {args.batch_tasks} tasks x {args.group_size} rollouts = {episodes} "
-              "training episodes per run") if args.token_budget is None else (
-              f"{args.token_budget} sampled tokens per run (at most {args.iterations} iterations of {args.batch_tasks} "
-              f"tasks x {args.group_size} rollouts)")  # fmt: skip
+    budget = (
+        f"{args.iterations} iterations x {args.batch_tasks} tasks x {args.group_size} rollouts = {episodes} "
+        "training episodes per run"
+    )
+    branching = [m for m in args.methods if m in BRANCH_METHODS]
+    if args.token_budget == "grpo" and branching:
+        budget += (f"; the branch methods ({', '.join(f'`{m}`' for m in branching)}, K = 2 forks before every "
+                   "turn) stop at the sampled tokens (main rollouts and forks) of `grpo`'s run of the same cell and "
+                   "seed, equal tokens rather than equal episodes")  # fmt: skip
+    elif args.token_budget != "none":
+        budget += f", every run stopping at {args.token_budget} sampled tokens"
     n = len(args.seeds)
     p_min = 2 / 2**n if n <= MAX_EXACT else None
     family = ("primary family: final success of " + ", ".join(f"`{m}` at {e} H={h}" for e, h, m in sorted(primary))
@@ -712,7 +779,8 @@ def plot_diagnostics(results: list[dict[str, Any]], methods: list[str], path: Pa
                 if kept is not None and np.isfinite(kept).any():
                     with np.errstate(all="ignore"):
                         mean = np.nanmean(kept, axis=0)
-                    ax.plot(np.arange(1, mean.size + 1), mean, color=colours[m], label=m, lw=1.2)
+                    ax.plot(np.arange(1, mean.size + 1), mean, color=colours[m], label=m, lw=1.2,
+                            marker="o" if mean.size < 5 else None, ms=3)  # fmt: skip
                 failed = _curves([r for r in mine if r.get("collapsed")], key)
                 for curve in [] if failed is None else failed:
                     ax.plot(np.arange(1, curve.size + 1), curve, color=colours[m], lw=0.6, ls=":")
@@ -809,7 +877,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(8)))
     parser.add_argument("--num-options", type=int, default=2)
     parser.add_argument("--iterations", type=int, default=40)
-    parser.add_argument("--token-budget", type=int, help="stop every run at this many sampled tokens")
+    parser.add_argument("--token-budget", default="grpo", help="sampled tokens per run: 'grpo' (the branch methods "
+                        "get grpo's count of the same cell and seed; the others run their iterations), 'none', or N "
+                        "for every run")  # fmt: skip
     parser.add_argument("--batch-tasks", type=int, default=4)
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--minibatch-size", type=int, default=16)
@@ -837,14 +907,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(str(exc))
     small = [n for n in ("iterations", "sft_chunk", "sft_max_steps", "search_episodes", "eval_episodes", "jobs",
                          "mc_samples") if getattr(args, n) < 1]  # fmt: skip
-    if small or (args.token_budget is not None and args.token_budget < 1):
-        parser.error(f"{', '.join(small) or 'token_budget'} must be >= 1")
-    if args.token_budget is not None:
-        from agentgym.baselines.config import TrainConfig
-
-        if "max_sampled_tokens" not in {f.name for f in dataclasses.fields(TrainConfig)}:
-            # TODO(issue 21): the trainer knob max_sampled_tokens (branch rollouts) has not landed yet
-            parser.error("--token-budget needs the trainer's max_sampled_tokens, which this checkout lacks")
+    if small:
+        parser.error(f"{', '.join(small)} must be >= 1")
+    if args.token_budget not in ("grpo", "none") and not (args.token_budget.isdigit() and int(args.token_budget) > 0):
+        parser.error(f"--token-budget takes 'grpo', 'none' or a positive number of tokens, got {args.token_budget!r}")
+    if args.token_budget == "grpo" and set(args.methods) & set(BRANCH_METHODS) and "grpo" not in args.methods:
+        parser.error("--token-budget grpo gives the branch methods grpo's token count: add grpo to --methods")
     return args
 
 

@@ -17,10 +17,10 @@ import pytest
 pytest.importorskip("matplotlib")
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "credit_sweep.py"
-ARGS = ["--cells", "Chain:1,2", "--methods", "grpo", "progress", "--seeds", "0", "1", "--iterations", "1",
+ARGS = ["--cells", "Chain:1,2", "--methods", "grpo", "vine", "--seeds", "0", "1", "--iterations", "1",
         "--eval-episodes", "4", "--search-episodes", "4", "--target", "0.5", "--tolerance", "0.49", "--sft-chunk",
         "20", "--sft-max-steps", "300", "--batch-tasks", "2", "--group-size", "2", "--minibatch-size", "4", "--jobs",
-        "2", "--primary", "Chain:2:progress"]  # fmt: skip
+        "2", "--primary", "Chain:2:vine"]  # fmt: skip
 
 
 def sweep(out: Path, *extra: str) -> str:
@@ -45,8 +45,13 @@ def test_micro_sweep_searches_warm_starts_runs_resumes_and_reports(tmp_path):
     sweep(out)
     runs = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
     assert sorted((r["horizon"], r["seed"], r["method"]) for r in runs) == sorted(
-        (h, s, m) for h in (1, 2) for s in (0, 1) for m in ("grpo", "progress")
+        (h, s, m) for h in (1, 2) for s in (0, 1) for m in ("grpo", "vine")
     )
+    grpo = {(r["horizon"], r["seed"]): r["sampled_tokens_total"][-1] for r in runs if r["method"] == "grpo"}
+    for r in runs:  # vine forks: it samples more per iteration and stops at grpo's tokens of its cell and seed
+        if r["method"] == "vine":
+            assert r["sampled_tokens_total"][-1] >= grpo[(r["horizon"], r["seed"])]
+            assert r["stop_reason"][-1] is not None
     assert all(len(r["success_rate"]) == 1 and 0.0 <= r["after"] <= 1.0 for r in runs)
     assert all(len(r["valid_action_frac"]) == 1 and len(r["turn_accuracy"]) == 1 for r in runs)  # diagnostics kept
     assert sorted(p.name for p in (out / "sft").iterdir()) == ["Chain-s0", "Chain-s1"]  # one warm start per seed
@@ -154,7 +159,8 @@ def test_every_method_is_a_valid_trainer_config_and_outcome_only_means_the_outco
     from agentgym.baselines.config import load_config
 
     args = cs.parse_args(["--cells", "Chain:2;Umbrella:2", "--eval-episodes", "4", "--batch-tasks", "2",
-                          "--group-size", "2", "--minibatch-size", "4", "--iterations", "1"])  # fmt: skip
+                          "--group-size", "2", "--minibatch-size", "4", "--iterations", "1",
+                          "--token-budget", "none"])  # fmt: skip
     configs = {}
     for env in ("Chain", "Umbrella"):
         warm = cs.Job(env, 2, 0).directory(tmp_path) / "checkpoint.pt"  # init_from must name a file; not loaded here
@@ -167,11 +173,45 @@ def test_every_method_is_a_valid_trainer_config_and_outcome_only_means_the_outco
             assert config.env_id == f"agentgym/{env}-v0" and (config.lr, config.epochs) == (args.lr, args.epochs)
             configs[(env, method)] = config
     for env in ("Chain", "Umbrella"):  # Umbrella's distractor rewards never reach the outcome-only methods
-        for method in ("grpo", "rloo", "mt_grpo"):
+        for method in ("grpo", "rloo", "mt_grpo", "vine", "tree"):
             assert configs[(env, method)].counted_components == ("outcome",)
         assert configs[(env, "progress_td")].counted_components == ("outcome", "progress")
     critic = configs[("Chain", "progress_td")]
     assert (critic.algo, critic.lam, critic.detach_critic, critic.progress_key) == ("ppo", 0.0, True, "progress")
+    assert (configs[("Chain", "vine")].branch_k, configs[("Chain", "tree")].estimator) == (2, "tree")
+    assert all(c.max_sampled_tokens is None for c in configs.values())  # --token-budget none
+
+
+def test_branch_methods_get_grpos_tokens_and_wait_for_it(tmp_path, cs):
+    """--token-budget grpo: vine and tree stop at grpo's mean tokens per iteration x --iterations (its total when
+    it ran them all), read from grpo's result of the same cell and seed, and wait for it; a number applies to
+    every run; grpo must be in the grid."""
+    from agentgym.baselines.config import load_config
+
+    args = cs.parse_args(["--cells", "Chain:2", "--iterations", "4", "--methods", "grpo", "vine", "tree"])
+    warm = cs.Job("Chain", 2, 0).directory(tmp_path) / "checkpoint.pt"
+    warm.parent.mkdir(parents=True)
+    warm.touch()
+    vine = cs.Job("Chain", 2, 0, "vine")
+    assert cs.needs(vine, args) == [cs.Job("Chain", 2, 0), cs.Job("Chain", 2, 0, "grpo")]
+    assert cs.needs(cs.Job("Chain", 2, 0, "grpo"), args) == [cs.Job("Chain", 2, 0)]
+    with pytest.raises(ValueError, match="has not finished"):
+        cs.config_overrides(vine, args, tmp_path)
+    base = cs.Job("Chain", 2, 0, "grpo").directory(tmp_path)
+    base.mkdir(parents=True)
+    history = [{"iteration": 0}, {"iteration": 1, "sampled_tokens": 100}, {"iteration": 2, "sampled_tokens": 120},
+               {"iteration": 3, "sampled_tokens": 110, "collapse_reason": "gradient norm exploded"}]  # fmt: skip
+    (base / "result.json").write_text(json.dumps({"job": {}, "history": history}))
+    for method, budget in (("vine", 440), ("tree", 440), ("grpo", None)):  # collapsed at 3: 110 x 4 iterations
+        config = load_config("tiny", overrides=cs.config_overrides(cs.Job("Chain", 2, 0, method), args, tmp_path))
+        assert config.max_sampled_tokens == budget
+    fixed = cs.parse_args(["--cells", "Chain:2", "--token-budget", "5000"])
+    assert cs.needs(vine, fixed) == [cs.Job("Chain", 2, 0)]
+    assert cs.config_overrides(cs.Job("Chain", 2, 0, "rloo"), fixed, tmp_path)["max_sampled_tokens"] == 5000
+    for bad in (["--token-budget", "lots"], ["--token-budget", "0"], ["--methods", "vine"]):
+        with pytest.raises(SystemExit) as exc:
+            cs.parse_args(bad)
+        assert exc.value.code == 2
 
 
 def _run(method: str, seed: int, after: float | None, auc: float = 0.5, collapsed: str | None = None) -> dict:
