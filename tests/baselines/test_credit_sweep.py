@@ -266,3 +266,23 @@ def test_paired_tests_and_holm_families_on_hand_made_results(cs):
     (final, _) = cs.comparisons(eight, ["grpo", "vine"], {("Chain", 4, "vine")})
     assert (final["p"], final["p_holm"]) == (2 / 256, 2 / 256)  # a family of one
     assert math.isclose(cs.holm([2 / 256, 0.5, 0.9])[0], 6 / 256)
+
+
+def test_evaluate_reports_turn_accuracy_by_position(tmp_path, one_thread, cs):
+    """trainer.evaluate's eval_turn_accuracy on Chain H=3: every turn carries info['correct'], so the overall share
+    is the mean of the three positions', and an episode succeeds only when all three are right."""
+    from agentgym.baselines.config import load_config
+    from agentgym.baselines.trainer import evaluate, setup, sft_step
+
+    args = cs.parse_args(["--cells", "Chain:3", "--eval-episodes", "12"])
+    config = load_config("tiny", overrides=cs.config_overrides(cs.Job("Chain", 3, 0), args, tmp_path))
+    state = setup(config)
+    for k in range(60):
+        sft_step(state, config, 0, k)
+    result = evaluate(state, config)
+    state.close()
+    by_turn = result["eval_turn_accuracy_by_turn"]
+    assert len(by_turn) == 3 and all(0.0 <= a <= 1.0 for a in by_turn)
+    assert result["eval_turn_accuracy"] == pytest.approx(sum(by_turn) / 3)
+    assert result["eval_success_rate"] <= min(by_turn)
+    assert all(a * 12 == round(a * 12) for a in by_turn)  # shares of the 12 episodes' turns at that position
