@@ -249,7 +249,8 @@ class TrainConfig:
         if branch and (self.env_pool != "list" or self.rollout_backend != "hf" or self.dynamic_sampling
                        or self.scorer is not None):  # fmt: skip
             raise ValueError(f"estimator {self.estimator_name!r} forks envs in this process with the HF loop: it "
-                             "needs env_pool 'list' and rollout_backend 'hf', without dynamic_sampling or a scorer")
+                             "needs env_pool 'list' and rollout_backend 'hf', without dynamic_sampling or a "
+                             "scorer")  # fmt: skip
 
     @property
     def estimator_name(self) -> str:
