@@ -228,7 +228,7 @@ def test_fork_logprobs_equal_trainer_recomputation(policy, chain_mains, temperat
 
 def test_forks_are_reproducible_whatever_the_batching_and_prefill_sharing(policy, chain_mains):
     """The same tokens (byte for byte) in one lockstep batch with one shared prefill per state, in one batch
-    without sharing, and one row at a time; different sample seeds give different forks."""
+    without sharing, and one row at a time; the K forks of a state are not copies of each other."""
     mains, _ = chain_mains
     shared, _ = fork_all(policy, mains, 3, share_prefill=True)
     plain, _ = fork_all(policy, mains, 3)
