@@ -12,7 +12,8 @@ value inside the band is confirmed on all ``--eval-episodes``. A chunk that over
 the last checkpoint below it) and retried with half the steps (a bisection; at one step, half the learning rate).
 A seed that is not in the band after ``--sft-max-steps`` SFT steps (every step taken counts, undone ones too) is
 reported as such and its runs are left out. The warm start's success, turn accuracy and accuracy by turn position
-at every H of its env are stored in its ``result.json``. Every horizon and method of a seed starts from its weights
+at every H of its env are stored in its ``result.json``. The tiny model's initial weights come from the seed too
+(``model_seed``). Every horizon and method of a seed starts from its weights
 (``init_from``) with a fresh optimizer.
 
 **Runs.** Each RL run plays ``--iterations`` x ``--batch-tasks`` x ``--group-size`` training episodes (the branch
@@ -44,7 +45,10 @@ Methods (``METHODS``; the trainer's estimators):
   ``turn_ppo``'s critic, TD(0) / GAE lambda 0.5; the critic is detached from the trunk, warmed by 24 value-only steps
   and has its own learning rate (1e-2);
 - ``vine`` / ``tree``: branch credit (baselines/branches.py): K = 2 continuations forked from the env snapshot and
-  token prefix before every turn; ``vine`` uses their mean return as the state's value (VinePPO), ``tree`` compares
+  token prefix before the eighth of the batch's turns where the policy was least sure (``branch_turns="uncertain"``,
+  ``branch_frac=0.125``: forking every turn costs about 18x grpo's tokens per iteration at H = 16, so at equal
+  tokens it would get 2-3 updates to grpo's 40; an eighth costs about 3x); ``vine`` uses their mean return as the
+  state's value (VinePPO), ``tree`` compares
   the K + 1 actions taken in one state (turn-level groups). Both count the outcome alone. With ``--token-budget
   grpo`` (the default) each stops at the sampled tokens (main rollouts and forks) of ``grpo``'s run of the same
   cell and seed, which it waits for: the comparison is at equal sampled tokens, not equal episodes.
@@ -95,9 +99,9 @@ METHODS: dict[str, dict[str, Any]] = {
     "progress_gae": {"algo": "ppo", "estimator": "turn_ppo", "progress_key": "progress", "lam": 0.5,
                      "reward_components": ["outcome", "progress"], "detach_critic": True, "critic_warmup_steps": 24,
                      "value_lr": 1e-2},
-    "vine": {"algo": "grpo", "estimator": "vine", "branch_k": 2, "branch_turns": "all",
+    "vine": {"algo": "grpo", "estimator": "vine", "branch_k": 2, "branch_turns": "uncertain", "branch_frac": 0.125,
              "reward_components": ["outcome"]},
-    "tree": {"algo": "grpo", "estimator": "tree", "branch_k": 2, "branch_turns": "all",
+    "tree": {"algo": "grpo", "estimator": "tree", "branch_k": 2, "branch_turns": "uncertain", "branch_frac": 0.125,
              "reward_components": ["outcome"]},
 }  # fmt: skip
 #: The methods that fork branches: they sample more tokens per iteration than the others.
@@ -151,6 +155,7 @@ def config_overrides(job: Job, args: argparse.Namespace, out: Path, horizon: int
     env_kwargs = {"horizon": h, "num_options": args.num_options}
     common: dict[str, Any] = {
         "seed": job.seed,
+        "model_seed": job.seed,  # seeds differ in their initial weights too, not only in data order and sampling
         "env_id": f"agentgym/{job.env}-v0",
         "env_kwargs": env_kwargs,
         "eval_env_kwargs": env_kwargs,
@@ -714,8 +719,9 @@ def design(args: argparse.Namespace, primary: set[tuple[str, int, str]], n_resul
     )
     branching = [m for m in args.methods if m in BRANCH_METHODS]
     if args.token_budget == "grpo" and branching:
-        budget += (f"; the branch methods ({', '.join(f'`{m}`' for m in branching)}, K = 2 forks before every "
-                   "turn) stop at the sampled tokens (main rollouts and forks) of `grpo`'s run of the same cell and "
+        budget += (f"; the branch methods ({', '.join(f'`{m}`' for m in branching)}, K = 2 forks before the "
+                   "least sure eighth of the turns) stop at the sampled tokens (main rollouts and forks) of "
+                   "`grpo`'s run of the same cell and "
                    "seed, equal tokens rather than equal episodes")  # fmt: skip
     elif args.token_budget != "none":
         budget += f", every run stopping at {args.token_budget} sampled tokens"
