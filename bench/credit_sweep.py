@@ -723,7 +723,7 @@ def design(args: argparse.Namespace, primary: set[tuple[str, int, str]], n_resul
                    "least sure eighth of the turns) stop at the sampled tokens (main rollouts and forks) of "
                    "`grpo`'s run of the same cell and "
                    "seed, equal tokens rather than equal episodes")  # fmt: skip
-    elif args.token_budget != "none":
+    elif args.token_budget not in ("none", "grpo"):
         budget += f", every run stopping at {args.token_budget} sampled tokens"
     n = len(args.seeds)
     p_min = 2 / 2**n if n <= MAX_EXACT else None
