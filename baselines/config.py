@@ -127,6 +127,10 @@ class TrainConfig:
     lr: float = 1e-5
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
+    # a minibatch whose gradient is exactly 0 (every advantage 0, no KL or entropy term: a tied group) takes no
+    # optimizer step: Adam would otherwise keep moving the weights on its momentum for about 1 / (1 - beta1) steps
+    # after each rare non-zero gradient, at full step size whatever that gradient's size
+    skip_zero_grad_steps: bool = True
     seed: int = 0
     # collapse: stop a run whose valid-action share or success falls, or whose gradient norm explodes (trainer.py)
     collapse_check: bool = True

@@ -174,6 +174,7 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int) -> dict[str
     keys = ("loss", "pg_loss", "value_loss", "approx_kl", "kl_ref", "clip_frac", "entropy", "grad_norm",
             "value_grad_norm")  # fmt: skip
     logs: dict[str, list[float]] = {k: [] for k in keys}
+    skipped = 0  # minibatches with no gradient at all: no optimizer step (config.skip_zero_grad_steps)
     for epoch in range(config.epochs):
         order = torch.randperm(len(rollouts), generator=config.seeds.minibatches(it, epoch))
         for start in range(0, len(rollouts), minibatch):
@@ -184,7 +185,11 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int) -> dict[str
             out["grad_norm"] = torch.nn.utils.clip_grad_norm_(policy_params, config.max_grad_norm)  # before clipping
             if value_params:
                 out["value_grad_norm"] = torch.nn.utils.clip_grad_norm_(value_params, config.max_grad_norm)
-            state.optimizer.step()
+            empty = config.skip_zero_grad_steps and float(out["grad_norm"]) == 0.0 and (
+                not value_params or float(out["value_grad_norm"]) == 0.0)  # fmt: skip
+            skipped += empty
+            if not empty:
+                state.optimizer.step()
             if not logs["loss"]:
                 metrics.update(first_ratio_maxdev=float(out["ratio_maxdev"]), first_kl_ref=float(out["kl_ref"]))
             for k in logs:
@@ -195,6 +200,7 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int) -> dict[str
     t_update = time.perf_counter() - t1
     metrics.update({k: float(np.mean(v)) for k, v in logs.items() if v})
     metrics["grad_norm_max"] = float(np.max(logs["grad_norm"]))
+    metrics["skipped_steps"] = skipped
     kept_tokens = sum(r.num_sampled for r in rollouts)
     metrics.update(time_update=t_update, update_tokens_per_s=kept_tokens * config.epochs / max(t_update, 1e-9))
     return metrics
