@@ -3,7 +3,7 @@
 The suite snapshots and restores any env (``agentgym.branching``), so the state before a turn of a training rollout
 can be revisited exactly: restore a spare env to it, give the policy the same token prefix, and sample the rest of
 the episode K times with the same policy (same temperature, stop strings and turn limit). Two estimators use the
-forks (docs/rewards.md, 'Branch credit: `vine` and `tree`'):
+forks (docs/rewards.md, 'Branch credit: vine and tree'):
 
 - ``vine`` (VinePPO): ``V(s_t)`` = the mean return-to-go of the K forks from ``s_t``; a main rollout's turn gets
   ``A_t = r_t + gamma * V(s_{t+1}) - V(s_t)`` (``V`` after the last turn = 0). Only the main rollouts are trained.

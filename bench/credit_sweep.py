@@ -108,7 +108,7 @@ METHODS: dict[str, dict[str, Any]] = {
 BRANCH_METHODS = tuple(m for m, o in METHODS.items() if o.get("branch_k", 0) > 0)
 #: The default grid: env -> horizons.
 CELLS: dict[str, tuple[int, ...]] = {"Chain": (4, 8, 16)}
-#: The primary family of the design (bench/results/credit_round2/DESIGN.md): final success at Chain H=16.
+#: The primary family of the written plan (bench/results/credit_round2/plan.md): final success at Chain H=16.
 PRIMARY = "Chain:16:progress_td,mt_grpo,vine"
 #: The per-iteration numbers a run keeps for the report.
 KEPT = ("iteration", "success_rate", "reward_mean", "zero_std_group_frac", "eval_success_rate", "time_rollout",
