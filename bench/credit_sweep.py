@@ -58,8 +58,10 @@ diagnostics have choices, not an answer to score.
 
 Jobs run in ``--jobs`` spawned processes (one torch thread each); each finished job leaves ``result.json`` in its
 directory (written atomically), so a sweep started again with the same ``--out`` skips what finished and resumes an
-interrupted run from its last checkpoint. The report (``results.md``, ``results.json``, ``runs.jsonl``,
-``credit_sweep.png``, ``credit_diagnostics.png`` under ``--out``) works on partial results and lists what is missing.
+interrupted run from its last checkpoint. A warm start whose checkpoint is gone (results are committed, weights
+are not) is redone when a run still needs it, and must equal its record. The report (``results.md``,
+``results.json``, ``runs.jsonl``, ``credit_sweep.png``, ``credit_diagnostics.png`` under ``--out``) works on partial
+results and lists what is missing.
 """
 
 from __future__ import annotations
@@ -429,11 +431,35 @@ def needs(job: Job, args: argparse.Namespace) -> list[Job]:
     return deps
 
 
+def stale_warm_start(job: Job, result: dict[str, Any], args: argparse.Namespace, out: Path) -> bool:
+    """Whether the finished warm start ``job`` must run again for the runs that still need it: its checkpoint is
+    missing (the results are committed, the weights are not) or it was not evaluated at every H of the cells."""
+    evaluated = {int(h) for h in result.get("before", {})}
+    return not (job.directory(out) / "checkpoint.pt").is_file() or not set(args.cells[job.env]) <= evaluated
+
+
+def check_redone(job: Job, old: dict[str, Any], new: dict[str, Any]) -> None:
+    """Raise unless a redone warm start equals its record (its search, and its evaluation at every H both have):
+    the runs of its seed that finished before are paired with the new ones only if they share one start."""
+    new = json.loads(json.dumps(new))  # the record's form: JSON keys are strings
+    same = [new[k] == old[k] for k in ("reached", "sft_steps", "sft_steps_taken", "turn_accuracy", "search")]
+    same += [new["before"][h] == e for h, e in old.get("before", {}).items() if h in new.get("before", {})]
+    if not all(same):
+        raise RuntimeError(f"warm start {job.name} was redone (its checkpoint was missing) and differs from its "
+                           f"record: {old['reason']!r} then, {new['reason']!r} now; its finished runs would not be "
+                           "paired with new ones, so move them away or start a new --out")  # fmt: skip
+
+
 def run_grid(args: argparse.Namespace, out: Path) -> None:
     """Run what has no ``result.json`` yet, each job once what it needs has finished (the runs of a seed whose warm
     start is not in the band are left out and reported)."""
     finished = {j: r for j in grid(args) if (r := read_result(j, out)) is not None}
     waiting = [j for j in grid(args) if j not in finished]
+    recorded = {}  # warm starts to redo: their checkpoint is gone (git keeps results, not weights) or their
+    for job in dict.fromkeys(j.warm_start(args) for j in waiting):  # record lacks an H of the cells
+        if (r := finished.get(job)) is not None and r["reached"] and stale_warm_start(job, r, args, out):
+            recorded[job] = finished.pop(job)
+            waiting.insert(0, job)
 
     def ready(job: Job) -> bool | None:  # None: never (its warm start is out of the band)
         for dep in needs(job, args):
@@ -464,6 +490,8 @@ def run_grid(args: argparse.Namespace, out: Path) -> None:
             for fut in done:
                 job = running.pop(fut)
                 _, result = fut.result()  # a failed run stops the sweep with its traceback
+                if job in recorded:
+                    check_redone(job, recorded[job], result)
                 finished[job] = result
                 bar.update(1)
                 bar.set_postfix_str(f"{job.name} {result['seconds']:.0f}s", refresh=False)
