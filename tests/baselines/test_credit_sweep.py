@@ -82,6 +82,15 @@ def test_micro_sweep_searches_warm_starts_runs_resumes_and_reports(tmp_path):
     ]  # fmt: skip
     assert all(t["n"] == 2 and t["exact"] and t["p"] >= 0.5 for t in tests)  # 2 pairs: p is 0.5 or 1
     assert (out / "credit_sweep.png").stat().st_size > 0 and (out / "credit_diagnostics.png").stat().st_size > 0
+    # git keeps results, not weights: a run that needs a warm start whose checkpoint is gone redoes it, identically
+    record = json.loads((out / "sft" / "Chain-s0" / "result.json").read_text())
+    (out / "sft" / "Chain-s0" / "checkpoint.pt").unlink()
+    (out / "rl" / "Chain-H1-s0-grpo" / "result.json").unlink()
+    sweep(out, "--seeds", "0")
+    redone = json.loads((out / "sft" / "Chain-s0" / "result.json").read_text())
+    assert redone.pop("seconds") != record.pop("seconds") and redone == record
+    assert (out / "sft" / "Chain-s0" / "checkpoint.pt").is_file()
+    assert (out / "rl" / "Chain-H1-s0-grpo" / "result.json").is_file()
     # a wider request over the same folder: the report says what is missing and still draws what finished
     partial = sweep(out, "--seeds", "0", "1", "2", "--report-only")
     assert "warm start Chain seed 2: not run yet" in partial
@@ -286,3 +295,14 @@ def test_evaluate_reports_turn_accuracy_by_position(tmp_path, one_thread, cs):
     assert result["eval_turn_accuracy"] == pytest.approx(sum(by_turn) / 3)
     assert result["eval_success_rate"] <= min(by_turn)
     assert all(a * 12 == round(a * 12) for a in by_turn)  # shares of the 12 episodes' turns at that position
+
+
+def test_a_redone_warm_start_must_equal_its_record(cs):
+    record = {"reached": True, "sft_steps": 100, "sft_steps_taken": 120, "turn_accuracy": 0.75, "reason": "in band",
+              "search": [{"position": 0, "accuracy": 0.0}], "before": {"16": {"eval_success_rate": 0.01}}}  # fmt: skip
+    job = cs.Job("Chain", 16, 3)
+    same = {**record, "before": {4: {"eval_success_rate": 0.2}, 16: {"eval_success_rate": 0.01}}, "seconds": 9.0}
+    cs.check_redone(job, record, same)  # the same search and evaluation; a new H evaluated besides: fine
+    for change in ({"sft_steps": 101}, {"turn_accuracy": 0.7501}, {"before": {16: {"eval_success_rate": 0.02}}}):
+        with pytest.raises(RuntimeError, match=r"Chain-s3 was redone .* differs from its record"):
+            cs.check_redone(job, record, {**same, **change})
