@@ -393,8 +393,9 @@ def sft_step(state: TrainState, config: TrainConfig, it: int, step: int) -> floa
 
 @torch.no_grad()
 def evaluate(state: TrainState, config: TrainConfig) -> dict[str, Any]:
-    """Success and reward on ``eval_tasks`` episodes of the eval env (``task_index`` ``i % num_tasks``, without the
-    dense reward), sampled at ``eval_temperature`` with a fixed seed, so every evaluation plays the same draws.
+    """Success, reward and the valid-action share on ``eval_tasks`` episodes of the eval env (``task_index``
+    ``i % num_tasks``, without the dense reward), sampled at ``eval_temperature`` with a fixed seed, so every
+    evaluation plays the same draws.
 
     Where the env reports a verified per-turn signal (the diagnostics' ``info["correct"]``; None or absent on turns
     without one), also ``eval_turn_accuracy`` (the share of those turns that were right) and
@@ -414,6 +415,9 @@ def evaluate(state: TrainState, config: TrainConfig) -> dict[str, Any]:
         "eval_success_rate": float(np.mean([r.success for r in rollouts])),
         "eval_reward_mean": float(np.mean([r.outcome for r in rollouts])),
         "eval_progress": float(np.mean([r.final_progress for r in rollouts])),
+        "eval_valid_action_frac": float(
+            np.mean([bool(i.get("action_valid", True)) for r in rollouts for i in r.infos] or [True])
+        ),
     }
     by_turn: list[list[bool]] = [[] for _ in range(max((len(r.infos) for r in rollouts), default=0))]
     for r in rollouts:

@@ -443,7 +443,8 @@ def check_redone(job: Job, old: dict[str, Any], new: dict[str, Any]) -> None:
     the runs of its seed that finished before are paired with the new ones only if they share one start."""
     new = json.loads(json.dumps(new))  # the record's form: JSON keys are strings
     same = [new[k] == old[k] for k in ("reached", "sft_steps", "sft_steps_taken", "turn_accuracy", "search")]
-    same += [new["before"][h] == e for h, e in old.get("before", {}).items() if h in new.get("before", {})]
+    same += [new["before"][h].get(k) == v for h, e in old.get("before", {}).items() if h in new.get("before", {})
+             for k, v in e.items()]  # a newer record may hold more measurements  # fmt: skip
     if not all(same):
         raise RuntimeError(f"warm start {job.name} was redone (its checkpoint was missing) and differs from its "
                            f"record: {old['reason']!r} then, {new['reason']!r} now; its finished runs would not be "
@@ -686,11 +687,12 @@ def pivot(records: list[dict[str, Any]], methods: list[str]) -> str:
 def warm_start_tables(starts: dict[tuple[str, int], dict[str, Any]]) -> str:
     """One row per warm start (in the band or not, its SFT steps, its held-out success and turn accuracy at each
     H), then the accuracy by turn position at each H, averaged over the seeds in the band."""
-    lines = ["| env | seed | in band | SFT steps (taken) | last SFT lr | per H: success / turn accuracy |",
+    lines = ["| env | seed | in band | SFT steps (taken) | last SFT lr | per H: success / turn acc. / valid share |",
              "|---|---:|---|---:|---:|---|"]  # fmt: skip
     positions: dict[tuple[str, int], list[list[float | None]]] = {}
     for (env, seed), r in sorted(starts.items()):
-        per_h = "; ".join(f"H={h}: {e['eval_success_rate']:.3f} / {_fmt(e.get('eval_turn_accuracy', math.nan))}"
+        per_h = "; ".join(f"H={h}: {e['eval_success_rate']:.3f} / {_fmt(e.get('eval_turn_accuracy', math.nan))} / "
+                          f"{_fmt(e.get('eval_valid_action_frac', math.nan))}"
                           for h, e in sorted(r.get("before", {}).items(), key=lambda x: int(x[0])))  # fmt: skip
         band = "yes" if r["reached"] else f"no: {r['reason']}"
         lines.append(f"| {env} | {seed} | {band} | {r['sft_steps']} ({r['sft_steps_taken']}) | "

@@ -294,6 +294,7 @@ def test_evaluate_reports_turn_accuracy_by_position(tmp_path, one_thread, cs):
     assert len(by_turn) == 3 and all(0.0 <= a <= 1.0 for a in by_turn)
     assert result["eval_turn_accuracy"] == pytest.approx(sum(by_turn) / 3)
     assert result["eval_success_rate"] <= min(by_turn)
+    assert result["eval_turn_accuracy"] <= result["eval_valid_action_frac"] <= 1.0  # a right choice is a valid one
     assert all(a * 12 == round(a * 12) for a in by_turn)  # shares of the 12 episodes' turns at that position
 
 
@@ -301,8 +302,9 @@ def test_a_redone_warm_start_must_equal_its_record(cs):
     record = {"reached": True, "sft_steps": 100, "sft_steps_taken": 120, "turn_accuracy": 0.75, "reason": "in band",
               "search": [{"position": 0, "accuracy": 0.0}], "before": {"16": {"eval_success_rate": 0.01}}}  # fmt: skip
     job = cs.Job("Chain", 16, 3)
-    same = {**record, "before": {4: {"eval_success_rate": 0.2}, 16: {"eval_success_rate": 0.01}}, "seconds": 9.0}
-    cs.check_redone(job, record, same)  # the same search and evaluation; a new H evaluated besides: fine
+    same = {**record, "before": {4: {"eval_success_rate": 0.2}, 16: {"eval_success_rate": 0.01, "new": 1}},
+            "seconds": 9.0}  # fmt: skip
+    cs.check_redone(job, record, same)  # the same search and evaluation; more measured besides: fine
     for change in ({"sft_steps": 101}, {"turn_accuracy": 0.7501}, {"before": {16: {"eval_success_rate": 0.02}}}):
         with pytest.raises(RuntimeError, match=r"Chain-s3 was redone .* differs from its record"):
             cs.check_redone(job, record, {**same, **change})
