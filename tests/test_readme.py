@@ -375,3 +375,63 @@ def test_searching_the_question_rarely_finds_the_last_hop():
     for kind, shown in zip(hits, claim.groups(), strict=True):
         decimals = len(shown.partition(".")[2])
         assert agrees(100 * hits[kind] / totals[kind], float(shown), decimals), (kind, hits[kind], shown)
+
+
+def _table_at(text: str, header_start: str) -> list[dict[str, str]]:
+    """The README table whose header line starts with ``header_start``, as dicts by header."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header_start))
+    block = list(itertools.takewhile(lambda line: line.startswith("|"), lines[start:]))
+    header = split_row(block[0])
+    return [dict(zip(header, split_row(line), strict=True)) for line in block[2:]]
+
+
+def _number(cell: str) -> tuple[float, int]:
+    text = cell.replace("**", "").replace("−", "-").strip()
+    return float(text), len(text.partition(".")[2])
+
+
+def test_readme_credit_tables_are_the_committed_grid():
+    """The credit section's per-seed table and paired tests are what bench/credit_sweep.py recorded in
+    bench/results/credit_round2/grid (runs.jsonl, results.json): nothing typed by hand drifts from the results."""
+    grid = ROOT / "bench" / "results" / "credit_round2" / "grid"
+    runs = [json.loads(line) for line in (grid / "runs.jsonl").read_text(encoding="utf-8").splitlines()]
+    by = {(r["seed"], r["method"]): r for r in runs if r["env"] == "Chain" and r["horizon"] == 16}
+    cells = {c["method"]: c for c in json.loads((grid / "results.json").read_text())["cells"] if c["horizon"] == 16}
+    text = README.read_text(encoding="utf-8")
+    rows = _table_at(text, "| seed | warm start |")
+    methods = [m.strip("`") for m in rows[0] if m.startswith("`")]
+    assert methods == ["grpo", "progress_td", "mt_grpo", "vine"]
+    wrong = []
+    for row in rows:
+        for column, cell in row.items():
+            if column == "seed":
+                continue
+            value, decimals = _number(cell)
+            method = "grpo" if column == "warm start" else column.strip("`")
+            if row["seed"].isdigit():
+                run = by[(int(row["seed"]), method)]
+                actual = run["before"] if column == "warm start" else run["after"]
+            elif row["seed"] == "mean":
+                actual = cells[method]["before_mean" if column == "warm start" else "after_mean"]
+            else:
+                assert row["seed"] == "held-out turn accuracy after", row["seed"]
+                if column == "warm start":  # the warm starts' held-out turn accuracy, mean over the seeds
+                    starts = [json.loads((grid / "sft" / f"Chain-s{s}" / "result.json").read_text()) for s in range(8)]
+                    actual = sum(w["before"]["16"]["eval_turn_accuracy"] for w in starts) / len(starts)
+                else:
+                    actual = cells[method]["turn_acc_mean"]
+            if not agrees(actual, value, decimals):
+                wrong.append(f"seed {row['seed']} / {column}: README {cell}, recorded {actual:.5f}")
+    tests = {t["method"]: t for t in json.loads((grid / "results.json").read_text())["tests"]
+             if t["family"] == "primary"}  # fmt: skip
+    for row in _table_at(text, "| method − `grpo` (final success) |"):
+        t = tests[row["method − `grpo` (final success)"].strip("`")]
+        mean, sd = (_number(x) for x in row["mean ± sd"].split("±"))
+        ahead = sum(by[(s, t["method"])]["after"] > by[(s, "grpo")]["after"] for s in range(8))
+        checks = [(t["mean"], mean), (t["sd"], sd), (t["p"], _number(row["p (exact)"])),
+                  (t["p_holm"], _number(row["Holm p"])),
+                  (ahead, (float(row["seeds ahead"].split()[0]), 0))]  # fmt: skip
+        wrong += [f"{t['method']}: README {shown}, recorded {actual}" for actual, shown in checks
+                  if not agrees(actual, *shown)]  # fmt: skip
+    assert not wrong, "README.md's credit tables differ from the committed grid:\n" + "\n".join(wrong)
