@@ -26,6 +26,7 @@ from typing import Any
 
 from agentgym.envs.search_qa.data import SPLITS, QADataset, QAExample, config_from_dict
 from agentgym.tools.retrieval.base import Document
+from agentgym.tools.retrieval.corpus import CorpusFormatError, iter_documents
 
 PathLike = str | os.PathLike[str]
 
@@ -39,8 +40,12 @@ _TYPE_MAP: dict[str, str] = {
 }
 
 
-class FlashRAGFormatError(ValueError):
-    """A question or corpus file is not valid FlashRAG / Search-R1 JSONL; the message starts with ``path:line``."""
+class FlashRAGFormatError(CorpusFormatError):
+    """A question or corpus file is not valid FlashRAG / Search-R1 JSONL; the message starts with ``path:line``.
+
+    Corpus rows follow ``agentgym.tools.retrieval.corpus`` (``load_corpus`` re-raises its ``CorpusFormatError`` as
+    this class, so ``except FlashRAGFormatError`` catches both).
+    """
 
 
 def _rows(path: PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -77,24 +82,22 @@ def _str_list(value: Any, where: str, field: str) -> tuple[str, ...]:
 
 
 def load_corpus(path: PathLike) -> list[Document]:
-    """Read a corpus JSONL; ids must be present and unique."""
+    """Read a whole corpus JSONL (rows as in ``agentgym.tools.retrieval.corpus``); ids must be unique.
+
+    For corpora too big to hold, use ``agentgym.tools.retrieval.corpus.CorpusFile``.
+    """
     docs: list[Document] = []
     seen: set[str] = set()
-    for lineno, row in _rows(path):
-        where = f"{path}:{lineno}"
-        if "id" not in row:
-            raise FlashRAGFormatError(f"{where}: a corpus row needs an 'id'")
-        doc_id = str(row["id"])
-        if "contents" in row and isinstance(row["contents"], str):
-            doc = Document(doc_id, row["contents"])
-        elif isinstance(row.get("text"), str):
-            doc = Document.from_title_text(doc_id, str(row.get("title", "")), row["text"])
-        else:
-            raise FlashRAGFormatError(f"{where}: a corpus row needs a string 'contents' (or 'title' and 'text')")
-        if doc_id in seen:
-            raise FlashRAGFormatError(f"{where}: duplicate document id {doc_id!r}")
-        seen.add(doc_id)
-        docs.append(doc)
+    try:
+        for lineno, doc in iter_documents(path):
+            if doc.id in seen:
+                raise FlashRAGFormatError(f"{path}:{lineno}: duplicate document id {doc.id!r}")
+            seen.add(doc.id)
+            docs.append(doc)
+    except FlashRAGFormatError:
+        raise
+    except CorpusFormatError as e:
+        raise FlashRAGFormatError(str(e)) from None
     return docs
 
 

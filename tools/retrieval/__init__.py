@@ -1,5 +1,6 @@
 """Retrieval back-ends for search environments: BM25 (fast numba index or rank-bm25), dense (MiniLM + faiss),
-hybrid (reciprocal-rank fusion), a client of Search-R1's ``/retrieve`` API and a compatible server.
+hybrid (reciprocal-rank fusion), a client of Search-R1's ``/retrieve`` API and a compatible server; streaming access
+to corpus files of any size (``CorpusFile``) and a synthetic wiki-18-shaped corpus (``synthetic``).
 
 >>> from agentgym.tools.retrieval import Document, make_retriever
 >>> docs = [Document("0", '"Lake Ovra"\\nLake Ovra lies in Tessaly.'), Document("1", '"Mount Kell"\\nA peak.')]
@@ -26,6 +27,7 @@ from .base import (
     write_corpus_jsonl,
     write_jsonl_atomic,
 )
+from .corpus import CorpusFile, CorpusFormatError
 
 if TYPE_CHECKING:
     from .bm25 import BM25Retriever, tokenize
@@ -36,6 +38,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BM25Retriever",
+    "CorpusFile",
+    "CorpusFormatError",
     "DenseRetriever",
     "Document",
     "Hit",
