@@ -1,6 +1,7 @@
 """Retrieval back-ends for search environments: BM25 (fast numba index or rank-bm25), dense (MiniLM + faiss),
 hybrid (reciprocal-rank fusion), a client of Search-R1's ``/retrieve`` API and a compatible server; streaming access
-to corpus files of any size (``CorpusFile``) and a synthetic wiki-18-shaped corpus (``synthetic``).
+to corpus files of any size (``CorpusFile``), BM25 built in bounded memory and served from disk (``DiskBM25``) and a
+synthetic wiki-18-shaped corpus (``synthetic``).
 
 >>> from agentgym.tools.retrieval import Document, make_retriever
 >>> docs = [Document("0", '"Lake Ovra"\\nLake Ovra lies in Tessaly.'), Document("1", '"Mount Kell"\\nA peak.')]
@@ -31,6 +32,7 @@ from .corpus import CorpusFile, CorpusFormatError
 
 if TYPE_CHECKING:
     from .bm25 import BM25Retriever, tokenize
+    from .bm25_disk import DiskBM25
     from .dense import DenseRetriever, MiniLMEncoder
     from .hybrid import HybridRetriever
     from .remote import RemoteRetriever, RetrievalServerError
@@ -41,6 +43,7 @@ __all__ = [
     "CorpusFile",
     "CorpusFormatError",
     "DenseRetriever",
+    "DiskBM25",
     "Document",
     "Hit",
     "HybridRetriever",
@@ -61,6 +64,7 @@ __all__ = [
 _LAZY = {
     "BM25Retriever": "bm25",
     "tokenize": "bm25",
+    "DiskBM25": "bm25_disk",
     "DenseRetriever": "dense",
     "MiniLMEncoder": "dense",
     "HybridRetriever": "hybrid",

@@ -563,6 +563,15 @@ def _csr_from_tokens(term_of, doc_of, n_terms):  # pragma: no cover - compiled
 
 def _tokenize_corpus_numba(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """(term number per token, doc per token, vocabulary), terms numbered in order of first occurrence."""
+    term_of, doc_of, blob, starts, lengths = _tokenize_corpus_raw(texts)
+    raw = blob.tobytes()
+    words = [raw[a : a + b].decode("utf-8") for a, b in zip(starts.tolist(), lengths.tolist(), strict=True)]
+    return term_of, doc_of, words
+
+
+def _tokenize_corpus_raw(texts: Sequence[str]) -> tuple[np.ndarray, ...]:
+    """Like :func:`_tokenize_corpus_numba`, with the vocabulary as UTF-8 bytes: (term per token, doc per token,
+    word bytes, word starts, word lengths)."""
     parts, pretok = [], np.zeros(len(texts), np.uint8)
     for i, text in enumerate(texts):
         if text.isascii():
@@ -578,10 +587,7 @@ def _tokenize_corpus_numba(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray
     stop_ptr = np.zeros(len(stops) + 1, np.int64)
     np.cumsum([len(w) for w in stops], out=stop_ptr[1:])
     stop_blob = np.frombuffer(b"".join(stops), np.uint8)
-    term_of, doc_of, blob, starts, lengths = _index_tokens(buf, doc_ptr, pretok, stop_blob, stop_ptr)
-    raw = blob.tobytes()
-    words = [raw[a : a + b].decode("utf-8") for a, b in zip(starts.tolist(), lengths.tolist(), strict=True)]
-    return term_of, doc_of, words
+    return _index_tokens(buf, doc_ptr, pretok, stop_blob, stop_ptr)
 
 
 def _tokenize_corpus_python(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, list[str]]:

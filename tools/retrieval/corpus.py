@@ -195,6 +195,12 @@ class CorpusFile:
         #: True when ``open`` built the index (by a pass over the file), False when it loaded a saved one.
         self.built = built
 
+    @property
+    def fingerprint(self) -> FileFingerprint:
+        """What identifies the file this corpus reads (size, mtime and a hash of its first and last MB): indexes
+        built from it record this and refuse another file."""
+        return self._fingerprint
+
     # --- opening ---------------------------------------------------------------------------------------------
 
     @classmethod

@@ -1,0 +1,185 @@
+"""DiskBM25: built in chunks and served from memory-mapped files, it ranks exactly like BM25Retriever."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agentgym.tools.retrieval.base import Document
+from agentgym.tools.retrieval.bm25 import BM25Params, BM25Retriever
+from agentgym.tools.retrieval.bm25_disk import DiskBM25, IndexMismatchError, build_index
+from agentgym.tools.retrieval.corpus import CorpusFile
+from agentgym.tools.retrieval.synthetic import write_corpus, write_queries
+
+WORDS = ["lake", "Lake", "river", "film", "the", "of", "été", "ÉTÉ", "ﬁlm", "naïve", "東京", "x1", "1998", "born", ""]
+
+
+def assert_same(disk: DiskBM25, ref: BM25Retriever, queries: list[str], topk: int) -> None:
+    pairs = zip(disk.search_ids(queries, topk), ref.search_ids(queries, topk), strict=True)
+    for q, ((di, ds), (ri, rs)) in zip(queries, pairs, strict=True):
+        assert di.tolist() == ri.tolist(), q
+        np.testing.assert_allclose(ds, rs, rtol=1e-6, atol=1e-6)
+    for q in queries[:5]:
+        assert [(h.doc, h.score) for h in disk.search(q, topk)] == [(h.doc, h.score) for h in ref.search(q, topk)]
+
+
+texts = st.lists(st.sampled_from(WORDS), max_size=12).map(" ".join)
+documents = st.lists(st.tuples(texts, texts), min_size=1, max_size=25)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    docs=documents,
+    queries=st.lists(texts, min_size=1, max_size=6),
+    chunk=st.integers(1, 30),
+    idf=st.sampled_from(["okapi", "lucene"]),
+    topk=st.integers(0, 8),
+)
+def test_matches_in_memory_index(tmp_path: Path, docs, queries, chunk, idf, topk) -> None:
+    corpus = [Document.from_title_text(str(i), t, x) for i, (t, x) in enumerate(docs)]
+    ref = BM25Retriever(corpus, idf=idf, n_threads=1)
+    folder = tmp_path / f"ix{chunk}{idf}"
+    disk = DiskBM25.build(corpus, folder, params=BM25Params(idf=idf), chunk_docs=chunk, progress=False, n_threads=2)
+    assert_same(disk, ref, [*queries, "lake river lake", "the of", "été ÉTÉ 東京"], topk)
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory: pytest.TempPathFactory) -> tuple[CorpusFile, list[str]]:
+    d = tmp_path_factory.mktemp("syn")
+    write_corpus(d / "c.jsonl", 3000, seed=3, vocab_size=20_000, progress=False)
+    write_queries(d / "q.jsonl", 300, seed=4, n_passages=3000, corpus_seed=3, vocab_size=20_000)
+    queries = [json.loads(line)["question"] for line in (d / "q.jsonl").read_text().splitlines()]
+    return CorpusFile.open(d / "c.jsonl", progress=False), queries
+
+
+@pytest.mark.parametrize("chunk", [1000, 1, None])
+def test_synthetic_corpus(tmp_path: Path, synthetic, chunk: int | None) -> None:
+    corpus, queries = synthetic
+    ref = BM25Retriever(list(corpus), n_threads=2)
+    if chunk == 1:  # one document per chunk: slow-ish, so a prefix of the corpus
+        sub = [corpus[i] for i in range(300)]
+        ref = BM25Retriever(sub, n_threads=2)
+        disk = DiskBM25.build(sub, tmp_path / "ix", chunk_docs=1, progress=False)
+    else:  # None: sized by a budget just above this process's size, i.e. the minimum chunk
+        disk = DiskBM25.build(corpus, tmp_path / "ix", chunk_docs=chunk, max_memory=1, progress=False)
+        assert json.loads((tmp_path / "ix" / "meta.json").read_text())["build"]["chunks"] >= 3
+    assert_same(disk, ref, queries, 10)
+    for topk in (1, 100):
+        assert_same(disk, ref, queries[:50], topk)
+    hits = disk.batch_search(queries[:3], 2)
+    assert all(isinstance(h.doc, Document) for hs in hits for h in hs)
+
+
+def test_refuses_foreign_or_damaged_folders(tmp_path: Path) -> None:
+    corpus = [Document.from_title_text(str(i), "t", f"lake river {i}") for i in range(50)]
+    folder = tmp_path / "ix"
+    build_index(corpus, folder, chunk_docs=7, progress=False)
+    DiskBM25(folder, corpus)
+    other = [*corpus[:-1], Document.from_title_text("49", "t", "lake")]
+    with pytest.raises(IndexMismatchError, match="corpus"):
+        DiskBM25(folder, other)
+    with pytest.raises(IndexMismatchError, match="params"):
+        DiskBM25(folder, corpus, params=BM25Params(k1=1.2))
+    meta = json.loads((folder / "meta.json").read_text())
+    for key, value in [("tokenizer", "other"), ("format", 99)]:
+        (folder / "meta.json").write_text(json.dumps({**meta, key: value}))
+        with pytest.raises(IndexMismatchError, match=key):
+            DiskBM25(folder, corpus)
+    (folder / "meta.json").write_text(json.dumps(meta))
+    # a truncated array, then one whose ids point outside the corpus
+    data = (folder / "post_docs.npy").read_bytes()
+    (folder / "post_docs.npy").write_bytes(data[:-8])
+    with pytest.raises(IndexMismatchError):
+        DiskBM25(folder, corpus)
+    bad = np.load(folder / "post_imp.npy")  # right length, wrong dtype for post_docs
+    np.save(folder / "post_docs.npy", bad)
+    with pytest.raises(IndexMismatchError):
+        DiskBM25(folder, corpus)
+    docs = np.frombuffer(data[128:], np.uint32).copy()
+    docs[3] = 10_000
+    np.save(folder / "post_docs.npy", docs)
+    with pytest.raises(IndexMismatchError, match="out of range"):
+        DiskBM25(folder, corpus)
+    # open_or_build rebuilds what does not match; a missing meta is refused
+    fixed = DiskBM25.open_or_build(corpus, folder, progress=False)
+    assert [h.doc.id for h in fixed.search("lake 7", 1)] == ["7"]
+    (folder / "meta.json").unlink()
+    with pytest.raises(IndexMismatchError, match="meta"):
+        DiskBM25(folder, corpus)
+    assert not [p for p in folder.iterdir() if p.name.startswith(".")]  # no temporary files left
+
+
+def test_empty_corpus_and_stopword_only(tmp_path: Path) -> None:
+    corpus = [Document.from_title_text("0", "the", "of the"), Document("1", "")]
+    disk = DiskBM25.build(corpus, tmp_path / "ix", progress=False)
+    assert disk.search("the lake", 3) == [] and disk.batch_search(["", "of"], 3) == [[], []]
+    assert disk.term_id("lake") == -1
+
+
+_PEAK = """
+import sys
+from agentgym.tools.retrieval.corpus import CorpusFile
+from agentgym.tools.retrieval.bm25 import BM25Retriever
+from agentgym.tools.retrieval.bm25_disk import build_index
+
+def status(key):
+    return next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith(key))
+
+corpus = CorpusFile.open(sys.argv[1], progress=False)
+tiny = [corpus[0], corpus[1]]  # load the numba kernels (their code is baseline, not build memory)
+BM25Retriever(tiny) if sys.argv[3] == "memory" else build_index(tiny, sys.argv[2], progress=False)
+with open("/proc/self/clear_refs", "w") as f:  # resets VmHWM (the peak) to the current RSS: imports not counted
+    f.write("5")
+base = status("VmRSS:")
+if sys.argv[3] == "disk":
+    build_index(corpus, sys.argv[2], max_memory=base + int(sys.argv[4]), progress=False)
+else:
+    BM25Retriever(list(corpus))
+print(base, status("VmHWM:"))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_build_memory_is_bounded(tmp_path: Path) -> None:
+    """Peak RSS of a build stays under baseline + budget, and grows far less than the in-memory build's over a 5x
+    larger corpus."""
+    write_corpus(tmp_path / "big.jsonl", 50_000, seed=0, progress=False)
+    write_corpus(tmp_path / "small.jsonl", 10_000, seed=0, progress=False)
+    budget = 64 << 20
+    script = textwrap.dedent(_PEAK)
+
+    def peak(name: str, kind: str) -> tuple[int, int]:
+        args = [sys.executable, "-c", script, str(tmp_path / name), str(tmp_path / f"ix-{name}"), kind, str(budget)]
+        out = subprocess.run(args, check=True, capture_output=True, text=True).stdout.split()
+        return int(out[-2]), int(out[-1])
+
+    peak("small.jsonl", "disk")  # kernels compiled and cached before anything is measured
+    peak("small.jsonl", "memory")
+    base_s, disk_small = peak("small.jsonl", "disk")
+    base_b, disk_big = peak("big.jsonl", "disk")
+    assert disk_small <= base_s + budget and disk_big <= base_b + budget, (disk_small - base_s, disk_big - base_b)
+    mem_s, mem_small = peak("small.jsonl", "memory")
+    mem_b, mem_big = peak("big.jsonl", "memory")
+    growth_disk = (disk_big - base_b) - (disk_small - base_s)
+    growth_mem = (mem_big - mem_b) - (mem_small - mem_s)
+    assert growth_disk < 0.5 * growth_mem, (growth_disk >> 20, growth_mem >> 20)
+
+
+def test_build_removes_leftovers_of_a_killed_build(tmp_path: Path) -> None:
+    corpus = [Document.from_title_text(str(i), "t", f"lake {i}") for i in range(5)]
+    folder = tmp_path / "ix"
+    (folder / ".build-old").mkdir(parents=True)
+    (folder / ".build-old" / "0.run.docs").write_bytes(b"x")
+    (folder / ".post_docs.npy.abc.tmp").write_bytes(b"x")
+    (folder / ".notes.tmp").write_text("not ours")
+    DiskBM25.build(corpus, folder, progress=False)
+    assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == [".notes.tmp"]

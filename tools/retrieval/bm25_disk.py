@@ -1,0 +1,727 @@
+"""BM25 that builds in bounded memory and serves from disk: the scoring, ranking and result policy of
+:class:`~agentgym.tools.retrieval.bm25.BM25Retriever` (see that module's docstring), for corpora that do not fit in RAM
+(Search-R1's wiki-18: 21M passages).
+
+**Build** (:func:`build_index`, :meth:`DiskBM25.build`): the documents are read in chunks (from a ``CorpusFile`` or
+any sequence of ``Document``), each tokenised by bm25.py's numba tokenizer. A chunk's local terms are interned into
+one global vocabulary (an open-addressing hash table over the terms' UTF-8 bytes, in numpy arrays: about 100 bytes
+per distinct term with df, no Python object per term), so terms are numbered in order of first occurrence as in the
+in-memory index; the chunk's postings (global term, doc id, tf), sorted by term, and its doc lengths go to
+temporary files. The merge then walks the global term range in blocks of postings, gathers each block's postings
+from every chunk (chunks in corpus order, so doc ids ascend within a term), computes the float32 impacts with the
+global N, avgdl and df exactly as the in-memory index does, and appends them to the index files.
+
+Chunk sizes follow ``max_memory``: before each chunk the build reads its resident set size and takes
+``(max_memory - rss - room for the vocabulary to double) / BYTES_PER_DOC`` documents (``BYTES_PER_DOC`` was
+measured on wiki-18-shaped synthetic passages, ~100 words: the transient memory of tokenising and sorting one chunk,
+per document, with margin), at least 1024; merge blocks take
+``(max_memory - rss) / BYTES_PER_POSTING`` postings. The global vocabulary, df and the doc lengths (4 bytes per
+document) stay in memory for the whole build and count against the budget. A budget below the interpreter's
+baseline plus those cannot be met: the build then goes on with the smallest chunks and blocks (1024 documents, 65536
+postings) and overshoots by up to their size, and many small chunks make the merge slow.
+
+**Folder** (files written to temporary names and renamed; ``meta.json`` last, after removing the old one):
+``meta.json`` (format, params, tokenizer, stop words, N, corpus identity, sizes), ``indptr.npy`` (int64, V+1),
+``post_docs.npy`` (uint32, P), ``post_imp.npy`` (float32, P), ``term_max.npy`` (float32, V), ``doc_len.npy``
+(int32, N) and the vocabulary ``vocab_table.npy`` / ``vocab_blob.npy`` / ``vocab_start.npy`` / ``vocab_len.npy``.
+
+**Serve** (:class:`DiskBM25`): the arrays are opened with ``np.load(mmap_mode="r")`` (page cache, shared between
+processes) and searched by bm25.py's MaxScore kernel, so results equal ``BM25Retriever``'s. Opening checks the
+meta against the corpus and the code (format, tokenizer, stop words, params when given) and the arrays' dtypes,
+shapes and bounds (one pass over the postings: the kernels do not bounds-check); a mismatch raises
+:class:`IndexMismatchError` (``open_or_build`` rebuilds instead). Hits' documents are read from the corpus on
+demand.
+
+CLI: ``python -m agentgym.tools.retrieval.bm25_disk build CORPUS.jsonl INDEX_DIR [--max-memory 4G]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .base import Document, Hit, Retriever, corpus_fingerprint
+from .bm25 import (
+    STOPWORDS,
+    TOKENIZER_VERSION,
+    BM25Params,
+    _available_cpus,
+    _csr_from_tokens,
+    _idf,
+    _intern,
+    _kernel,
+    _rehash,
+    _search_range,
+    _tokenize_corpus_raw,
+    _WorkspacePool,
+    tokenize,
+)
+from .corpus import CorpusFile
+
+__all__ = ["BYTES_PER_DOC", "BYTES_PER_POSTING", "FORMAT_VERSION", "DiskBM25", "IndexMismatchError", "build_index"]
+
+FORMAT_VERSION = 1
+BYTES_PER_DOC = 10_000
+"""Transient build memory per document of a chunk (measured on ~100-word passages: ~3 KB marginal, ~6.5 KB all-in
+at 20k-document chunks; plus margin)."""
+BYTES_PER_POSTING = 160
+"""Transient merge memory per posting of a block (gathered ids, tf, destinations and the float64 impact terms)."""
+_MIN_CHUNK_DOCS = 1024  # fewer, larger runs: the merge visits every run once per block
+_MIN_BLOCK_POSTINGS = 1 << 16
+_SCAN = 1 << 24  # postings per slice when validating the arrays at open
+_ARRAYS = {
+    "indptr": np.int64,
+    "post_docs": np.uint32,
+    "post_imp": np.float32,
+    "term_max": np.float32,
+    "doc_len": np.int32,
+    "vocab_table": np.int64,
+    "vocab_blob": np.uint8,
+    "vocab_start": np.int64,
+    "vocab_len": np.int32,
+}
+_FNV_OFFSET = 0xCBF29CE484222325
+_FNV_PRIME = 0x100000001B3
+_U64 = (1 << 64) - 1
+
+
+class IndexMismatchError(ValueError):
+    """An index folder does not belong to this corpus / these params / this code, or its files are damaged."""
+
+
+def _rss() -> int:
+    """Resident set size of this process in bytes (0 where /proc is missing)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _corpus_identity(corpus: Sequence[Document]) -> dict[str, Any]:
+    """What the index must match: a ``CorpusFile``'s file fingerprint (size, mtime, edge hash; no full read), or
+    ``corpus_fingerprint`` of an in-memory sequence."""
+    if isinstance(corpus, CorpusFile):
+        return {"n": len(corpus), "file": asdict(corpus.fingerprint)}
+    return {"n": len(corpus), "docs": corpus_fingerprint(corpus)}
+
+
+def _read_docs(corpus: Sequence[Document], a: int, b: int) -> list[Document]:
+    if isinstance(corpus, CorpusFile):
+        return next(corpus.iter_batches(b - a, start=a, stop=b))
+    return [corpus[i] for i in range(a, b)]
+
+
+# ----------------------------------------------------------------------------------------------- build
+
+
+@_kernel
+def _intern_words(src, starts, lens, table, blob, wstart, wlen, n_words, used):  # pragma: no cover - compiled
+    """Intern the words ``src[starts[i]:starts[i]+lens[i]]`` (capacity of blob/wstart/wlen ensured by the caller);
+    returns (global id per word, table, n_words, used)."""
+    out = np.empty(starts.size, np.int64)
+    for i in range(starts.size):
+        s = starts[i]
+        e = s + lens[i]
+        t, new = _intern(src, s, e, table, blob, wstart, n_words, used)
+        if new:
+            wlen[n_words] = e - s
+            used += e - s
+            n_words += 1
+            if 2 * n_words > table.shape[0]:
+                table = _rehash(table)
+        out[i] = t
+    return out, table, n_words, used
+
+
+def _grown(a: np.ndarray, need: int) -> np.ndarray:
+    if need <= a.shape[0]:
+        return a
+    new = np.empty(max(need, 2 * a.shape[0]), a.dtype)
+    new[: a.shape[0]] = a
+    return new
+
+
+@dataclass
+class _Vocab:
+    """The global vocabulary while building: bm25.py's hash table layout, numbered in order of first occurrence."""
+
+    table: np.ndarray = field(default_factory=lambda: np.full((1 << 12, 3), -1, np.int64))
+    blob: np.ndarray = field(default_factory=lambda: np.empty(1 << 16, np.uint8))
+    start: np.ndarray = field(default_factory=lambda: np.empty(1 << 12, np.int64))
+    length: np.ndarray = field(default_factory=lambda: np.empty(1 << 12, np.int32))
+    n: int = 0
+    used: int = 0
+
+    def growth_bytes(self) -> int:
+        """The most one chunk can add while the vocabulary's arrays double (old and new copies at once)."""
+        return 2 * (self.table.nbytes + self.blob.nbytes + self.start.nbytes + self.length.nbytes)
+
+    def add(self, src: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+        """Global ids of the given words (new ones are added)."""
+        self.blob = _grown(self.blob, self.used + int(lens.sum()))
+        self.start = _grown(self.start, self.n + len(starts))
+        self.length = _grown(self.length, self.n + len(starts))
+        ids, self.table, n, used = _intern_words(
+            src, starts.astype(np.int64), lens.astype(np.int64), self.table, self.blob, self.start, self.length,
+            self.n, self.used,
+        )  # fmt: skip
+        self.n, self.used = int(n), int(used)
+        return ids
+
+
+def _save(path: Path, a: np.ndarray) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.save(f, np.ascontiguousarray(a), allow_pickle=False)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class _NpyWriter:
+    """Writes a 1-D ``.npy`` of known length piece by piece to a temporary name; ``commit`` renames it."""
+
+    def __init__(self, path: Path, dtype: Any, n: int) -> None:
+        self.path, self.n, self.dtype, self.done = path, n, np.dtype(dtype), 0
+        fd, self.tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        self.f = os.fdopen(fd, "wb")
+        header = {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": (n,)}
+        np.lib.format.write_array_header_1_0(self.f, header)
+
+    def write(self, a: np.ndarray) -> None:
+        self.f.write(np.ascontiguousarray(a, self.dtype).tobytes())
+        self.done += len(a)
+
+    def commit(self) -> None:
+        self.f.close()
+        if self.done != self.n:
+            raise RuntimeError(f"{self.path}: wrote {self.done} of {self.n} values")
+        os.replace(self.tmp, self.path)
+
+    def abort(self) -> None:
+        self.f.close()
+        Path(self.tmp).unlink(missing_ok=True)
+
+
+def _read_raw(path: Path, dtype: Any, a: int, b: int) -> np.ndarray:
+    """Values ``a..b`` of a raw binary file (read into the heap, not mapped)."""
+    dtype = np.dtype(dtype)
+    with open(path, "rb") as f:
+        f.seek(a * dtype.itemsize)
+        return np.fromfile(f, dtype, b - a)
+
+
+@dataclass
+class _Run:
+    """One chunk's postings in raw files, sorted by global term, and the merge's cursor into them."""
+
+    path: Path  # files path.terms (int32 [u], ascending), path.ptr (int64 [u + 1]), path.docs (uint32), path.tf
+    n_terms: int
+    pos: int = 0  # terms before `pos` are merged
+    next_term: int = 0  # the term at `pos` (when pos < n_terms)
+
+    def take(self, t1: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The run's terms below ``t1`` from the cursor on, with their ``ptr`` slice; advances the cursor."""
+        if self.pos >= self.n_terms or self.next_term >= t1:
+            return None
+        window = 4096
+        while True:  # read a growing window of terms until one is >= t1 (memory: about the block's size)
+            terms = _read_raw(self.path.with_suffix(".terms"), np.int32, self.pos, min(self.n_terms, self.pos + window))
+            n = int(np.searchsorted(terms, t1))
+            if n < len(terms) or self.pos + len(terms) == self.n_terms:
+                break
+            window *= 4
+        terms = terms[:n]
+        ptr = _read_raw(self.path.with_suffix(".ptr"), np.int64, self.pos, self.pos + n + 1)
+        self.pos += n
+        if self.pos < self.n_terms:
+            self.next_term = int(_read_raw(self.path.with_suffix(".terms"), np.int32, self.pos, self.pos + 1)[0])
+        return terms, ptr
+
+
+def build_index(
+    corpus: Sequence[Document],
+    index_dir: str | os.PathLike[str],
+    *,
+    params: BM25Params | None = None,
+    max_memory: int = 4 << 30,
+    chunk_docs: int | None = None,
+    progress: bool = True,
+) -> Path:
+    """Build the on-disk BM25 index of ``corpus`` in ``index_dir`` (see the module docstring); returns the folder.
+
+    ``chunk_docs`` fixes the chunk size (tests); by default it follows ``max_memory`` (bytes)."""
+    from tqdm.auto import tqdm
+
+    params = params or BM25Params()
+    out = Path(index_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "meta.json").unlink(missing_ok=True)
+    _remove_leftovers(out)
+    identity = _corpus_identity(corpus)
+    n_docs = len(corpus)
+    tmp = Path(tempfile.mkdtemp(dir=out, prefix=".build-"))
+    writers: list[_NpyWriter] = []
+    try:
+        vocab = _Vocab()
+        df = np.zeros(1 << 12, np.int64)
+        runs: list[_Run] = []
+        total_len = 0
+        max_chunk = 0
+        dl_path = tmp / "doc_len.bin"
+        with (
+            open(dl_path, "wb") as dl_f,
+            tqdm(total=n_docs, unit="doc", unit_scale=True, desc="bm25 index", disable=not progress) as bar,
+        ):
+            a = 0
+            while a < n_docs:
+                room = max_memory - _rss() - vocab.growth_bytes()
+                size = chunk_docs or max(_MIN_CHUNK_DOCS, room // BYTES_PER_DOC)
+                b = min(n_docs, a + max(1, int(size)))
+                max_chunk = max(max_chunk, b - a)
+                texts = [d.contents for d in _read_docs(corpus, a, b)]
+                term_of, doc_of, blob, starts, lengths = _tokenize_corpus_raw(texts)
+                del texts
+                gid = vocab.add(blob, starts, lengths)
+                del blob, starts, lengths
+                indptr, post_doc, post_tf = _csr_from_tokens(term_of, doc_of, len(gid))
+                lens = np.bincount(doc_of, minlength=b - a).astype(np.int32)
+                del term_of, doc_of
+                dl_f.write(lens.tobytes())
+                total_len += int(lens.sum(dtype=np.int64))
+                order = np.argsort(gid, kind="stable")
+                cnt = np.diff(indptr)[order]
+                ptr = np.zeros(len(order) + 1, np.int64)
+                np.cumsum(cnt, out=ptr[1:])
+                src = np.repeat(indptr[:-1][order] - ptr[:-1], cnt) + np.arange(ptr[-1], dtype=np.int64)
+                run = _Run(tmp / f"{len(runs)}.run", len(order))
+                terms = gid[order].astype(np.int32)
+                terms.tofile(run.path.with_suffix(".terms"))
+                run.next_term = int(terms[0]) if len(terms) else 0
+                ptr.tofile(run.path.with_suffix(".ptr"))
+                (post_doc[src].astype(np.int64) + a).astype(np.uint32).tofile(run.path.with_suffix(".docs"))
+                post_tf[src].astype(np.int32).tofile(run.path.with_suffix(".tf"))
+                del indptr, post_doc, post_tf, src
+                runs.append(run)
+                if vocab.n > df.shape[0]:
+                    df = np.concatenate([df, np.zeros(max(vocab.n, 2 * df.shape[0]) - df.shape[0], np.int64)])
+                df[terms] += cnt  # terms are distinct within a chunk
+                del terms, cnt, gid, order
+                bar.update(b - a)
+                a = b
+        n_terms = vocab.n
+        df = df[:n_terms].copy()
+        # the vocabulary goes to disk now and leaves memory before the merge
+        _save(out / "vocab_table.npy", vocab.table)
+        _save(out / "vocab_blob.npy", vocab.blob[: vocab.used])
+        _save(out / "vocab_start.npy", vocab.start[:n_terms])
+        _save(out / "vocab_len.npy", vocab.length[:n_terms])
+        del vocab
+        doc_len = np.fromfile(dl_path, np.int32)
+        avgdl = float(total_len) / n_docs if n_docs else 0.0
+        idf = _idf(df, n_docs, params)
+        indptr = np.zeros(n_terms + 1, np.int64)
+        np.cumsum(df, out=indptr[1:])
+        n_post = int(indptr[-1])
+        w_docs = _NpyWriter(out / "post_docs.npy", np.uint32, n_post)
+        writers.append(w_docs)
+        w_imp = _NpyWriter(out / "post_imp.npy", np.float32, n_post)
+        writers.append(w_imp)
+        term_max = np.zeros(n_terms, np.float32)
+        t0 = 0
+        with tqdm(total=n_post, unit="post", unit_scale=True, desc="bm25 merge", disable=not progress) as bar:
+            while t0 < n_terms:
+                budget = max(_MIN_BLOCK_POSTINGS, (max_memory - _rss()) // BYTES_PER_POSTING)
+                t1 = int(np.searchsorted(indptr, indptr[t0] + budget, side="right")) - 1
+                t1 = min(max(t1, t0 + 1), n_terms)
+                base = int(indptr[t0])
+                m = int(indptr[t1]) - base
+                docs = np.empty(m, np.uint32)
+                tf = np.empty(m, np.int32)
+                fill = indptr[t0:t1] - base
+                for run in runs:
+                    got = run.take(t1)
+                    if got is None:
+                        continue
+                    rterms, rptr = got
+                    p0, p1 = int(rptr[0]), int(rptr[-1])
+                    terms = rterms.astype(np.int64) - t0
+                    cnt = np.diff(rptr)
+                    dest = np.repeat(fill[terms] - (rptr[:-1] - p0), cnt) + np.arange(p1 - p0, dtype=np.int64)
+                    docs[dest] = _read_raw(run.path.with_suffix(".docs"), np.uint32, p0, p1)
+                    tf[dest] = _read_raw(run.path.with_suffix(".tf"), np.int32, p0, p1)
+                    fill[terms] += cnt
+                    del dest, terms, rterms, rptr
+                imp = _impacts(docs, tf, np.repeat(idf[t0:t1], df[t0:t1]), doc_len, avgdl, params)
+                term_max[t0:t1] = np.maximum.reduceat(imp, indptr[t0:t1] - base)
+                w_docs.write(docs)
+                w_imp.write(imp)
+                del docs, tf, imp
+                bar.update(m)
+                t0 = t1
+        for w in writers:
+            w.commit()
+        writers.clear()
+        _save(out / "indptr.npy", indptr)
+        _save(out / "term_max.npy", term_max)
+        _save(out / "doc_len.npy", doc_len)
+        meta = {
+            "format": FORMAT_VERSION,
+            "tokenizer": TOKENIZER_VERSION,
+            "stopwords": sorted(STOPWORDS),
+            "params": asdict(params),
+            "corpus": identity,
+            "n_docs": n_docs,
+            "n_terms": n_terms,
+            "n_postings": n_post,
+            "build": {"max_memory": max_memory, "chunks": len(runs), "max_chunk_docs": max_chunk},
+        }
+        fd, tmp_meta = tempfile.mkstemp(dir=out, prefix=".meta.json.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(meta, f, indent=1)
+        os.replace(tmp_meta, out / "meta.json")
+        return out
+    finally:
+        for w in writers:
+            w.abort()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _remove_leftovers(folder: Path) -> None:
+    """Delete what a killed build of this folder left (its temporary directory and files; only our own names).
+    Two builds into one folder at once are not supported."""
+    names = [*_ARRAYS, "meta"]
+    for p in folder.iterdir():
+        if p.name.startswith(".build-") and p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        elif p.name.endswith(".tmp") and any(p.name.startswith(f".{n}.") for n in names) and p.is_file():
+            p.unlink(missing_ok=True)
+
+
+def _impacts(
+    docs: np.ndarray, tf_int: np.ndarray, idf_post: np.ndarray, doc_len: np.ndarray, avgdl: float, params: BM25Params
+) -> np.ndarray:
+    """float32 impacts, by the very float64 operations of bm25.py's ``_FastIndex.build`` (bit-identical)."""
+    dl = doc_len[docs]
+    norm = params.k1 * (1 - params.b + params.b * dl / (avgdl or 1.0))
+    del dl
+    tf = tf_int.astype(np.float64)
+    return (idf_post * (tf * (params.k1 + 1) / (tf + norm))).astype(np.float32)
+
+
+# ----------------------------------------------------------------------------------------------- serve
+
+
+def _load(folder: Path, name: str) -> np.ndarray:
+    try:
+        a = np.load(folder / f"{name}.npy", mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise IndexMismatchError(f"{folder}: cannot read {name}.npy ({e}); rebuild the index") from None
+    if a.dtype != _ARRAYS[name] or (a.ndim != 1 and name != "vocab_table"):
+        raise IndexMismatchError(f"{folder}: {name}.npy has the wrong type or shape; rebuild the index")
+    return np.asarray(a)  # a plain ndarray view of the mapping (numba takes it as any array)
+
+
+def _expected_meta(corpus: Sequence[Document], params: BM25Params | None) -> dict[str, Any]:
+    expect: dict[str, Any] = {
+        "format": FORMAT_VERSION,
+        "tokenizer": TOKENIZER_VERSION,
+        "stopwords": sorted(STOPWORDS),
+        "corpus": _corpus_identity(corpus),
+        "n_docs": len(corpus),
+    }
+    if params is not None:
+        expect["params"] = asdict(params)
+    return expect
+
+
+class DiskBM25(Retriever):
+    """BM25 served from an index folder written by :func:`build_index` (memory-mapped), over ``corpus``.
+
+    Args:
+        index_dir: the folder.
+        corpus: the documents it was built from (checked); hits' documents are read from it on demand.
+        params: when given, the index must have been built with these (else :class:`IndexMismatchError`).
+        n_threads: threads for ``batch_search`` (default: the CPUs available to this process).
+        prune: MaxScore pruning (exact either way).
+    """
+
+    def __init__(
+        self,
+        index_dir: str | os.PathLike[str],
+        corpus: Sequence[Document],
+        *,
+        params: BM25Params | None = None,
+        n_threads: int | None = None,
+        prune: bool = True,
+    ) -> None:
+        folder = Path(index_dir)
+        try:
+            meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise IndexMismatchError(f"{folder}: no readable meta.json ({e}); build the index") from None
+        if not isinstance(meta, dict):
+            raise IndexMismatchError(f"{folder}: meta.json is not an object")
+        for key, value in _expected_meta(corpus, params).items():
+            if meta.get(key) != value:
+                raise IndexMismatchError(f"{folder}: the BM25 index does not match ({key} differs); rebuild it")
+        try:
+            self.params = BM25Params(**meta["params"])
+        except (TypeError, ValueError, KeyError) as e:
+            raise IndexMismatchError(f"{folder}: bad params in meta.json ({e})") from None
+        self.corpus = corpus
+        self.folder = folder
+        self.n_docs = len(corpus)
+        self.prune = prune
+        self.n_threads = max(1, n_threads or _available_cpus())
+        a = {name: _load(folder, name) for name in _ARRAYS}
+        self._check(a, meta)
+        self.indptr, self.post_docs, self.post_imp, self.term_max = (
+            a["indptr"], a["post_docs"], a["post_imp"], a["term_max"],
+        )  # fmt: skip
+        self.doc_len = a["doc_len"]
+        self._table, self._blob, self._start, self._len = (
+            a["vocab_table"], a["vocab_blob"], a["vocab_start"], a["vocab_len"],
+        )  # fmt: skip
+        self.n_terms = len(self.term_max)
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+        self._workspaces = _WorkspacePool(self.n_docs)
+        self._search_ids([""], 1, 1)  # compile (or load) the kernels now, not at the first query
+
+    def _check(self, a: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
+        """Shapes and bounds the kernels rely on (they do not bounds-check); sets ``nonneg``."""
+        n, v, p = self.n_docs, meta.get("n_terms"), meta.get("n_postings")
+        table = a["vocab_table"]
+        ok = (
+            isinstance(v, int)
+            and isinstance(p, int)
+            and a["indptr"].shape == (v + 1,)
+            and a["term_max"].shape == (v,)
+            and a["vocab_start"].shape == (v,)
+            and a["vocab_len"].shape == (v,)
+            and a["post_docs"].shape == (p,)
+            and a["post_imp"].shape == (p,)
+            and a["doc_len"].shape == (n,)
+            and table.ndim == 2
+            and table.shape[1] == 3
+            and table.shape[0] >= 1
+            and table.shape[0] & (table.shape[0] - 1) == 0
+            and int(a["indptr"][0]) == 0
+            and int(a["indptr"][-1]) == p
+            and bool(np.all(np.diff(a["indptr"]) >= 0))
+        )
+        if not ok:
+            raise IndexMismatchError(f"{self.folder}: inconsistent BM25 index arrays; rebuild the index")
+        nonneg = True
+        docs, imp = a["post_docs"], a["post_imp"]
+        for s in range(0, p, _SCAN):
+            if int(docs[s : s + _SCAN].max()) >= n:
+                raise IndexMismatchError(f"{self.folder}: a posting names a document out of range; rebuild the index")
+            nonneg = nonneg and bool(imp[s : s + _SCAN].min() >= 0)
+        self.nonneg = nonneg
+
+    # -- construction
+
+    @classmethod
+    def build(
+        cls,
+        corpus: Sequence[Document],
+        index_dir: str | os.PathLike[str],
+        *,
+        params: BM25Params | None = None,
+        max_memory: int = 4 << 30,
+        chunk_docs: int | None = None,
+        progress: bool = True,
+        n_threads: int | None = None,
+        prune: bool = True,
+    ) -> DiskBM25:
+        """Build the index (:func:`build_index`) and open it."""
+        params = params or BM25Params()
+        build_index(corpus, index_dir, params=params, max_memory=max_memory, chunk_docs=chunk_docs, progress=progress)
+        return cls(index_dir, corpus, params=params, n_threads=n_threads, prune=prune)
+
+    @classmethod
+    def open_or_build(
+        cls,
+        corpus: Sequence[Document],
+        index_dir: str | os.PathLike[str],
+        *,
+        params: BM25Params | None = None,
+        max_memory: int = 4 << 30,
+        progress: bool = True,
+        n_threads: int | None = None,
+        prune: bool = True,
+    ) -> DiskBM25:
+        """Open the index in ``index_dir`` when it matches ``corpus`` and ``params``; else (re)build it there."""
+        params = params or BM25Params()
+        try:
+            return cls(index_dir, corpus, params=params, n_threads=n_threads, prune=prune)
+        except IndexMismatchError:
+            return cls.build(
+                corpus, index_dir, params=params, max_memory=max_memory, progress=progress, n_threads=n_threads,
+                prune=prune,
+            )  # fmt: skip
+
+    # -- vocabulary
+
+    def term_id(self, token: str) -> int:
+        """The term number of ``token`` (as :func:`tokenize` produces it), or -1 when it is not indexed."""
+        data = token.encode("utf-8", "surrogatepass")
+        h, prefix = _FNV_OFFSET, 0
+        for i, c in enumerate(data):
+            h = ((h ^ c) * _FNV_PRIME) & _U64
+            if i < 8:
+                prefix |= c << (8 * i)
+        table = self._table
+        size = table.shape[0]
+        slot = h & (size - 1)
+        hs = h - (1 << 64) if h >= 1 << 63 else h
+        ps = prefix - (1 << 64) if prefix >= 1 << 63 else prefix
+        for _ in range(size):
+            row = table[slot]
+            packed = int(row[1])
+            if packed < 0:
+                return -1
+            if int(row[0]) == hs and packed >> 32 == len(data) and int(row[2]) == ps:
+                t = packed & 0xFFFFFFFF
+                if self._word(t) == data:
+                    return t
+            slot = (slot + 1) & (size - 1)
+        return -1
+
+    def _word(self, t: int) -> bytes | None:
+        """The UTF-8 bytes of term ``t`` (None when ``t`` or its span is out of range: the files are data)."""
+        if not 0 <= t < self.n_terms:
+            return None
+        s, n = int(self._start[t]), int(self._len[t])
+        if s < 0 or n < 0 or s + n > self._blob.shape[0]:
+            return None
+        return self._blob[s : s + n].tobytes()
+
+    def _encode(self, queries: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        ptr = [0]
+        terms: list[int] = []
+        weights: list[float] = []
+        for q in queries:
+            counts: dict[int, int] = {}
+            for tok in tokenize(q):
+                t = self.term_id(tok)
+                if t >= 0:
+                    counts[t] = counts.get(t, 0) + 1
+            terms.extend(counts)
+            weights.extend(counts.values())
+            ptr.append(len(terms))
+        return np.asarray(ptr, np.int64), np.asarray(terms, np.int64), np.asarray(weights, np.float32)
+
+    # -- search
+
+    def search(self, query: str, topk: int = 3) -> list[Hit]:
+        return self._hits(self._search_ids([query], max(0, int(topk)), 1))[0]
+
+    def batch_search(self, queries: Sequence[str], topk: int = 3) -> list[list[Hit]]:
+        return self._hits(self._search_ids(list(queries), max(0, int(topk)), self.n_threads))
+
+    def search_ids(self, queries: Sequence[str], topk: int = 3) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``(corpus indices, scores)`` per query, like ``BM25Retriever.search_ids``."""
+        return self._search_ids(list(queries), max(0, int(topk)), self.n_threads)
+
+    def _hits(self, results: list[tuple[np.ndarray, np.ndarray]]) -> list[list[Hit]]:
+        corpus = self.corpus
+        return [
+            [Hit(corpus[i], float(s)) for i, s in zip(ids.tolist(), scores.tolist(), strict=True)]
+            for ids, scores in results
+        ]
+
+    def _search_ids(self, queries: list[str], topk: int, n_threads: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        nq = len(queries)
+        k = min(topk, self.n_docs)
+        q_ptr, q_terms, q_w = self._encode(queries)
+        prune = self.prune and self.nonneg
+        out_ids = np.zeros((nq, max(k, 1)), np.int32)
+        out_scores = np.zeros((nq, max(k, 1)), np.float32)
+        out_n = np.zeros(nq, np.int64)
+        index = (self.indptr, self.post_docs, self.post_imp, self.term_max)
+        if k > 0 and nq:
+
+            def run(lo: int, hi: int) -> None:
+                ws = self._workspaces.acquire()
+                try:
+                    args = (q_ptr, q_terms, q_w, lo, hi, k, ws.arrays(), out_ids, out_scores, out_n)
+                    _search_range(index, prune, *args)
+                finally:
+                    self._workspaces.release(ws)
+
+            n_chunks = min(nq, n_threads * 4) if n_threads > 1 and nq >= 2 * n_threads else 1
+            if n_chunks == 1:
+                run(0, nq)
+            else:
+                bounds = np.linspace(0, nq, n_chunks + 1).astype(int)
+                pool = self._executor()
+                for f in [pool.submit(run, lo, hi) for lo, hi in itertools.pairwise(bounds.tolist())]:
+                    f.result()
+        return [(out_ids[i, : out_n[i]], out_scores[i, : out_n[i]]) for i in range(nq)]
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.n_threads, thread_name_prefix="bm25disk")
+            return self._pool
+
+    def close(self) -> None:
+        with self._pool_lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
+
+
+# ----------------------------------------------------------------------------------------------- CLI
+
+
+def _parse_bytes(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip().upper().removesuffix("B")
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agentgym.tools.retrieval.bm25_disk")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="build the on-disk BM25 index of a corpus JSONL")
+    b.add_argument("corpus")
+    b.add_argument("index_dir")
+    b.add_argument("--max-memory", default="4G", help="peak memory budget of the build (e.g. 2G, 512M)")
+    b.add_argument("--corpus-index-dir", default=None, help="where CorpusFile keeps its offsets (default: none)")
+    b.add_argument("--k1", type=float, default=1.5)
+    b.add_argument("--b", type=float, default=0.75)
+    b.add_argument("--idf", default="okapi", choices=["okapi", "lucene"])
+    args = parser.parse_args(argv)
+    with CorpusFile.open(args.corpus, args.corpus_index_dir) as corpus:
+        build_index(
+            corpus,
+            args.index_dir,
+            params=BM25Params(k1=args.k1, b=args.b, idf=args.idf),
+            max_memory=_parse_bytes(args.max_memory),
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
