@@ -120,7 +120,9 @@ class RemoteEnv(AgentEnv):
         self.env_id = env_id
         self.env_kwargs = dict(env_kwargs or {})
         self._headers = {**_JSON, **({"authorization": f"Bearer {token}"} if token else {})}
-        self._timeout = httpx.Timeout(timeout, connect=connect_timeout)
+        # (connect, read, write, pool): a plain tuple, which any httpx-compatible client (httpx, or httpx2 under
+        # Starlette's TestClient) accepts, where an httpx.Timeout object is refused by the other
+        self._timeout = (connect_timeout, timeout, timeout, timeout)
         self._own_client = client is None
         self._http = client if client is not None else http_client(self.url, max_connections=4)
         self.session_id: str | None = None
@@ -157,7 +159,7 @@ class RemoteEnv(AgentEnv):
             resp = self._http.send(request)
         except httpx.TimeoutException as e:
             raise EnvServerError(f"the env server at {self.url} did not answer ({what}) in time: "
-                                 f"{type(e).__name__} after {self._timeout.read:g} s") from None  # fmt: skip
+                                 f"{type(e).__name__} after {self._timeout[1]:g} s") from None  # fmt: skip
         except httpx.ConnectError as e:
             raise EnvServerError(f"cannot reach the env server at {self.url} ({what}): {_one_line(e)}") from None
         except httpx.TransportError as e:
