@@ -137,6 +137,8 @@ class TrainConfig:
     collapse_window: int = 5  # iterations averaged: the first window is the start, the latest is compared with it
     collapse_ratio: float = 0.5  # collapsed when the latest valid share (or success) < ratio x the start's
     collapse_min_success: float = 0.1  # success is checked only when the start's is at least this
+    collapse_success_z: float = 3.0  # and its fall must be significant: one-sided two-proportion z over the windows'
+    # episodes (batch_tasks x group_size an iteration) at least this (0: the ratio alone)
     collapse_grad_factor: float = 10.0  # collapsed when the latest mean gradient norm > factor x the start's
     # SFT on the env's demonstrations (its `demo_agent`, by default its oracle)
     sft_steps: int = 0  # warm start before the first RL iteration
