@@ -18,6 +18,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -144,3 +147,9 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[str]:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def save_npy_atomic(path: str | os.PathLike[str], array: Any) -> None:
+    """Write ``array`` to ``path`` as a ``.npy`` file (no pickles), atomically (:func:`atomic_output`)."""
+    with atomic_output(path) as tmp, open(tmp, "wb") as f:
+        np.save(f, np.ascontiguousarray(array), allow_pickle=False)

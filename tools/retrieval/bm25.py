@@ -42,7 +42,7 @@ import re
 import sys
 import threading
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -649,6 +649,44 @@ class _WorkspacePool:
             self._free.append(ws)
 
 
+def run_queries(
+    index: tuple[np.ndarray, ...],
+    prune: bool,
+    encoded: tuple[np.ndarray, np.ndarray, np.ndarray],
+    nq: int,
+    k: int,
+    workspaces: _WorkspacePool,
+    executor: Callable[[], ThreadPoolExecutor],
+    n_threads: int,
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``(doc ids, scores)`` of the top ``k`` of each of ``nq`` encoded queries (``(q_ptr, q_terms, q_weights)``)
+    against the CSR ``index`` arrays (indptr, doc ids, impacts, per-term max impact), by the numba kernel: query
+    chunks spread over ``executor()``'s threads when ``n_threads`` > 1 and there are enough queries, each with a
+    workspace from ``workspaces``. Shared by the in-memory and the on-disk index."""
+    out_ids = np.zeros((nq, max(k, 1)), np.int32)
+    out_scores = np.zeros((nq, max(k, 1)), np.float32)
+    out_n = np.zeros(nq, np.int64)
+    q_ptr, q_terms, q_w = encoded
+    if k > 0 and nq:
+
+        def run(lo: int, hi: int) -> None:
+            ws = workspaces.acquire()
+            try:
+                _search_range(index, prune, q_ptr, q_terms, q_w, lo, hi, k, ws.arrays(), out_ids, out_scores, out_n)
+            finally:
+                workspaces.release(ws)
+
+        n_chunks = min(nq, n_threads * 4) if n_threads > 1 and nq >= 2 * n_threads else 1
+        if n_chunks == 1:
+            run(0, nq)
+        else:
+            bounds = np.linspace(0, nq, n_chunks + 1).astype(int)
+            pool = executor()
+            for f in [pool.submit(run, lo, hi) for lo, hi in itertools.pairwise(bounds.tolist())]:
+                f.result()
+    return [(out_ids[i, : out_n[i]], out_scores[i, : out_n[i]]) for i in range(nq)]
+
+
 @dataclass
 class _FastIndex:
     """CSR inverted index: postings of term ``t`` are ``post_docs/post_imp[indptr[t]:indptr[t+1]]``."""
@@ -874,29 +912,8 @@ class BM25Retriever(Retriever):
         nq = len(queries)
         k = min(topk, idx.n_docs)
         q_ptr, q_terms, q_w = idx.encode_queries(queries)
-        prune = self.prune and idx.nonneg
-        out_ids = np.zeros((nq, max(k, 1)), np.int32)
-        out_scores = np.zeros((nq, max(k, 1)), np.float32)
-        out_n = np.zeros(nq, np.int64)
-        if k > 0 and nq:
-
-            def run(lo: int, hi: int) -> None:
-                ws = self._workspaces.acquire()
-                try:
-                    args = (q_ptr, q_terms, q_w, lo, hi, k, ws.arrays(), out_ids, out_scores, out_n)
-                    _search_range(idx.kernel_arrays(), prune, *args)
-                finally:
-                    self._workspaces.release(ws)
-
-            n_chunks = min(nq, n_threads * 4) if n_threads > 1 and nq >= 2 * n_threads else 1
-            if n_chunks == 1:
-                run(0, nq)
-            else:
-                bounds = np.linspace(0, nq, n_chunks + 1).astype(int)
-                pool = self._executor()
-                for f in [pool.submit(run, lo, hi) for lo, hi in itertools.pairwise(bounds.tolist())]:
-                    f.result()
-        return [(out_ids[i, : out_n[i]], out_scores[i, : out_n[i]]) for i in range(nq)]
+        return run_queries(idx.kernel_arrays(), self.prune and idx.nonneg, (q_ptr, q_terms, q_w), nq, k,
+                           self._workspaces, self._executor, n_threads)  # fmt: skip
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._pool_lock:

@@ -38,7 +38,6 @@ CLI: ``python -m agentgym.tools.retrieval.bm25_disk build CORPUS.jsonl INDEX_DIR
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import shutil
@@ -52,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import Document, Hit, Retriever, corpus_fingerprint
+from .base import Document, Hit, Retriever, corpus_fingerprint, save_npy_atomic
 from .bm25 import (
     STOPWORDS,
     TOKENIZER_VERSION,
@@ -63,9 +62,9 @@ from .bm25 import (
     _intern,
     _kernel,
     _rehash,
-    _search_range,
     _tokenize_corpus_raw,
     _WorkspacePool,
+    run_queries,
     tokenize,
 )
 from .corpus import CorpusFile
@@ -180,17 +179,6 @@ class _Vocab:
         )  # fmt: skip
         self.n, self.used = int(n), int(used)
         return ids
-
-
-def _save(path: Path, a: np.ndarray) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.save(f, np.ascontiguousarray(a), allow_pickle=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class _NpyWriter:
@@ -327,10 +315,10 @@ def build_index(
         n_terms = vocab.n
         df = df[:n_terms].copy()
         # the vocabulary goes to disk now and leaves memory before the merge
-        _save(out / "vocab_table.npy", vocab.table)
-        _save(out / "vocab_blob.npy", vocab.blob[: vocab.used])
-        _save(out / "vocab_start.npy", vocab.start[:n_terms])
-        _save(out / "vocab_len.npy", vocab.length[:n_terms])
+        save_npy_atomic(out / "vocab_table.npy", vocab.table)
+        save_npy_atomic(out / "vocab_blob.npy", vocab.blob[: vocab.used])
+        save_npy_atomic(out / "vocab_start.npy", vocab.start[:n_terms])
+        save_npy_atomic(out / "vocab_len.npy", vocab.length[:n_terms])
         del vocab
         doc_len = np.fromfile(dl_path, np.int32)
         avgdl = float(total_len) / n_docs if n_docs else 0.0
@@ -377,9 +365,9 @@ def build_index(
         for w in writers:
             w.commit()
         writers.clear()
-        _save(out / "indptr.npy", indptr)
-        _save(out / "term_max.npy", term_max)
-        _save(out / "doc_len.npy", doc_len)
+        save_npy_atomic(out / "indptr.npy", indptr)
+        save_npy_atomic(out / "term_max.npy", term_max)
+        save_npy_atomic(out / "doc_len.npy", doc_len)
         meta = {
             "format": FORMAT_VERSION,
             "tokenizer": TOKENIZER_VERSION,
@@ -652,30 +640,9 @@ class DiskBM25(Retriever):
         nq = len(queries)
         k = min(topk, self.n_docs)
         q_ptr, q_terms, q_w = self._encode(queries)
-        prune = self.prune and self.nonneg
-        out_ids = np.zeros((nq, max(k, 1)), np.int32)
-        out_scores = np.zeros((nq, max(k, 1)), np.float32)
-        out_n = np.zeros(nq, np.int64)
         index = (self.indptr, self.post_docs, self.post_imp, self.term_max)
-        if k > 0 and nq:
-
-            def run(lo: int, hi: int) -> None:
-                ws = self._workspaces.acquire()
-                try:
-                    args = (q_ptr, q_terms, q_w, lo, hi, k, ws.arrays(), out_ids, out_scores, out_n)
-                    _search_range(index, prune, *args)
-                finally:
-                    self._workspaces.release(ws)
-
-            n_chunks = min(nq, n_threads * 4) if n_threads > 1 and nq >= 2 * n_threads else 1
-            if n_chunks == 1:
-                run(0, nq)
-            else:
-                bounds = np.linspace(0, nq, n_chunks + 1).astype(int)
-                pool = self._executor()
-                for f in [pool.submit(run, lo, hi) for lo, hi in itertools.pairwise(bounds.tolist())]:
-                    f.result()
-        return [(out_ids[i, : out_n[i]], out_scores[i, : out_n[i]]) for i in range(nq)]
+        return run_queries(index, self.prune and self.nonneg, (q_ptr, q_terms, q_w), nq, k, self._workspaces,
+                           self._executor, n_threads)  # fmt: skip
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._pool_lock:

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import Document
+from .base import Document, save_npy_atomic
 
 PathLike = str | os.PathLike[str]
 
@@ -534,26 +534,15 @@ def _load_index(index_dir: Path, fingerprint: FileFingerprint) -> _Index | None:
         return None
 
 
-def _save_array(path: Path, array_: np.ndarray) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.save(f, np.ascontiguousarray(array_), allow_pickle=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _save_index(index_dir: Path, index: _Index, fingerprint: FileFingerprint) -> None:
     """Write the arrays (temp name, then rename), the meta file last: a crash leaves no meta that vouches for them."""
     index_dir.mkdir(parents=True, exist_ok=True)
     files = _index_files(index_dir)
     files["meta"].unlink(missing_ok=True)
-    _save_array(files["offsets"], index.offsets)
+    save_npy_atomic(files["offsets"], index.offsets)
     if index.hashes is not None and index.rows is not None:
-        _save_array(files["hashes"], index.hashes)
-        _save_array(files["rows"], index.rows)
+        save_npy_atomic(files["hashes"], index.hashes)
+        save_npy_atomic(files["rows"], index.rows)
     meta = {
         "version": _INDEX_VERSION,
         "file": asdict(fingerprint),
