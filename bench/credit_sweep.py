@@ -446,9 +446,9 @@ def check_redone(job: Job, old: dict[str, Any], new: dict[str, Any]) -> None:
     same += [new["before"][h].get(k) == v for h, e in old.get("before", {}).items() if h in new.get("before", {})
              for k, v in e.items()]  # a newer record may hold more measurements  # fmt: skip
     if not all(same):
-        raise RuntimeError(f"warm start {job.name} was redone (its checkpoint was missing) and differs from its "
-                           f"record: {old['reason']!r} then, {new['reason']!r} now; its finished runs would not be "
-                           "paired with new ones, so move them away or start a new --out")  # fmt: skip
+        raise RuntimeError(f"warm start {job.name} was redone (no checkpoint, or an H not evaluated) and differs "
+                           f"from its record: {old['reason']!r} then, {new['reason']!r} now; its finished runs would "
+                           "not be paired with new ones, so move them away or start a new --out")  # fmt: skip
 
 
 def run_grid(args: argparse.Namespace, out: Path) -> None:
