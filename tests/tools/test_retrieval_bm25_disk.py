@@ -183,3 +183,23 @@ def test_build_removes_leftovers_of_a_killed_build(tmp_path: Path) -> None:
     (folder / ".notes.tmp").write_text("not ours")
     DiskBM25.build(corpus, folder, progress=False)
     assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == [".notes.tmp"]
+
+
+def test_cli_user_errors_are_one_line_and_exit_2(tmp_path, capsys):
+    """A bad --max-memory, a missing corpus or a malformed one: a usage error (exit 2, one error line), never a
+    traceback."""
+    from agentgym.tools.retrieval.bm25_disk import main
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"id": "0", "contents": "\\"T\\"\\nhello"}\n' + "[" * 5000 + "\n")
+    for argv, message in ((["--max-memory", "lots"], "expected a positive size"),
+                          (["--max-memory=-1G"], "expected a positive size"),
+                          ([], "c.jsonl:2: not valid JSON")):  # fmt: skip
+        with pytest.raises(SystemExit) as exc:
+            main(["build", str(corpus), str(tmp_path / "ix"), *argv])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert message in err[-1] and "Traceback" not in "\n".join(err)
+    with pytest.raises(SystemExit) as exc:
+        main(["build", str(tmp_path / "missing.jsonl"), str(tmp_path / "ix")])
+    assert exc.value.code == 2 and "cannot open" in capsys.readouterr().err

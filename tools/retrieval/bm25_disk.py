@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -661,11 +662,21 @@ class DiskBM25(Retriever):
 
 
 def _parse_bytes(text: str) -> int:
+    """``"4G"``, ``"512M"``, ``"1.5G"`` or a plain byte count -> bytes (argparse type: a bad size is a usage error).
+
+    >>> _parse_bytes("512M"), _parse_bytes("1.5GB"), _parse_bytes("1000")
+    (536870912, 1610612736, 1000)
+    """
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    text = text.strip().upper().removesuffix("B")
-    if text and text[-1] in units:
-        return int(float(text[:-1]) * units[text[-1]])
-    return int(text)
+    body = text.strip().upper().removesuffix("B")
+    scale = units.get(body[-1:], 1)
+    try:
+        value = float(body[:-1] if scale > 1 else body)
+    except ValueError:
+        value = math.nan
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"expected a positive size such as 4G or 512M, got {text!r}")
+    return int(value * scale)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -674,19 +685,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     b = sub.add_parser("build", help="build the on-disk BM25 index of a corpus JSONL")
     b.add_argument("corpus")
     b.add_argument("index_dir")
-    b.add_argument("--max-memory", default="4G", help="peak memory budget of the build (e.g. 2G, 512M)")
+    b.add_argument("--max-memory", type=_parse_bytes, default="4G", help="peak memory budget of the build (e.g. "
+                   "2G, 512M)")  # fmt: skip
     b.add_argument("--corpus-index-dir", default=None, help="where CorpusFile keeps its offsets (default: none)")
     b.add_argument("--k1", type=float, default=1.5)
     b.add_argument("--b", type=float, default=0.75)
     b.add_argument("--idf", default="okapi", choices=["okapi", "lucene"])
     args = parser.parse_args(argv)
-    with CorpusFile.open(args.corpus, args.corpus_index_dir) as corpus:
-        build_index(
-            corpus,
-            args.index_dir,
-            params=BM25Params(k1=args.k1, b=args.b, idf=args.idf),
-            max_memory=_parse_bytes(args.max_memory),
-        )
+    try:
+        params = BM25Params(k1=args.k1, b=args.b, idf=args.idf)
+        with CorpusFile.open(args.corpus, args.corpus_index_dir) as corpus:
+            build_index(corpus, args.index_dir, params=params, max_memory=args.max_memory)
+    except (ValueError, OSError) as e:  # CorpusFormatError and IndexMismatchError are ValueErrors
+        parser.error(str(e))  # one line, exit 2
     return 0
 
 
