@@ -457,6 +457,16 @@ def _printable(text: str) -> str:
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
 def cmd_serve_retriever(args: argparse.Namespace) -> int:
     import os
 
@@ -469,9 +479,11 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
         print(f"agentgym serve-retriever: error: {exc}", file=sys.stderr)
         return 2
     try:
+        disk = {"workers": args.workers, "index_dir": args.index_dir, "max_memory": args.max_memory}
         serve_retriever(
             args.corpus, retriever=args.retriever, host=args.host, port=args.port, cache_dir=args.cache_dir,
-            token=token, header_timeout=args.header_timeout,
+            token=token, header_timeout=args.header_timeout, log_level=args.log_level,
+            **{k: v for k, v in disk.items() if v is not None and (k != "workers" or v != 1)},
         )  # fmt: skip
     except FileNotFoundError:
         raise UserError(f"no corpus file at {args.corpus} (JSONL, one id and contents per line)") from None
@@ -611,9 +623,15 @@ def build_parser(plugins: Mapping[str, EntryPoint] | None = None) -> argparse.Ar
     )  # fmt: skip
     p.set_defaults(fn=cmd_replay)
 
+    from agentgym.tools.retrieval.base import parse_size
+
     p = command("serve-retriever", help="serve a corpus over Search-R1's POST /retrieve API")
     p.add_argument("corpus", help='corpus JSONL: {"id", "contents"} per line')
-    p.add_argument("--retriever", default="bm25", help="bm25, bm25:rank_bm25, dense or hybrid")
+    p.add_argument(
+        "--retriever", default="bm25",
+        help="bm25, bm25:rank_bm25, dense or hybrid (these load the corpus into memory), or bm25:disk (any size: "
+        "an on-disk index, memory-mapped, served by --workers processes)",
+    )  # fmt: skip
     p.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default; others need a token)")
     p.add_argument("--port", type=PORT, default=8000)
     p.add_argument("--cache-dir", default=None, help="where indexes persist")
@@ -622,6 +640,13 @@ def build_parser(plugins: Mapping[str, EntryPoint] | None = None) -> argparse.Ar
         help="bearer token clients must send (default: $AGENTGYM_TOKEN; prefer it, a token here shows in ps)",
     )  # fmt: skip
     p.add_argument("--header-timeout", type=float, default=10.0, help="seconds a client has to send its headers")
+    p.add_argument("--workers", type=_positive_int, default=1, help="bm25:disk: processes serving the one port")
+    p.add_argument("--index-dir", default=None, help="bm25:disk: the index folder (built there when missing)")
+    p.add_argument("--max-memory", type=parse_size, default=None, help="bm25:disk: build memory budget (e.g. 8G)")
+    p.add_argument(
+        "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
+        help="warning and above: no access log (one line per request costs the workers time under load)",
+    )  # fmt: skip
     p.set_defaults(fn=cmd_serve_retriever)
 
     p = command("serve", help="serve envs over HTTP: sessions for RemoteEnv, or OpenEnv's protocol (--openenv)")

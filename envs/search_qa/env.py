@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 from agentgym.answers import exact_match, f1_score, sub_exact_match
@@ -48,6 +49,11 @@ INVALID_ACTION = (
 )
 
 
+def _is_disk_spec(spec: str) -> bool:
+    kind, _, arg = spec.partition(":")
+    return kind.strip().lower() == "bm25" and arg.strip().lower() == "disk"
+
+
 def format_passages(hits: list[Hit]) -> str:
     """Search-R1 passage block: one ``Doc i(Title: t) text`` line per hit."""
     return "".join(f"Doc {i}(Title: {h.doc.title}) {h.doc.text}\n" for i, h in enumerate(hits, 1))
@@ -71,7 +77,7 @@ class SearchQAEnv(AgentEnv):
         hop_types: keep only these question types (``"1hop"``, ``"bridge"``, ``"comparison"``, ``"multihop"``),
             applied before ``max_questions``.
         retriever: a ``Retriever`` or a spec for ``make_retriever`` (``"bm25"``, ``"dense"``, ``"hybrid"``,
-            ``"bm25:rank_bm25"``, ``"remote:http://127.0.0.1:8000"``).
+            ``"bm25:rank_bm25"``, ``"bm25:disk"``, ``"remote:http://127.0.0.1:8000"``).
         topk: passages returned per search (Search-R1 uses 3).
         max_turns: agent turns before the episode is truncated (searches plus the answer); 6 lets a
             4-hop question be solved with one search per hop.
@@ -79,7 +85,9 @@ class SearchQAEnv(AgentEnv):
         invalid_action_penalty: subtracted (as reward component ``format``) for each unparsable action.
         parse_mode: ``"lenient"`` (Search-R1's first complete tag pair) or ``"strict"``.
         questions_path, corpus_path: FlashRAG question JSONL and ``{"id","contents"}`` corpus to use
-            instead of the synthetic data.
+            instead of the synthetic data. With a remote retriever ``corpus_path`` may be left out (supporting
+            ids are then not checked); with ``retriever="bm25:disk"`` the corpus is never read into memory (a
+            ``CorpusFile``; the index and offsets persist under ``cache_dir``), for corpora such as wiki-18.
         cache_dir: where retriever indexes persist (keyed by a corpus hash).
     """
 
@@ -117,15 +125,26 @@ class SearchQAEnv(AgentEnv):
             raise ValueError(f"reward_metric must be one of {REWARD_METRICS}, got {reward_metric!r}")
         if topk < 1:
             raise ValueError(f"topk must be >= 1, got {topk}")
+        disk = isinstance(retriever, str) and _is_disk_spec(retriever)
         if questions_path is not None or corpus_path is not None:
-            if questions_path is None or corpus_path is None:
-                raise ValueError("questions_path and corpus_path must be given together")
+            remote = not isinstance(retriever, str) or retriever.strip().lower().startswith("remote:")
+            if questions_path is None or (corpus_path is None and not remote):
+                raise ValueError(
+                    "questions_path and corpus_path must be given together (with a remote retriever, "
+                    "retriever='remote:URL' or a Retriever, corpus_path may be left out)"
+                )
             from agentgym.envs.search_qa.flashrag import load_flashrag
 
-            dataset = load_flashrag(questions_path, corpus_path, split=split)
+            corpus_dir = None
+            if disk and corpus_path is not None and cache_dir is not None and Path(corpus_path).is_file():
+                from agentgym.tools.retrieval import disk_index_dirs
+
+                corpus_dir = disk_index_dirs(corpus_path, cache_dir)[1]
+            dataset = load_flashrag(questions_path, corpus_path, split=split, stream=disk, corpus_index_dir=corpus_dir)
         elif isinstance(dataset, str):
             dataset = shared_dataset(dataset, data_seed)
         self.dataset = dataset
+        self._owns_corpus = questions_path is not None and hasattr(dataset.corpus, "close")
         self.examples: list[QAExample] = dataset.split(split)
         if hop_types is not None:
             unknown = sorted(set(hop_types) - set(HOP_TYPES))
@@ -248,3 +267,5 @@ class SearchQAEnv(AgentEnv):
 
     def close(self) -> None:
         self.retriever.close()
+        if self._owns_corpus:
+            self.dataset.corpus.close()  # type: ignore[attr-defined]  # the CorpusFile load_flashrag opened

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from pathlib import Path
 from typing import Any
 
 from agentgym.envs.search_qa.data import SPLITS, QADataset, QAExample, config_from_dict
 from agentgym.tools.retrieval.base import Document
-from agentgym.tools.retrieval.corpus import CorpusFormatError, iter_documents
+from agentgym.tools.retrieval.corpus import CorpusFile, CorpusFormatError, iter_documents
 
 PathLike = str | os.PathLike[str]
 
@@ -101,10 +101,11 @@ def load_corpus(path: PathLike) -> list[Document]:
     return docs
 
 
-def load_questions(path: PathLike, split: str = "test", doc_ids: set[str] | None = None) -> list[QAExample]:
+def load_questions(path: PathLike, split: str = "test", doc_ids: Container[str] | None = None) -> list[QAExample]:
     """Read a FlashRAG question JSONL as ``QAExample`` rows (missing ids become ``f"{split}-{i:05d}"``).
 
-    With ``doc_ids``, every ``metadata["supporting_doc_ids"]`` entry must name a document of the corpus.
+    With ``doc_ids`` (a set of ids, or a ``CorpusFile``: anything supporting ``in``), every
+    ``metadata["supporting_doc_ids"]`` entry must name a document of the corpus.
     """
     out: list[QAExample] = []
     seen: set[str] = set()
@@ -151,17 +152,49 @@ def load_questions(path: PathLike, split: str = "test", doc_ids: set[str] | None
     return out
 
 
-def load_flashrag(questions_path: PathLike, corpus_path: PathLike | None = None, split: str = "test") -> QADataset:
+def open_corpus(path: PathLike, index_dir: PathLike | None = None) -> CorpusFile:
+    """A corpus too big to hold, opened as a ``CorpusFile`` (offsets saved in ``index_dir`` when given); format
+    errors raise ``FlashRAGFormatError``."""
+    try:
+        return CorpusFile.open(path, index_dir, progress=False)
+    except FileNotFoundError as e:
+        raise FlashRAGFormatError(f"{path}: cannot open ({e.strerror})") from None
+    except FlashRAGFormatError:
+        raise
+    except CorpusFormatError as e:
+        raise FlashRAGFormatError(str(e)) from None
+
+
+def load_flashrag(
+    questions_path: PathLike,
+    corpus_path: PathLike | None = None,
+    split: str = "test",
+    *,
+    stream: bool = False,
+    corpus_index_dir: PathLike | None = None,
+) -> QADataset:
     """A ``QADataset`` whose ``split`` holds the questions of ``questions_path`` (the other split is empty).
 
     ``corpus_path`` may be ``None`` when retrieval happens elsewhere (e.g. a remote Search-R1 server); then
-    supporting document ids are not checked and ``corpus`` is empty.
+    supporting document ids are not checked and ``corpus`` is empty. With ``stream=True`` the corpus is not read
+    into memory: ``corpus`` is a ``CorpusFile`` (:func:`open_corpus`, offsets kept in ``corpus_index_dir``) and
+    supporting ids are looked up in it.
     """
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; choose 'train' or 'test'")
-    corpus = load_corpus(corpus_path) if corpus_path is not None else []
-    doc_ids = {d.id for d in corpus} if corpus_path is not None else None
-    examples = load_questions(questions_path, split=split, doc_ids=doc_ids)
+    corpus: Any = []
+    doc_ids: Container[str] | None = None
+    if corpus_path is not None and stream:
+        corpus = doc_ids = open_corpus(corpus_path, corpus_index_dir)
+    elif corpus_path is not None:
+        corpus = load_corpus(corpus_path)
+        doc_ids = {d.id for d in corpus}
+    try:
+        examples = load_questions(questions_path, split=split, doc_ids=doc_ids)
+    except BaseException:
+        if isinstance(corpus, CorpusFile):
+            corpus.close()
+        raise
     return QADataset(
         config=None,
         seed=None,

@@ -16,19 +16,25 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import shutil
+import tempfile
+import weakref
 from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .base import (
     Document,
     Hit,
     Retriever,
+    cache_key,
     corpus_fingerprint,
     load_corpus_jsonl,
     write_corpus_jsonl,
     write_jsonl_atomic,
 )
-from .corpus import CorpusFile, CorpusFormatError
+from .corpus import CorpusFile, CorpusFormatError, FileFingerprint
 
 if TYPE_CHECKING:
     from .bm25 import BM25Retriever, tokenize
@@ -53,8 +59,11 @@ __all__ = [
     "Retriever",
     "corpus_fingerprint",
     "create_app",
+    "disk_index_dirs",
     "load_corpus_jsonl",
     "make_retriever",
+    "open_corpus_file",
+    "resolve_disk_dirs",
     "serve_retriever",
     "tokenize",
     "write_corpus_jsonl",
@@ -94,16 +103,132 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+#: Options of ``make_retriever("bm25:disk", ...)`` (besides ``cache_dir``); any other raises ``TypeError``.
+DISK_BM25_OPTIONS = frozenset(
+    {"index_dir", "corpus_index_dir", "max_memory", "params", "n_threads", "prune", "progress", "build"}
+)
+
+
+def _file_key(fingerprint: FileFingerprint) -> str:
+    return cache_key("corpus-file", asdict(fingerprint))
+
+
+def disk_index_dirs(
+    corpus: Sequence[Document] | str | os.PathLike[str],
+    cache_dir: str | os.PathLike[str],
+) -> tuple[Path, Path | None]:
+    """Where ``bm25:disk`` keeps a corpus's indexes under ``cache_dir``: ``(BM25 folder, CorpusFile offsets folder)``,
+    keyed by the file's fingerprint (size, mtime, edge hash: no full read) for a path or a ``CorpusFile``, by
+    :func:`corpus_fingerprint` for documents in memory (no offsets folder then)."""
+    root = Path(cache_dir)
+    if isinstance(corpus, (str, os.PathLike)):
+        fd = os.open(corpus, os.O_RDONLY)
+        try:
+            fingerprint = FileFingerprint.of(fd)
+        finally:
+            os.close(fd)
+    elif isinstance(corpus, CorpusFile):
+        fingerprint = corpus.fingerprint
+    else:
+        return root / f"bm25disk-{cache_key('docs', corpus_fingerprint(corpus))}", None
+    key = _file_key(fingerprint)
+    return root / f"bm25disk-{key}", root / f"corpus-{key}"
+
+
+def resolve_disk_dirs(
+    corpus: Sequence[Document] | str | os.PathLike[str],
+    index_dir: str | os.PathLike[str] | None,
+    corpus_index_dir: str | os.PathLike[str] | None,
+    cache_dir: str | os.PathLike[str] | None,
+) -> tuple[Path, Path | None]:
+    """The folders ``bm25:disk`` uses: ``index_dir`` (else the cache's, :func:`disk_index_dirs`) for the BM25
+    index, and for a corpus path ``corpus_index_dir``, else the cache's offsets folder, else ``index_dir/corpus``
+    (a subfolder the BM25 build leaves alone)."""
+    cached: tuple[Path, Path | None] = (Path(), None)
+    if index_dir is None or corpus_index_dir is None:
+        if index_dir is None and cache_dir is None:
+            raise ValueError("bm25:disk needs index_dir or cache_dir")
+        if cache_dir is not None:
+            cached = disk_index_dirs(corpus, cache_dir)
+    folder = Path(index_dir) if index_dir is not None else cached[0]
+    if not isinstance(corpus, (str, os.PathLike)):
+        return folder, None
+    if corpus_index_dir is not None:
+        return folder, Path(corpus_index_dir)
+    return folder, cached[1] if index_dir is None else folder / "corpus"
+
+
+def open_corpus_file(
+    path: str | os.PathLike[str],
+    *,
+    index_dir: str | os.PathLike[str] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    progress: bool = False,
+) -> CorpusFile:
+    """``CorpusFile.open(path)`` with its offsets saved in ``index_dir``, else under ``cache_dir`` (keyed by the
+    file's fingerprint, as :func:`disk_index_dirs`), else not saved (one pass over the file at every open)."""
+    if index_dir is None and cache_dir is not None:
+        index_dir = disk_index_dirs(path, cache_dir)[1]
+    return CorpusFile.open(path, index_dir, progress=progress)
+
+
+def _disk_bm25(
+    corpus: Sequence[Document] | str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None, kwargs: dict
+) -> Retriever:
+    """``make_retriever("bm25:disk", ...)``: see there."""
+    from .bm25_disk import DiskBM25
+
+    unknown = set(kwargs) - DISK_BM25_OPTIONS
+    if unknown:
+        raise TypeError(f"unknown bm25:disk retriever options: {sorted(unknown)}")
+    index_dir = kwargs.pop("index_dir", None)
+    corpus_index_dir = kwargs.pop("corpus_index_dir", None)
+    build = kwargs.pop("build", True)
+    progress = kwargs.get("progress", False)
+    kwargs["progress"] = progress
+    scratch: str | None = None
+    if index_dir is None and cache_dir is None:
+        if not build:
+            raise ValueError("bm25:disk with build=False needs index_dir or cache_dir (the index to open)")
+        index_dir = scratch = tempfile.mkdtemp(prefix="agentgym-bm25disk-")
+    index_dir, corpus_index_dir = resolve_disk_dirs(corpus, index_dir, corpus_index_dir, cache_dir)
+    docs = CorpusFile.open(corpus, corpus_index_dir, progress=progress) if isinstance(corpus, (str, os.PathLike)) \
+        else corpus  # fmt: skip
+    try:
+        if build:
+            r = DiskBM25.open_or_build(docs, index_dir, **kwargs)
+        else:
+            kwargs.pop("max_memory", None)
+            kwargs.pop("progress", None)
+            r = DiskBM25(index_dir, docs, **kwargs)
+    except BaseException:
+        if docs is not corpus:
+            docs.close()  # type: ignore[union-attr]
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    if scratch is not None:  # an index nobody asked to keep goes with the retriever
+        weakref.finalize(r, shutil.rmtree, scratch, True)
+    return r
+
+
 def make_retriever(
     spec: str, corpus: Sequence[Document] | str | os.PathLike[str] | None = None, **kwargs: Any
 ) -> Retriever:
     """Build a retriever from a spec string.
 
-    Specs: ``"bm25"`` (fast back-end), ``"bm25:rank_bm25"``, ``"dense"`` (flat; also ``"dense:hnsw"``,
-    ``"dense:ivf"``), ``"hybrid"`` (BM25 + dense fused by RRF) and ``"remote:http://host:port"``. ``corpus`` is a
-    list of documents or the path of a corpus JSONL (not needed for ``remote``). Keyword arguments go to the
-    constructor; for ``hybrid`` each goes to every constructor that takes it (:func:`_options`: ``cache_dir`` to
-    both retrievers, BM25 / dense / RRF options to their owner), and one that none takes raises ``TypeError``.
+    Specs: ``"bm25"`` (fast back-end), ``"bm25:rank_bm25"``, ``"bm25:disk"`` (for corpora too big to hold: see
+    below), ``"dense"`` (flat; also ``"dense:hnsw"``, ``"dense:ivf"``), ``"hybrid"`` (BM25 + dense fused by RRF)
+    and ``"remote:http://host:port"``. ``corpus`` is a list of documents or the path of a corpus JSONL (not needed
+    for ``remote``). Keyword arguments go to the constructor; for ``hybrid`` each goes to every constructor that
+    takes it (:func:`_options`: ``cache_dir`` to both retrievers, BM25 / dense / RRF options to their owner), and
+    one that none takes raises ``TypeError``.
+
+    ``bm25:disk`` never loads a corpus path into memory: it opens it as a ``CorpusFile`` (offsets saved in
+    ``corpus_index_dir``) and ``DiskBM25.open_or_build``s the index in ``index_dir``, or under ``cache_dir`` keyed
+    by the corpus fingerprint (:func:`disk_index_dirs`), or in a temporary folder removed with the retriever.
+    Options: ``max_memory`` (build budget, bytes), ``params``, ``n_threads``, ``prune``, ``progress`` (default
+    False) and ``build`` (False: open an existing index only, ``IndexMismatchError`` if it does not match).
     """
     kind, _, arg = spec.partition(":")
     kind = kind.strip().lower()
@@ -116,6 +241,8 @@ def make_retriever(
         return RemoteRetriever(arg, **kwargs)
     if corpus is None:
         raise ValueError(f"retriever {spec!r} needs a corpus")
+    if kind == "bm25" and arg.strip().lower() == "disk":
+        return _disk_bm25(corpus, kwargs.pop("cache_dir", None), kwargs)
     docs = load_corpus_jsonl(corpus) if isinstance(corpus, (str, os.PathLike)) else corpus
     if kind == "bm25":
         from .bm25 import BM25Retriever
@@ -138,4 +265,6 @@ def make_retriever(
         bm25 = BM25Retriever(docs, **bm25_kw)
         dense = DenseRetriever(docs, **dense_kw)
         return HybridRetriever([bm25, dense], **hybrid_kw)
-    raise ValueError(f"unknown retriever spec {spec!r}: use bm25, bm25:rank_bm25, dense, hybrid or remote:URL")
+    raise ValueError(
+        f"unknown retriever spec {spec!r}: use bm25, bm25:rank_bm25, bm25:disk, dense, hybrid or remote:URL"
+    )

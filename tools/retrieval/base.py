@@ -10,8 +10,10 @@ per line, where the first line of ``contents`` is the title (surrounding quotes 
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
+import math
 import os
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
@@ -153,3 +155,22 @@ def save_npy_atomic(path: str | os.PathLike[str], array: Any) -> None:
     """Write ``array`` to ``path`` as a ``.npy`` file (no pickles), atomically (:func:`atomic_output`)."""
     with atomic_output(path) as tmp, open(tmp, "wb") as f:
         np.save(f, np.ascontiguousarray(array), allow_pickle=False)
+
+
+def parse_size(text: str) -> int:
+    """``"4G"``, ``"512M"``, ``"1.5G"`` or a plain byte count -> bytes; an argparse type (a bad size is a usage
+    error: ``ArgumentTypeError``, a ``ValueError``).
+
+    >>> parse_size("512M"), parse_size("1.5GB"), parse_size("1000")
+    (536870912, 1610612736, 1000)
+    """
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    body = text.strip().upper().removesuffix("B")
+    scale = units.get(body[-1:], 1)
+    try:
+        value = float(body[:-1] if scale > 1 else body)
+    except ValueError:
+        value = math.nan
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"expected a positive size such as 4G or 512M, got {text!r}")
+    return int(value * scale)

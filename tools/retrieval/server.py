@@ -12,15 +12,34 @@ token (compared in constant time).
 :func:`serve_retriever` (and ``agentgym serve-retriever``) binds to loopback by default and refuses to bind anywhere
 else without a token (:func:`check_bind`); its connections are bounded as in
 :func:`agentgym.tools.serving.uvicorn_config` (header and body deadlines, header size, concurrency).
+
+**At scale** (``retriever="bm25:disk"``, e.g. wiki-18's 21M passages): the parent builds or checks the on-disk
+index once (``DiskBM25``, within ``max_memory``), binds the listening socket, then starts ``workers`` processes
+that each open the corpus (``CorpusFile``) and the memory-mapped index themselves and serve that one socket (the
+kernel spreads connections): the postings sit in the page cache once, shared by all. ``GET /health`` names the
+worker that answered (``pid``). A worker that dies is logged and restarted (three deaths in a row within
+``_QUICK_DEATH_S`` of starting stop the server: exit 3); SIGINT / SIGTERM stop the workers (SIGTERM, then SIGKILL
+after a grace period) and the parent; a worker whose parent dies is sent SIGTERM by the kernel (Linux
+``PR_SET_PDEATHSIG``) and also exits when it sees itself orphaned.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request, Response
@@ -34,7 +53,11 @@ from .base import Hit, Retriever
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["TOKEN_ENV", "RetrieveRequest", "check_bind", "create_app", "serve_retriever"]
+__all__ = ["TOKEN_ENV", "RetrieveRequest", "WorkerPool", "check_bind", "create_app", "serve_retriever"]
+
+_QUICK_DEATH_S = 10.0  # a worker dying sooner than this after its start counts towards giving up
+_MAX_QUICK_DEATHS = 3
+_PR_SET_PDEATHSIG = 1
 
 
 class RetrieveRequest(BaseModel):
@@ -75,6 +98,7 @@ def create_app(
             "status": "ok",
             "retriever": type(retriever).__name__,
             "documents": len(corpus) if corpus is not None else None,
+            "pid": os.getpid(),  # which worker answered (``serve_retriever(workers=N)``)
             "limits": {"max_queries": max_queries, "max_topk": max_topk, "max_query_chars": max_query_chars},
         }
 
@@ -169,6 +193,11 @@ def serve_retriever(
     log_level: str = "info",
     header_timeout: float = 10.0,
     body_timeout: float = 60.0,
+    workers: int = 1,
+    index_dir: str | os.PathLike[str] | None = None,
+    max_memory: int | None = None,
+    n_threads: int | None = None,
+    grace_s: float = 10.0,
     **app_kwargs: Any,
 ) -> None:
     """Load a Search-R1 corpus JSONL, build ``retriever`` (a :func:`make_retriever` spec) and serve it with uvicorn.
@@ -176,13 +205,33 @@ def serve_retriever(
     Binds to loopback by default; any other ``host`` needs a bearer ``token`` (ValueError otherwise, raised before
     the corpus is loaded). ``header_timeout`` / ``body_timeout``: seconds a client has to send its request headers
     / body (see :func:`agentgym.tools.serving.uvicorn_config`). ``app_kwargs`` go to :func:`create_app`.
+
+    ``retriever="bm25:disk"`` serves corpora of any size from ``workers`` processes (see the module docstring):
+    the index lives in ``index_dir`` (else under ``cache_dir``, else a temporary folder removed at exit), is built
+    within ``max_memory`` bytes when missing or stale, and each worker searches with ``n_threads`` threads (default:
+    the CPUs shared out among the workers). ``grace_s``: how long stopping workers get before SIGKILL. The other
+    specs load the corpus and serve from this process (``workers`` must be 1).
     """
+    check_bind(host, token)
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    kind, _, arg = retriever.partition(":")
+    if kind.strip().lower() == "bm25" and arg.strip().lower() == "disk":
+        _serve_disk(
+            corpus_path, host=host, port=port, cache_dir=cache_dir, token=token, log_level=log_level,
+            header_timeout=header_timeout, body_timeout=body_timeout, workers=workers, index_dir=index_dir,
+            max_memory=max_memory, n_threads=n_threads, grace_s=grace_s, app_kwargs=app_kwargs,
+        )  # fmt: skip
+        return
+    if workers != 1 or index_dir is not None or max_memory is not None:
+        raise ValueError(f"workers, index_dir and max_memory need retriever='bm25:disk', not {retriever!r}")
     from . import make_retriever
     from .base import load_corpus_jsonl
 
-    check_bind(host, token)
     corpus = load_corpus_jsonl(corpus_path)
     kwargs: dict[str, Any] = {"cache_dir": cache_dir} if cache_dir is not None else {}
+    if n_threads is not None:
+        kwargs["n_threads"] = n_threads
     r = make_retriever(retriever, corpus, **kwargs)
     try:
         app = create_app(r, token=token, **app_kwargs)
@@ -192,3 +241,205 @@ def serve_retriever(
         run_uvicorn(config)
     finally:
         r.close()
+
+
+def _bind(host: str, port: int, backlog: int = 2048) -> socket.socket:
+    """The listening socket the workers share (inheritable)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.listen(backlog)
+        sock.set_inheritable(True)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _serve_disk(
+    corpus_path: str | os.PathLike[str],
+    *,
+    host: str,
+    port: int,
+    cache_dir: str | os.PathLike[str] | None,
+    token: str | None,
+    log_level: str,
+    header_timeout: float,
+    body_timeout: float,
+    workers: int,
+    index_dir: str | os.PathLike[str] | None,
+    max_memory: int | None,
+    n_threads: int | None,
+    grace_s: float,
+    app_kwargs: dict[str, Any],
+) -> None:
+    from . import make_retriever, resolve_disk_dirs
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
+    scratch = tempfile.mkdtemp(prefix="agentgym-bm25disk-") if index_dir is None and cache_dir is None else None
+    try:
+        folder, corpus_dir = resolve_disk_dirs(corpus_path, index_dir or scratch, None, cache_dir)
+        opts: dict[str, Any] = {"index_dir": folder, "corpus_index_dir": corpus_dir}
+        build_opts = {**opts, "progress": log_level.lower() in ("info", "debug", "trace")}
+        if max_memory is not None:
+            build_opts["max_memory"] = max_memory
+        started = time.monotonic()
+        # built or checked once, here; kept open so that its pages stay mapped (and counted shared) while we serve
+        parent_index = make_retriever("bm25:disk", corpus_path, n_threads=1, **build_opts)
+        _log.info("index ready in %.1f s: %s (%d documents)", time.monotonic() - started, folder,
+                  len(parent_index.corpus))  # type: ignore[attr-defined]  # fmt: skip
+        try:
+            sock = _bind(host, port)
+        except BaseException:
+            parent_index.close()
+            raise
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        config = {
+            "corpus": os.fspath(corpus_path),
+            "index_dir": os.fspath(folder),
+            "corpus_index_dir": None if corpus_dir is None else os.fspath(corpus_dir),
+            "n_threads": n_threads or max(1, cpus // workers),
+            "token": token,
+            "log_level": log_level,
+            "header_timeout": header_timeout,
+            "body_timeout": body_timeout,
+            "app": app_kwargs,
+        }
+        pool = WorkerPool(sock, config, workers, grace_s=grace_s)
+        try:
+            _log.info("serving on http://%s:%d with %d worker(s)", host, sock.getsockname()[1], workers)
+            pool.run()
+        finally:
+            pool.stop()
+            sock.close()
+            parent_index.close()
+        if pool.failed:
+            raise SystemExit(3)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+@dataclass
+class WorkerPool:
+    """``n`` worker processes serving one listening socket (:func:`serve_retriever` with ``bm25:disk``).
+
+    ``run()`` starts them and supervises until SIGINT / SIGTERM (or ``request_stop()``): a worker that exits is
+    logged with its code and restarted; ``_MAX_QUICK_DEATHS`` deaths in a row, each within ``_QUICK_DEATH_S`` of
+    its start, stop the pool with ``failed`` set. ``stop()`` sends SIGTERM, waits ``grace_s``, then SIGKILLs.
+    """
+
+    sock: socket.socket
+    config: dict[str, Any]
+    n: int
+    grace_s: float = 10.0
+    failed: bool = False
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    _started: dict[int, float] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        fd = self.sock.fileno()
+        payload = json.dumps({**self.config, "fd": fd, "parent": os.getpid()}).encode()
+        code = "from agentgym.tools.retrieval.server import _worker_main; raise SystemExit(_worker_main())"
+        proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, pass_fds=(fd,))
+        assert proc.stdin is not None
+        try:  # the config (with the token) goes through a pipe: nothing in argv or the environment
+            proc.stdin.write(payload)
+            proc.stdin.close()
+        except OSError:
+            pass  # it died at once: the supervisor sees it
+        self._started[proc.pid] = time.monotonic()
+        _log.info("started worker pid %d", proc.pid)
+        return proc
+
+    def request_stop(self, *_: object) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        handlers = {}
+        if threading.current_thread() is threading.main_thread():
+            handlers = {sig: signal.signal(sig, self.request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            self.procs = [self._spawn() for _ in range(self.n)]
+            quick_deaths = 0
+            while not self._stop.wait(0.2):
+                for i, proc in enumerate(self.procs):
+                    code = proc.poll()
+                    if code is None:
+                        continue
+                    lived = time.monotonic() - self._started.pop(proc.pid, 0.0)
+                    _log.error("worker pid %d exited with code %s after %.1f s; restarting it", proc.pid, code, lived)
+                    quick_deaths = quick_deaths + 1 if lived < _QUICK_DEATH_S else 0
+                    if quick_deaths >= _MAX_QUICK_DEATHS:
+                        _log.error("workers keep dying at start (%d in a row): stopping", quick_deaths)
+                        self.failed = True
+                        return
+                    self.procs[i] = self._spawn()
+        finally:
+            for sig, h in handlers.items():
+                signal.signal(sig, h)
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.grace_s
+        for proc in self.procs:
+            try:
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _log.warning("worker pid %d did not stop within %.0f s: killing it", proc.pid, self.grace_s)
+                proc.kill()
+                proc.wait()
+
+
+def _die_with_parent(parent: int) -> None:
+    """Have the kernel send this process SIGTERM when its parent dies (Linux), and exit if it already has; a
+    watchdog thread checks too (other systems, or a parent that died before the request)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        os._exit(0)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _worker_main() -> int:
+    """A worker of :class:`WorkerPool`: read the config from stdin, open the index (never build it), serve the
+    inherited socket until SIGTERM / SIGINT."""
+    import uvicorn
+
+    from . import make_retriever
+
+    config = json.loads(sys.stdin.buffer.read())
+    _die_with_parent(int(config["parent"]))
+    sock = socket.socket(fileno=int(config["fd"]))
+    r = make_retriever(
+        "bm25:disk", config["corpus"], index_dir=config["index_dir"], corpus_index_dir=config["corpus_index_dir"],
+        n_threads=config["n_threads"], build=False,
+    )  # fmt: skip
+    try:
+        app = create_app(r, token=config["token"], **config["app"])
+        uv = uvicorn_config(
+            app, log_level=config["log_level"], header_timeout=config["header_timeout"],
+            body_timeout=config["body_timeout"],
+        )  # fmt: skip
+        server = uvicorn.Server(uv)
+        with contextlib.suppress(KeyboardInterrupt):
+            server.run(sockets=[sock])
+    finally:
+        r.close()
+    return 0
