@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -186,7 +187,7 @@ class QADataset:
 
     config: DatasetConfig | None
     seed: int | None
-    corpus: list[Document]
+    corpus: Sequence[Document]  # a list, or a CorpusFile for corpora too big to hold (load_flashrag(stream=True))
     train: list[QAExample]
     test: list[QAExample]
     _by_id: dict[str, Document] | None = field(default=None, init=False, repr=False, compare=False)
@@ -197,6 +198,9 @@ class QADataset:
         return self.train if name == "train" else self.test
 
     def doc(self, doc_id: str) -> Document:
+        """The passage with id ``doc_id`` (a ``CorpusFile`` corpus is looked up in its own id index)."""
+        if hasattr(self.corpus, "get"):
+            return self.corpus.get(doc_id)
         if self._by_id is None or len(self._by_id) != len(self.corpus):
             self._by_id = {d.id: d for d in self.corpus}
         return self._by_id[doc_id]

@@ -364,6 +364,11 @@ def test_searchqa_remote_without_a_corpus_and_disk_with_one(saved_tiny: Path, tm
     disk = SearchQAEnv(questions_path=questions, corpus_path=corpus, retriever="bm25:disk", cache_dir=str(tmp_path))
     assert isinstance(disk.dataset.corpus, CorpusFile) and isinstance(disk.retriever, DiskBM25)
     assert oracle_run(disk, range(8)) == want
+    for ex in disk.examples[:4]:  # supporting passages come from the file, the same as from the list
+        for doc_id in ex.supporting_doc_ids:
+            assert disk.dataset.doc(doc_id) == reference.dataset.doc(doc_id)
+    with pytest.raises(KeyError):
+        disk.dataset.doc("no-such-doc")
     with BackgroundServer(create_app(disk.retriever)) as server:
         remote = SearchQAEnv(questions_path=questions, retriever=f"remote:{server.url}")  # no corpus_path
         assert remote.dataset.corpus == []
