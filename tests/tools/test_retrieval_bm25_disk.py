@@ -203,3 +203,24 @@ def test_cli_user_errors_are_one_line_and_exit_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["build", str(tmp_path / "missing.jsonl"), str(tmp_path / "ix")])
     assert exc.value.code == 2 and "cannot open" in capsys.readouterr().err
+
+
+def test_damaged_vocabulary_never_matches_or_reads_out_of_bounds(tmp_path: Path) -> None:
+    """The vocabulary files are data: a word span out of range, or a hash table with no free row, never matches
+    and never reads past an array (the compiled lookup does not bounds-check otherwise)."""
+    corpus = [Document.from_title_text(str(i), f"Lake {i}", f"lake ovra number {i}") for i in range(20)]
+    folder = tmp_path / "ix"
+    DiskBM25.build(corpus, folder, progress=False)
+    good = DiskBM25(folder, corpus)
+    lake = good.term_id("lake")
+    assert lake >= 0 and good.term_id("ovra") >= 0 and good.term_id("nope") == -1
+    start = np.load(folder / "vocab_start.npy")
+    start[lake] = 1 << 40  # the word's bytes out of range
+    np.save(folder / "vocab_start.npy", start)
+    disk = DiskBM25(folder, corpus)
+    assert disk.term_id("lake") == -1 and disk.search("lake", 3) == [] and disk.term_id("ovra") >= 0
+    table = np.load(folder / "vocab_table.npy")
+    table[:, 1] = (1 << 32) | 5  # every row full: probing ends after one pass
+    np.save(folder / "vocab_table.npy", table)
+    disk = DiskBM25(folder, corpus)
+    assert disk.term_id("lake") == -1 and disk.batch_search(["lake ovra", "x"], 3) == [[], []]

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -52,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import Document, Hit, Retriever, corpus_fingerprint, save_npy_atomic
+from .base import Document, Hit, Retriever, corpus_fingerprint, parse_size, save_npy_atomic
 from .bm25 import (
     STOPWORDS,
     TOKENIZER_VERSION,
@@ -92,9 +91,8 @@ _ARRAYS = {
     "vocab_start": np.int64,
     "vocab_len": np.int32,
 }
-_FNV_OFFSET = 0xCBF29CE484222325
-_FNV_PRIME = 0x100000001B3
-_U64 = (1 << 64) - 1
+_FNV_OFFSET_U64 = np.uint64(0xCBF29CE484222325)  # bm25.py's _intern hashes: FNV-1a over the UTF-8 bytes
+_FNV_PRIME_U64 = np.uint64(0x100000001B3)
 
 
 class IndexMismatchError(ValueError):
@@ -416,6 +414,48 @@ def _impacts(
 # ----------------------------------------------------------------------------------------------- serve
 
 
+@_kernel
+def _lookup_terms(buf, starts, lens, table, blob, wstart, wlen, n_terms):  # pragma: no cover - compiled
+    """The term number of each word ``buf[starts[i]:starts[i]+lens[i]]`` (UTF-8 bytes of a token) in the vocabulary
+    hash table written by the build (``_intern``'s layout), or -1. The arrays are data from files: a row naming a
+    term or a span out of range never matches, and probing stops after one pass over the table."""
+    out = np.full(starts.size, -1, np.int64)
+    size = table.shape[0]
+    mask = size - 1
+    n_blob = blob.size
+    for i in range(starts.size):
+        s = starts[i]
+        length = lens[i]
+        h = _FNV_OFFSET_U64
+        prefix = np.uint64(0)
+        for q in range(length):
+            c = np.uint64(buf[s + q])
+            h = (h ^ c) * _FNV_PRIME_U64
+            if q < 8:
+                prefix |= c << np.uint64(8 * q)
+        hs = np.int64(h)
+        ps = np.int64(prefix)
+        slot = np.int64(h & np.uint64(mask))
+        for _ in range(size):
+            packed = table[slot, 1]
+            if packed < 0:
+                break
+            if table[slot, 0] == hs and (packed >> 32) == length and table[slot, 2] == ps:
+                t = packed & 0xFFFFFFFF
+                if t < n_terms and wlen[t] == length and wstart[t] >= 0 and wstart[t] + length <= n_blob:
+                    a = wstart[t]
+                    same = True
+                    for q in range(length):
+                        if blob[a + q] != buf[s + q]:
+                            same = False
+                            break
+                    if same:
+                        out[i] = t
+                        break
+            slot = (slot + 1) & mask
+    return out
+
+
 def _load(folder: Path, name: str) -> np.ndarray:
     try:
         a = np.load(folder / f"{name}.npy", mmap_mode="r", allow_pickle=False)
@@ -571,46 +611,26 @@ class DiskBM25(Retriever):
 
     def term_id(self, token: str) -> int:
         """The term number of ``token`` (as :func:`tokenize` produces it), or -1 when it is not indexed."""
-        data = token.encode("utf-8", "surrogatepass")
-        h, prefix = _FNV_OFFSET, 0
-        for i, c in enumerate(data):
-            h = ((h ^ c) * _FNV_PRIME) & _U64
-            if i < 8:
-                prefix |= c << (8 * i)
-        table = self._table
-        size = table.shape[0]
-        slot = h & (size - 1)
-        hs = h - (1 << 64) if h >= 1 << 63 else h
-        ps = prefix - (1 << 64) if prefix >= 1 << 63 else prefix
-        for _ in range(size):
-            row = table[slot]
-            packed = int(row[1])
-            if packed < 0:
-                return -1
-            if int(row[0]) == hs and packed >> 32 == len(data) and int(row[2]) == ps:
-                t = packed & 0xFFFFFFFF
-                if self._word(t) == data:
-                    return t
-            slot = (slot + 1) & (size - 1)
-        return -1
+        return int(self._term_ids([token])[0])
 
-    def _word(self, t: int) -> bytes | None:
-        """The UTF-8 bytes of term ``t`` (None when ``t`` or its span is out of range: the files are data)."""
-        if not 0 <= t < self.n_terms:
-            return None
-        s, n = int(self._start[t]), int(self._len[t])
-        if s < 0 or n < 0 or s + n > self._blob.shape[0]:
-            return None
-        return self._blob[s : s + n].tobytes()
+    def _term_ids(self, tokens: Sequence[str]) -> np.ndarray:
+        """The term numbers of ``tokens`` (-1 for those not indexed), looked up in one compiled call."""
+        data = [t.encode("utf-8", "surrogatepass") for t in tokens]
+        lens = np.fromiter(map(len, data), np.int64, len(data))
+        starts = np.zeros(len(data), np.int64)
+        np.cumsum(lens[:-1], out=starts[1:])
+        buf = np.frombuffer(b"".join(data), np.uint8)
+        return _lookup_terms(buf, starts, lens, self._table, self._blob, self._start, self._len, self.n_terms)
 
     def _encode(self, queries: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        tokenized = [tokenize(q) for q in queries]
+        ids = iter(self._term_ids([tok for toks in tokenized for tok in toks]).tolist())
         ptr = [0]
         terms: list[int] = []
         weights: list[float] = []
-        for q in queries:
-            counts: dict[int, int] = {}
-            for tok in tokenize(q):
-                t = self.term_id(tok)
+        for toks in tokenized:
+            counts: dict[int, int] = {}  # first-occurrence order, as the in-memory index encodes queries
+            for _, t in zip(toks, ids, strict=False):
                 if t >= 0:
                     counts[t] = counts.get(t, 0) + 1
             terms.extend(counts)
@@ -661,31 +681,13 @@ class DiskBM25(Retriever):
 # ----------------------------------------------------------------------------------------------- CLI
 
 
-def _parse_bytes(text: str) -> int:
-    """``"4G"``, ``"512M"``, ``"1.5G"`` or a plain byte count -> bytes (argparse type: a bad size is a usage error).
-
-    >>> _parse_bytes("512M"), _parse_bytes("1.5GB"), _parse_bytes("1000")
-    (536870912, 1610612736, 1000)
-    """
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    body = text.strip().upper().removesuffix("B")
-    scale = units.get(body[-1:], 1)
-    try:
-        value = float(body[:-1] if scale > 1 else body)
-    except ValueError:
-        value = math.nan
-    if not value > 0 or math.isinf(value):
-        raise argparse.ArgumentTypeError(f"expected a positive size such as 4G or 512M, got {text!r}")
-    return int(value * scale)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agentgym.tools.retrieval.bm25_disk")
     sub = parser.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build the on-disk BM25 index of a corpus JSONL")
     b.add_argument("corpus")
     b.add_argument("index_dir")
-    b.add_argument("--max-memory", type=_parse_bytes, default="4G", help="peak memory budget of the build (e.g. "
+    b.add_argument("--max-memory", type=parse_size, default="4G", help="peak memory budget of the build (e.g. "
                    "2G, 512M)")  # fmt: skip
     b.add_argument("--corpus-index-dir", default=None, help="where CorpusFile keeps its offsets (default: none)")
     b.add_argument("--k1", type=float, default=1.5)
