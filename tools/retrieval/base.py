@@ -174,3 +174,14 @@ def parse_size(text: str) -> int:
     if not value > 0 or math.isinf(value):
         raise argparse.ArgumentTypeError(f"expected a positive size such as 4G or 512M, got {text!r}")
     return int(value * scale)
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 (argparse type: anything else is a usage error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value

