@@ -178,6 +178,52 @@ def test_pruning_kicks_in_with_rare_and_common_terms() -> None:
         assert_same_ranking(got, ref.search(q, 3), full_scores(ref, q))
 
 
+def layered_corpus(seed: int, n_docs: int, dup: float) -> list[Document]:
+    """Rare (r*), mid (m*) and common (c*) terms, so pruning starts after the short lists and the long ones are
+    searched for the candidates (galloping or scanning); a ``dup`` share of documents repeat an earlier text (equal
+    scores, ties broken by corpus order)."""
+    rng = random.Random(seed)
+    rates = {f"r{i}": 0.005 * (i + 1) for i in range(4)} | {f"m{i}": 0.05 * (i + 1) for i in range(4)}
+    rates |= {f"c{i}": 0.5 + 0.15 * i for i in range(4)}
+    texts: list[str] = []
+    for _ in range(n_docs):
+        if texts and rng.random() < dup:
+            texts.append(rng.choice(texts))
+            continue
+        words = [w for w, p in rates.items() for _ in range(rng.randint(1, 3)) if rng.random() < p]
+        texts.append(" ".join(rng.sample(words, len(words)) + ["pad"] * rng.randint(0, 20)))
+    return [Document(str(i), t) for i, t in enumerate(texts)]
+
+
+@given(
+    seed=st.integers(0, 10_000),
+    n_docs=st.integers(200, 3000),
+    dup=st.sampled_from([0.0, 0.3, 0.8]),
+    topk=st.sampled_from([1, 3, 10, 25, 60, 150]),
+    idf=st.sampled_from(["okapi", "lucene"]),
+)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_pruning_with_many_candidates_long_lists_and_ties(
+    seed: int, n_docs: int, dup: float, topk: int, idf: str
+) -> None:
+    corpus = layered_corpus(seed, n_docs, dup)
+    rng = random.Random(seed + 1)
+    vocab = [f"{c}{i}" for c in "rmc" for i in range(4)]
+    queries = [" ".join(rng.choices(vocab, k=rng.randint(2, 7))) for _ in range(40)]
+    queries += ["r0 c0 c1 c2 c3", "r3 m0 m1 c3 c3", "r0 r1 m3 c0 c1 c2 c3"]
+    pruned = BM25Retriever(corpus, idf=idf, n_threads=1)
+    exhaustive = BM25Retriever(corpus, idf=idf, n_threads=1, prune=False, _index=pruned._fast)
+    for q in queries:  # topk near the number of matches of the rarest term, too
+        idx = pruned._fast
+        assert idx is not None
+        ids = [idx.vocab[w] for w in tokenize(q) if w in idx.vocab]
+        df = min((int(idx.indptr[t + 1] - idx.indptr[t]) for t in ids), default=0)
+        for k in (topk, max(1, df - 1), df, df + 1):
+            got, want = pruned.search_ids([q], k)[0], exhaustive.search_ids([q], k)[0]
+            assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), (q, k)
+            assert got[1].dtype == np.float32
+
+
 def test_ties_break_by_corpus_order_and_no_match_gives_fewer_hits() -> None:
     corpus = [Document(str(i), "alpha beta") for i in range(6)] + [Document("x", "gamma"), Document("y", "delta")]
     for backend in ("fast", "rank_bm25"):

@@ -224,3 +224,30 @@ def test_damaged_vocabulary_never_matches_or_reads_out_of_bounds(tmp_path: Path)
     np.save(folder / "vocab_table.npy", table)
     disk = DiskBM25(folder, corpus)
     assert disk.term_id("lake") == -1 and disk.batch_search(["lake ovra", "x"], 3) == [[], []]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_pruned_search_on_disk_is_exact_with_many_candidates_and_ties(tmp_path: Path, seed: int) -> None:
+    """The pruned kernel's galloping/scanning candidate phase on the memory-mapped (uint32) postings: the same ids,
+    order and float32 scores as without pruning and as the in-memory index, ties (repeated texts) included."""
+    rng = np.random.default_rng(seed)
+    vocab = [f"r{i}" for i in range(4)] + [f"m{i}" for i in range(4)] + [f"c{i}" for i in range(4)]
+    rates = np.array([0.005, 0.01, 0.015, 0.02, 0.05, 0.1, 0.15, 0.2, 0.5, 0.65, 0.8, 0.95])
+    texts: list[str] = []
+    for _ in range(2500):
+        if texts and rng.random() < 0.3:  # a repeated text: equal scores, broken by corpus order
+            texts.append(texts[int(rng.integers(len(texts)))])
+            continue
+        words = [w for w, p in zip(vocab, rates, strict=True) if rng.random() < p for _ in range(rng.integers(1, 4))]
+        texts.append(" ".join([*rng.permutation(words).tolist(), *["pad"] * int(rng.integers(0, 20))]))
+    corpus = [Document(str(i), t) for i, t in enumerate(texts)]
+    queries = [" ".join(rng.choice(vocab, int(rng.integers(2, 7))).tolist()) for _ in range(60)]
+    queries += ["r0 c0 c1 c2 c3", "r3 m0 m1 c3 c3", "r0 r1 m3 c0 c1 c2 c3"]
+    disk = DiskBM25.build(corpus, tmp_path / "ix", progress=False, n_threads=2)
+    plain = DiskBM25(tmp_path / "ix", corpus, n_threads=2, prune=False)
+    ref = BM25Retriever(corpus, n_threads=2)
+    for topk in (1, 10, 40, 200):
+        got, want, mem = disk.search_ids(queries, topk), plain.search_ids(queries, topk), ref.search_ids(queries, topk)
+        for q, (g, w, r) in zip(queries, zip(got, want, mem, strict=True), strict=True):
+            for a, b in ((g, w), (g, r)):
+                assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) and a[1].dtype == b[1].dtype, (q, topk)
