@@ -511,6 +511,8 @@ def test_faiss_spec_and_two_workers_serving_it(tmp_path: Path, tiny: E5Encoder, 
     r = make_retriever("faiss", corpus, index_path=tmp_path / "f.index", encoder=model, cache_dir=tmp_path / "c")
     assert isinstance(r.corpus, CorpusFile) and [[(h.doc.id, h.doc.contents) for h in hs]
                                                 for hs in r.batch_search(queries, 4)] == want  # fmt: skip
+    r.close()
+    assert r.corpus._fd == -1  # the CorpusFile make_retriever opened goes with the retriever
     with pytest.raises(TypeError, match="max_memory"):
         make_retriever("faiss", corpus, index_path=tmp_path / "f.index", max_memory=1)
     with pytest.raises(ValueError, match="index_path"):

@@ -65,6 +65,12 @@ def test_disk_spec_over_a_path_streams_and_equals_bm25(tmp_path: Path, small: tu
     assert own.search(queries[1], 3) == ref.search(queries[1], 3)
     for r in (disk, again, own):
         r.close()
+        assert r.corpus._fd == -1  # the CorpusFile make_retriever opened is closed with the retriever
+    docs = CorpusFile.open(path, progress=False)
+    theirs = make_retriever("bm25:disk", docs, cache_dir=tmp_path)
+    theirs.close()
+    assert docs._fd >= 0 and docs[0].id  # a corpus the caller passed stays the caller's
+    docs.close()
 
 
 def test_disk_spec_over_documents_and_its_options(tmp_path: Path) -> None:

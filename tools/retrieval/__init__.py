@@ -215,6 +215,7 @@ def _disk_bm25(
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
         raise
+    r.owns_corpus = docs is not corpus
     if scratch is not None:  # an index nobody asked to keep goes with the retriever
         weakref.finalize(r, shutil.rmtree, scratch, True)
     return r
@@ -247,11 +248,13 @@ def _faiss(
         else corpus
     )
     try:
-        return FaissRetriever(docs, index_path, encoder, **kwargs)
+        r = FaissRetriever(docs, index_path, encoder, **kwargs)
     except BaseException:
         if docs is not corpus:
             docs.close()  # type: ignore[union-attr]
         raise
+    r.owns_corpus = docs is not corpus
+    return r
 
 
 def make_retriever(

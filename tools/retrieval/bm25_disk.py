@@ -514,6 +514,7 @@ class DiskBM25(Retriever):
         except (TypeError, ValueError, KeyError) as e:
             raise IndexMismatchError(f"{folder}: bad params in meta.json ({e})") from None
         self.corpus = corpus
+        self.owns_corpus = False  # close() closes the corpus too (make_retriever sets it for a file it opened)
         self.folder = folder
         self.n_docs = len(corpus)
         self.prune = prune
@@ -676,6 +677,8 @@ class DiskBM25(Retriever):
             if self._pool is not None:
                 self._pool.shutdown(wait=True)
                 self._pool = None
+        if self.owns_corpus:
+            self.corpus.close()  # type: ignore[attr-defined]  # a CorpusFile
 
 
 # ----------------------------------------------------------------------------------------------- CLI

@@ -730,6 +730,7 @@ class FaissRetriever(Retriever):
         import faiss
 
         self.corpus = corpus
+        self.owns_corpus = False  # close() closes the corpus too (make_retriever sets it for a file it opened)
         self.encoder = encoder
         self.index = open_index(index_path, mmap=mmap)
         if self.index.ntotal != len(corpus):
@@ -766,6 +767,10 @@ class FaissRetriever(Retriever):
             pairs = sorted((-s, i) for s, i in zip(row_s, row_i, strict=True) if i >= 0)
             out.append([Hit(self.corpus[i], -neg) for neg, i in pairs])
         return out
+
+    def close(self) -> None:
+        if self.owns_corpus:
+            self.corpus.close()  # type: ignore[union-attr]  # a CorpusFile
 
 
 # --- CLI ---------------------------------------------------------------------------------------------------------
