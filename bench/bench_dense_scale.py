@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -157,33 +158,24 @@ def main() -> int:
     before = rss_anon()
     pq = open_index(work / "ivfpq.index", mmap=True)
     res["ivfpq_rss_anon_after_open"] = rss_anon() - before
-    res["ivfpq"] = {}
-    for nprobe in args.nprobe:
-        faiss.extract_index_ivf(pq).nprobe = nprobe
-        got, s = timed_search(pq, q, 10)
-        recall = float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got, ref, strict=True)]))
-        lat = single_latencies(pq, q[: max(args.single, 200)], 10)
-        res["ivfpq"][nprobe] = {
-            "recall@10": recall,
-            "qps": args.queries / s,
-            "p50_ms": float(np.percentile(lat, 50)),
-            "p99_ms": float(np.percentile(lat, 99)),
-        }
+
+    def sweep(index: Any) -> dict[int, dict[str, float]]:
+        """recall@10 against the flat index, batched q/s and single-query latencies at each nprobe."""
+        out = {}
+        for nprobe in args.nprobe:
+            faiss.extract_index_ivf(pq).nprobe = nprobe
+            got, s = timed_search(index, q, 10)
+            recall = float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got, ref, strict=True)]))
+            lat = single_latencies(index, q[: max(args.single, 200)], 10)
+            p50, p99 = (float(np.percentile(lat, x)) for x in (50, 99))
+            out[nprobe] = {"recall@10": recall, "qps": args.queries / s, "p50_ms": p50, "p99_ms": p99}
+        return out
+
+    res["ivfpq"] = sweep(pq)
     # IVF-PQ candidates re-ranked with the exact vectors of the memory-mapped flat file (reads k * k_factor rows)
     refine = faiss.IndexRefine(pq, flat)
     refine.k_factor = args.k_factor
-    res["refine"] = {}
-    for nprobe in args.nprobe:
-        faiss.extract_index_ivf(pq).nprobe = nprobe
-        got, s = timed_search(refine, q, 10)
-        recall = float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got, ref, strict=True)]))
-        lat = single_latencies(refine, q[: max(args.single, 200)], 10)
-        res["refine"][nprobe] = {
-            "recall@10": recall,
-            "qps": args.queries / s,
-            "p50_ms": float(np.percentile(lat, 50)),
-            "p99_ms": float(np.percentile(lat, 99)),
-        }
+    res["refine"] = sweep(refine)
     res["load_after"] = os.getloadavg()
 
     gib = 2**30
