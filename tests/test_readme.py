@@ -435,3 +435,31 @@ def test_readme_credit_tables_are_the_committed_grid():
         wrong += [f"{t['method']}: README {shown}, recorded {actual}" for actual, shown in checks
                   if not agrees(actual, *shown)]  # fmt: skip
     assert not wrong, "README.md's credit tables differ from the committed grid:\n" + "\n".join(wrong)
+
+
+def test_readme_credit_secondary_table_is_the_committed_grid():
+    """Every row of the credit section's table of all methods and horizons is what bench/credit_sweep.py recorded in
+    bench/results/credit_round2/grid/results.json: seeds, collapses, success, and each paired test's difference,
+    raw p and Holm p (primary-family tests marked as such)."""
+    results = json.loads((ROOT / "bench" / "results" / "credit_round2" / "grid" / "results.json").read_text())
+    cells = {(c["horizon"], c["method"]): c for c in results["cells"]}
+    tests = {(t["horizon"], t["method"], t["endpoint"]): t for t in results["tests"]}
+    rows = _table_at(README.read_text(encoding="utf-8"), "| H | method | seeds | collapsed |")
+    assert {(int(r["H"]), r["method"].strip("`")) for r in rows} == set(cells)  # every cell, nothing else
+    wrong = []
+    for row in rows:
+        key = (int(row["H"]), row["method"].strip("`"))
+        cell = cells[key]
+        checks = [(cell["seeds"], (float(row["seeds"]), 0)), (cell["collapsed"], (float(row["collapsed"]), 0)),
+                  (cell["after_mean"], _number(row["final success"]))]  # fmt: skip
+        for endpoint, (diff, p, holm) in {"final": ("− `grpo`", "p", "Holm p"),
+                                          "auc": ("AUC − `grpo`", "AUC p", "AUC Holm p")}.items():  # fmt: skip
+            t = tests.get((*key, endpoint))
+            if t is None:
+                assert key[1] == "grpo" and not row[diff], f"{key}: no {endpoint} test recorded, README {row[diff]}"
+                continue
+            shown_holm = row[holm].removesuffix(" (primary)")
+            assert (shown_holm != row[holm]) == (t["family"] == "primary"), f"{key} {endpoint}: family"
+            checks += [(t["mean"], _number(row[diff])), (t["p"], _number(row[p])), (t["p_holm"], _number(shown_holm))]
+        wrong += [f"{key}: README {shown}, recorded {actual}" for actual, shown in checks if not agrees(actual, *shown)]
+    assert not wrong, "README.md's table of every credit cell differs from the committed grid:\n" + "\n".join(wrong)
