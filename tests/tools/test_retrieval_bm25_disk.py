@@ -51,6 +51,88 @@ def test_matches_in_memory_index(tmp_path: Path, docs, queries, chunk, idf, topk
     assert_same(disk, ref, [*queries, "lake river lake", "the of", "été ÉTÉ 東京"], topk)
 
 
+SMALL_VOCAB = [f"w{i}" for i in range(14)]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    n_docs=st.integers(130, 700),
+    seed=st.integers(0, 2**31),
+    queries=st.lists(
+        st.lists(st.sampled_from(SMALL_VOCAB), min_size=1, max_size=7).map(" ".join), min_size=1, max_size=5
+    ),
+    topk=st.integers(1, 40),
+)
+def test_long_posting_lists_match_in_memory_index(tmp_path: Path, n_docs, seed, queries, topk) -> None:
+    """Posting lists of several blocks (a 14-word vocabulary over hundreds of documents), where block-max pruning
+    skips and decodes blocks: the same ids and float32 scores as the in-memory index, pruned or not."""
+    rng = np.random.default_rng(seed)
+    p = 1.0 / np.arange(1, len(SMALL_VOCAB) + 1)
+    corpus = [
+        Document.from_title_text(str(i), "", " ".join(rng.choice(SMALL_VOCAB, rng.integers(1, 25), p=p / p.sum())))
+        for i in range(n_docs)
+    ]
+    ref = BM25Retriever(corpus, n_threads=1)
+    folder = tmp_path / f"ix{seed}"
+    disk = DiskBM25.build(corpus, folder, chunk_docs=97, progress=False, n_threads=1)
+    exhaustive = DiskBM25(folder, corpus, prune=False, n_threads=1)
+    for q, (ri, rs), (di, ds), (ei, es) in zip(
+        queries,
+        ref.search_ids(queries, topk),
+        disk.search_ids(queries, topk),
+        exhaustive.search_ids(queries, topk),
+        strict=True,
+    ):
+        assert di.tolist() == ri.tolist() == ei.tolist(), q
+        assert ds.tobytes() == rs.tobytes() == es.tobytes(), q  # bit-identical scores
+
+
+def test_queries_with_many_terms_go_term_at_a_time(tmp_path: Path) -> None:
+    """A query with more distinct terms than DAAT_MAX_TERMS (an untrusted client can send thousands) is scored
+    term-at-a-time, with the same results."""
+    from agentgym.tools.retrieval.postings import DAAT_MAX_TERMS
+
+    words = [f"t{i}" for i in range(3 * DAAT_MAX_TERMS)]
+    rng = np.random.default_rng(0)
+    corpus = [Document.from_title_text(str(i), "", " ".join(rng.choice(words, 12))) for i in range(400)]
+    ref = BM25Retriever(corpus, n_threads=1)
+    disk = DiskBM25.build(corpus, tmp_path / "ix", progress=False)
+    queries = [" ".join(words[: 2 * DAAT_MAX_TERMS]), " ".join(words[:DAAT_MAX_TERMS]), " ".join(words * 3)]
+    for (ri, rs), (di, ds) in zip(ref.search_ids(queries, 10), disk.search_ids(queries, 10), strict=True):
+        assert di.tolist() == ri.tolist() and ds.tobytes() == rs.tobytes()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    name=st.sampled_from(["words", "block_bits", "block_off", "block_last", "term_blocks", "indptr"]),
+    where=st.floats(0, 1),
+    value=st.integers(0, 255),
+)
+def test_damaged_postings_never_crash(tmp_path: Path, name, where, value) -> None:
+    """A byte of the packed postings changed anywhere: opening refuses the folder, or every search still runs (the
+    kernels never read out of bounds). Index files are untrusted input."""
+    rng = np.random.default_rng(1)
+    corpus = [Document.from_title_text(str(i), "", " ".join(rng.choice(SMALL_VOCAB, 9))) for i in range(300)]
+    folder = tmp_path / "ix"
+    if not (folder / "meta.json").exists():
+        build_index(corpus, folder, progress=False)
+    path = folder / f"{name}.npy"
+    original = path.read_bytes()
+    data = bytearray(original)
+    i = 128 + int(where * (len(data) - 129))
+    data[i] = value
+    path.write_bytes(bytes(data))
+    try:
+        disk = DiskBM25(folder, corpus)
+    except IndexMismatchError:
+        pass
+    else:
+        for q in [" ".join(SMALL_VOCAB), "w0 w1", "w13", " ".join(SMALL_VOCAB * 8)]:
+            disk.search(q, 7)
+    finally:
+        path.write_bytes(original)
+
+
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory: pytest.TempPathFactory) -> tuple[CorpusFile, list[str]]:
     d = tmp_path_factory.mktemp("syn")
@@ -94,19 +176,19 @@ def test_refuses_foreign_or_damaged_folders(tmp_path: Path) -> None:
         with pytest.raises(IndexMismatchError, match=key):
             DiskBM25(folder, corpus)
     (folder / "meta.json").write_text(json.dumps(meta))
-    # a truncated array, then one whose ids point outside the corpus
-    data = (folder / "post_docs.npy").read_bytes()
-    (folder / "post_docs.npy").write_bytes(data[:-8])
+    # a truncated array, one of the wrong type, then postings whose ids leave the corpus
+    data = (folder / "words.npy").read_bytes()
+    (folder / "words.npy").write_bytes(data[:-8])
     with pytest.raises(IndexMismatchError):
         DiskBM25(folder, corpus)
-    bad = np.load(folder / "post_imp.npy")  # right length, wrong dtype for post_docs
-    np.save(folder / "post_docs.npy", bad)
-    with pytest.raises(IndexMismatchError):
+    np.save(folder / "block_last.npy", np.load(folder / "block_max.npy"))
+    with pytest.raises(IndexMismatchError, match="wrong type"):
         DiskBM25(folder, corpus)
-    docs = np.frombuffer(data[128:], np.uint32).copy()
-    docs[3] = 10_000
-    np.save(folder / "post_docs.npy", docs)
-    with pytest.raises(IndexMismatchError, match="out of range"):
+    DiskBM25.build(corpus, folder, chunk_docs=7, progress=False)
+    words = np.load(folder / "words.npy")
+    words[0] = 0xFFFFFFFF
+    np.save(folder / "words.npy", words)
+    with pytest.raises(IndexMismatchError, match="inconsistent"):
         DiskBM25(folder, corpus)
     # open_or_build rebuilds what does not match; a missing meta is refused
     fixed = DiskBM25.open_or_build(corpus, folder, progress=False)
@@ -179,7 +261,7 @@ def test_build_removes_leftovers_of_a_killed_build(tmp_path: Path) -> None:
     folder = tmp_path / "ix"
     (folder / ".build-old").mkdir(parents=True)
     (folder / ".build-old" / "0.run.docs").write_bytes(b"x")
-    (folder / ".post_docs.npy.abc.tmp").write_bytes(b"x")
+    (folder / ".words.npy.abc.tmp").write_bytes(b"x")
     (folder / ".notes.tmp").write_text("not ours")
     DiskBM25.build(corpus, folder, progress=False)
     assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == [".notes.tmp"]

@@ -254,8 +254,8 @@ def _smaps(pid: int) -> list[tuple[str, dict[str, int]]]:
 @pytest.mark.slow
 def test_workers_share_the_mapped_index(two_workers: Served) -> None:
     index_bytes = sum(p.stat().st_size for p in two_workers.index.glob("*.npy"))
-    postings = sum((two_workers.index / f"post_{n}.npy").stat().st_size for n in ("docs", "imp"))
-    assert index_bytes > 30 << 20  # big enough to tell (tens of MB)
+    postings = (two_workers.index / "words.npy").stat().st_size
+    assert index_bytes > 10 << 20  # big enough to tell (megabytes)
     for pid in two_workers.pids:
         maps = [f for p, f in _smaps(pid) if p.startswith(str(two_workers.index))]
         assert len(maps) >= 9

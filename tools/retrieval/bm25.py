@@ -658,11 +658,14 @@ def run_queries(
     workspaces: _WorkspacePool,
     executor: Callable[[], ThreadPoolExecutor],
     n_threads: int,
+    kernel: Callable[..., None] | None = None,
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """``(doc ids, scores)`` of the top ``k`` of each of ``nq`` encoded queries (``(q_ptr, q_terms, q_weights)``)
     against the CSR ``index`` arrays (indptr, doc ids, impacts, per-term max impact), by the numba kernel: query
     chunks spread over ``executor()``'s threads when ``n_threads`` > 1 and there are enough queries, each with a
-    workspace from ``workspaces``. Shared by the in-memory and the on-disk index."""
+    workspace from ``workspaces``. Shared by the in-memory and the on-disk index: ``kernel`` (default
+    ``_search_range``) is the compiled search over ``index``, with ``_search_range``'s signature."""
+    search = _search_range if kernel is None else kernel
     out_ids = np.zeros((nq, max(k, 1)), np.int32)
     out_scores = np.zeros((nq, max(k, 1)), np.float32)
     out_n = np.zeros(nq, np.int64)
@@ -672,7 +675,7 @@ def run_queries(
         def run(lo: int, hi: int) -> None:
             ws = workspaces.acquire()
             try:
-                _search_range(index, prune, q_ptr, q_terms, q_w, lo, hi, k, ws.arrays(), out_ids, out_scores, out_n)
+                search(index, prune, q_ptr, q_terms, q_w, lo, hi, k, ws.arrays(), out_ids, out_scores, out_n)
             finally:
                 workspaces.release(ws)
 

@@ -9,7 +9,9 @@ per distinct term with df, no Python object per term), so terms are numbered in 
 in-memory index; the chunk's postings (global term, doc id, tf), sorted by term, and its doc lengths go to
 temporary files. The merge then walks the global term range in blocks of postings, gathers each block's postings
 from every chunk (chunks in corpus order, so doc ids ascend within a term), computes the float32 impacts with the
-global N, avgdl and df exactly as the in-memory index does, and appends them to the index files.
+global N, avgdl and df exactly as the in-memory index does (for the block maxima), and packs the postings into
+compressed blocks (postings.py: bit-packed doc gaps and term frequencies, 128 postings a block, with each block's
+last doc and largest impact).
 
 Chunk sizes follow ``max_memory``: before each chunk the build reads its resident set size and takes
 ``(max_memory - rss - room for the vocabulary to double) / BYTES_PER_DOC`` documents (``BYTES_PER_DOC`` was
@@ -20,16 +22,21 @@ document) stay in memory for the whole build and count against the budget. A bud
 baseline plus those cannot be met: the build then goes on with the smallest chunks and blocks (1024 documents, 65536
 postings) and overshoots by up to their size, and many small chunks make the merge slow.
 
-**Folder** (files written to temporary names and renamed; ``meta.json`` last, after removing the old one):
-``meta.json`` (format, params, tokenizer, stop words, N, corpus identity, sizes), ``indptr.npy`` (int64, V+1),
-``post_docs.npy`` (uint32, P), ``post_imp.npy`` (float32, P), ``term_max.npy`` (float32, V), ``doc_len.npy``
-(int32, N) and the vocabulary ``vocab_table.npy`` / ``vocab_blob.npy`` / ``vocab_start.npy`` / ``vocab_len.npy``.
+**Folder** (format 2; files written to temporary names and renamed; ``meta.json`` last, after removing the old one):
+``meta.json`` (format, params, tokenizer, stop words, N, avgdl, corpus identity, sizes), ``indptr.npy`` (int64,
+V+1: postings per term), ``term_blocks.npy`` (int64, V+1), the blocks ``block_last.npy`` (uint32), ``block_max.npy``
+(float32), ``block_bits.npy`` (uint8, 2 a block), ``block_off.npy`` (int64) and ``words.npy`` (uint32, the packed
+bits), ``term_max.npy`` (float32, V), ``idf.npy`` (float64, V), ``norm.npy`` (float64, N: each document's
+``k1 * (1 - b + b * |d| / avgdl)``) and the vocabulary ``vocab_table.npy`` / ``vocab_blob.npy`` /
+``vocab_start.npy`` / ``vocab_len.npy``. Impacts are recomputed from tf, idf and norm at query time by the in-memory
+index's float64 operations, so they are bit-identical to it.
 
 **Serve** (:class:`DiskBM25`): the arrays are opened with ``np.load(mmap_mode="r")`` (page cache, shared between
-processes) and searched by bm25.py's MaxScore kernel, so results equal ``BM25Retriever``'s. Opening checks the
-meta against the corpus and the code (format, tokenizer, stop words, params when given) and the arrays' dtypes,
-shapes and bounds (one pass over the postings: the kernels do not bounds-check); a mismatch raises
-:class:`IndexMismatchError` (``open_or_build`` rebuilds instead). Hits' documents are read from the corpus on
+processes) and searched by postings.py's block-max MaxScore kernel (document-at-a-time, decoding only the blocks a
+candidate can fall in), so results equal ``BM25Retriever``'s, ids and float32 scores. Opening checks the meta against
+the corpus and the code (format, tokenizer, stop words, params when given), the arrays' dtypes and shapes, and decodes
+every block once (the kernels do not bounds-check); a mismatch raises :class:`IndexMismatchError`
+(``open_or_build`` rebuilds instead, so a format-1 folder is rebuilt). Hits' documents are read from the corpus on
 demand.
 
 CLI: ``python -m agentgym.tools.retrieval.bm25_disk build CORPUS.jsonl INDEX_DIR [--max-memory 4G]``.
@@ -68,24 +75,30 @@ from .bm25 import (
     tokenize,
 )
 from .corpus import CorpusFile
+from .postings import BLOCK, pack_blocks, search_range, validate
 
 __all__ = ["BYTES_PER_DOC", "BYTES_PER_POSTING", "FORMAT_VERSION", "DiskBM25", "IndexMismatchError", "build_index"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 BYTES_PER_DOC = 10_000
 """Transient build memory per document of a chunk (measured on ~100-word passages: ~3 KB marginal, ~6.5 KB all-in
 at 20k-document chunks; plus margin)."""
-BYTES_PER_POSTING = 160
-"""Transient merge memory per posting of a block (gathered ids, tf, destinations and the float64 impact terms)."""
+BYTES_PER_POSTING = 170
+"""Transient merge memory per posting of a block (gathered ids, tf, destinations, the float64 impact terms and the
+packing buffer)."""
 _MIN_CHUNK_DOCS = 1024  # fewer, larger runs: the merge visits every run once per block
 _MIN_BLOCK_POSTINGS = 1 << 16
-_SCAN = 1 << 24  # postings per slice when validating the arrays at open
 _ARRAYS = {
     "indptr": np.int64,
-    "post_docs": np.uint32,
-    "post_imp": np.float32,
+    "term_blocks": np.int64,
+    "block_last": np.uint32,
+    "block_max": np.float32,
+    "block_bits": np.uint8,
+    "block_off": np.int64,
+    "words": np.uint32,
     "term_max": np.float32,
-    "doc_len": np.int32,
+    "idf": np.float64,
+    "norm": np.float64,
     "vocab_table": np.int64,
     "vocab_blob": np.uint8,
     "vocab_start": np.int64,
@@ -180,24 +193,35 @@ class _Vocab:
         return ids
 
 
-class _NpyWriter:
-    """Writes a 1-D ``.npy`` of known length piece by piece to a temporary name; ``commit`` renames it."""
+def _npy_header(dtype: np.dtype, n: int) -> bytes:
+    """A 128-byte ``.npy`` (version 1.0) header of a 1-D array: the same length whatever ``n``, so it can be
+    written first and rewritten once the length is known."""
+    text = repr({"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": (n,)})
+    body = text.encode("latin1").ljust(128 - 10 - 1) + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body
 
-    def __init__(self, path: Path, dtype: Any, n: int) -> None:
+
+class _NpyWriter:
+    """Writes a 1-D ``.npy`` piece by piece to a temporary name; ``commit`` checks the length (when ``n`` was
+    given), writes the header and renames it."""
+
+    def __init__(self, path: Path, dtype: Any, n: int | None = None) -> None:
         self.path, self.n, self.dtype, self.done = path, n, np.dtype(dtype), 0
         fd, self.tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         self.f = os.fdopen(fd, "wb")
-        header = {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": (n,)}
-        np.lib.format.write_array_header_1_0(self.f, header)
+        self.f.write(_npy_header(self.dtype, 0))
 
     def write(self, a: np.ndarray) -> None:
         self.f.write(np.ascontiguousarray(a, self.dtype).tobytes())
         self.done += len(a)
 
     def commit(self) -> None:
-        self.f.close()
-        if self.done != self.n:
+        if self.n is not None and self.done != self.n:
+            self.f.close()
             raise RuntimeError(f"{self.path}: wrote {self.done} of {self.n} values")
+        self.f.seek(0)
+        self.f.write(_npy_header(self.dtype, self.done))
+        self.f.close()
         os.replace(self.tmp, self.path)
 
     def abort(self) -> None:
@@ -319,16 +343,22 @@ def build_index(
         save_npy_atomic(out / "vocab_start.npy", vocab.start[:n_terms])
         save_npy_atomic(out / "vocab_len.npy", vocab.length[:n_terms])
         del vocab
-        doc_len = np.fromfile(dl_path, np.int32)
         avgdl = float(total_len) / n_docs if n_docs else 0.0
+        norm = params.k1 * (1 - params.b + params.b * np.fromfile(dl_path, np.int32) / (avgdl or 1.0))
         idf = _idf(df, n_docs, params)
         indptr = np.zeros(n_terms + 1, np.int64)
         np.cumsum(df, out=indptr[1:])
         n_post = int(indptr[-1])
-        w_docs = _NpyWriter(out / "post_docs.npy", np.uint32, n_post)
-        writers.append(w_docs)
-        w_imp = _NpyWriter(out / "post_imp.npy", np.float32, n_post)
-        writers.append(w_imp)
+        term_blocks = np.zeros(n_terms + 1, np.int64)
+        np.cumsum((df + BLOCK - 1) // BLOCK, out=term_blocks[1:])
+        n_blocks = int(term_blocks[-1])
+        w_last = _NpyWriter(out / "block_last.npy", np.uint32, n_blocks)
+        w_max = _NpyWriter(out / "block_max.npy", np.float32, n_blocks)
+        w_bits = _NpyWriter(out / "block_bits.npy", np.uint8, 2 * n_blocks)
+        w_off = _NpyWriter(out / "block_off.npy", np.int64, n_blocks + 1)
+        w_words = _NpyWriter(out / "words.npy", np.uint32)
+        writers += [w_last, w_max, w_bits, w_off, w_words]
+        n_words = 0
         term_max = np.zeros(n_terms, np.float32)
         t0 = 0
         with tqdm(total=n_post, unit="post", unit_scale=True, desc="bm25 merge", disable=not progress) as bar:
@@ -354,19 +384,32 @@ def build_index(
                     tf[dest] = _read_raw(run.path.with_suffix(".tf"), np.int32, p0, p1)
                     fill[terms] += cnt
                     del dest, terms, rterms, rptr
-                imp = _impacts(docs, tf, np.repeat(idf[t0:t1], df[t0:t1]), doc_len, avgdl, params)
+                imp = _impacts(docs, tf, np.repeat(idf[t0:t1], df[t0:t1]), norm, params)
                 term_max[t0:t1] = np.maximum.reduceat(imp, indptr[t0:t1] - base)
-                w_docs.write(docs)
-                w_imp.write(imp)
-                del docs, tf, imp
+                nb = int(term_blocks[t1] - term_blocks[t0])
+                last, bmax = np.empty(nb, np.uint32), np.empty(nb, np.float32)
+                bits, off = np.empty(2 * nb, np.uint8), np.empty(nb, np.int64)
+                words = np.zeros(2 * m + nb + 1, np.uint32)
+                used = pack_blocks(docs, tf, imp, indptr[t0 : t1 + 1] - base, last, bmax, bits, off, words)
+                w_last.write(last)
+                w_max.write(bmax)
+                w_bits.write(bits)
+                w_off.write(off + n_words)
+                w_words.write(words[:used])
+                n_words += int(used)
+                del docs, tf, imp, words
                 bar.update(m)
                 t0 = t1
+        w_off.write(np.array([n_words], np.int64))
+        w_words.write(np.zeros(1, np.uint32))  # the spare word: every value is read with one 64-bit load
         for w in writers:
             w.commit()
         writers.clear()
         save_npy_atomic(out / "indptr.npy", indptr)
+        save_npy_atomic(out / "term_blocks.npy", term_blocks)
         save_npy_atomic(out / "term_max.npy", term_max)
-        save_npy_atomic(out / "doc_len.npy", doc_len)
+        save_npy_atomic(out / "idf.npy", idf)
+        save_npy_atomic(out / "norm.npy", norm)
         meta = {
             "format": FORMAT_VERSION,
             "tokenizer": TOKENIZER_VERSION,
@@ -376,6 +419,8 @@ def build_index(
             "n_docs": n_docs,
             "n_terms": n_terms,
             "n_postings": n_post,
+            "n_blocks": n_blocks,
+            "avgdl": avgdl,
             "build": {"max_memory": max_memory, "chunks": len(runs), "max_chunk_docs": max_chunk},
         }
         fd, tmp_meta = tempfile.mkstemp(dir=out, prefix=".meta.json.", suffix=".tmp")
@@ -400,15 +445,11 @@ def _remove_leftovers(folder: Path) -> None:
             p.unlink(missing_ok=True)
 
 
-def _impacts(
-    docs: np.ndarray, tf_int: np.ndarray, idf_post: np.ndarray, doc_len: np.ndarray, avgdl: float, params: BM25Params
-) -> np.ndarray:
+def _impacts(docs: np.ndarray, tf_int: np.ndarray, idf_post: np.ndarray, norm: np.ndarray, params: BM25Params
+             ) -> np.ndarray:  # fmt: skip
     """float32 impacts, by the very float64 operations of bm25.py's ``_FastIndex.build`` (bit-identical)."""
-    dl = doc_len[docs]
-    norm = params.k1 * (1 - params.b + params.b * dl / (avgdl or 1.0))
-    del dl
     tf = tf_int.astype(np.float64)
-    return (idf_post * (tf * (params.k1 + 1) / (tf + norm))).astype(np.float32)
+    return (idf_post * (tf * (params.k1 + 1) / (tf + norm[docs]))).astype(np.float32)
 
 
 # ----------------------------------------------------------------------------------------------- serve
@@ -521,10 +562,11 @@ class DiskBM25(Retriever):
         self.n_threads = max(1, n_threads or _available_cpus())
         a = {name: _load(folder, name) for name in _ARRAYS}
         self._check(a, meta)
-        self.indptr, self.post_docs, self.post_imp, self.term_max = (
-            a["indptr"], a["post_docs"], a["post_imp"], a["term_max"],
+        self.indptr, self.term_max = a["indptr"], a["term_max"]
+        self._ix = (
+            a["indptr"], a["term_blocks"], a["block_last"], a["block_max"], a["block_bits"], a["block_off"],
+            a["words"], a["term_max"], a["idf"], a["norm"], np.array([self.params.k1 + 1], np.float64),
         )  # fmt: skip
-        self.doc_len = a["doc_len"]
         self._table, self._blob, self._start, self._len = (
             a["vocab_table"], a["vocab_blob"], a["vocab_start"], a["vocab_len"],
         )  # fmt: skip
@@ -535,36 +577,37 @@ class DiskBM25(Retriever):
         self._search_ids([""], 1, 1)  # compile (or load) the kernels now, not at the first query
 
     def _check(self, a: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
-        """Shapes and bounds the kernels rely on (they do not bounds-check); sets ``nonneg``."""
-        n, v, p = self.n_docs, meta.get("n_terms"), meta.get("n_postings")
+        """Shapes and bounds the kernels rely on (they do not bounds-check: every block is decoded once); sets
+        ``avgdl`` and ``nonneg``."""
+        n, v, p, nb, avgdl = (meta.get(key) for key in ("n_docs", "n_terms", "n_postings", "n_blocks", "avgdl"))
         table = a["vocab_table"]
         ok = (
             isinstance(v, int)
             and isinstance(p, int)
+            and isinstance(nb, int)
+            and isinstance(avgdl, float)
+            and avgdl >= 0
             and a["indptr"].shape == (v + 1,)
+            and a["term_blocks"].shape == (v + 1,)
             and a["term_max"].shape == (v,)
+            and a["idf"].shape == (v,)
             and a["vocab_start"].shape == (v,)
             and a["vocab_len"].shape == (v,)
-            and a["post_docs"].shape == (p,)
-            and a["post_imp"].shape == (p,)
-            and a["doc_len"].shape == (n,)
+            and a["block_last"].shape == (nb,)
+            and a["block_max"].shape == (nb,)
+            and a["norm"].shape == (n,)
             and table.ndim == 2
             and table.shape[1] == 3
             and table.shape[0] >= 1
             and table.shape[0] & (table.shape[0] - 1) == 0
             and int(a["indptr"][0]) == 0
             and int(a["indptr"][-1]) == p
-            and bool(np.all(np.diff(a["indptr"]) >= 0))
+            and validate(a["indptr"], a["term_blocks"], a["block_last"], a["block_bits"], a["block_off"], a["words"], n)
         )
         if not ok:
             raise IndexMismatchError(f"{self.folder}: inconsistent BM25 index arrays; rebuild the index")
-        nonneg = True
-        docs, imp = a["post_docs"], a["post_imp"]
-        for s in range(0, p, _SCAN):
-            if int(docs[s : s + _SCAN].max()) >= n:
-                raise IndexMismatchError(f"{self.folder}: a posting names a document out of range; rebuild the index")
-            nonneg = nonneg and bool(imp[s : s + _SCAN].min() >= 0)
-        self.nonneg = nonneg
+        self.avgdl = avgdl
+        self.nonneg = bool(v == 0 or a["idf"].min() >= 0)  # impacts have their idf's sign: the bounds hold
 
     # -- construction
 
@@ -661,10 +704,9 @@ class DiskBM25(Retriever):
     def _search_ids(self, queries: list[str], topk: int, n_threads: int) -> list[tuple[np.ndarray, np.ndarray]]:
         nq = len(queries)
         k = min(topk, self.n_docs)
-        q_ptr, q_terms, q_w = self._encode(queries)
-        index = (self.indptr, self.post_docs, self.post_imp, self.term_max)
-        return run_queries(index, self.prune and self.nonneg, (q_ptr, q_terms, q_w), nq, k, self._workspaces,
-                           self._executor, n_threads)  # fmt: skip
+        encoded = self._encode(queries)
+        return run_queries(self._ix, self.prune and self.nonneg, encoded, nq, k, self._workspaces, self._executor,
+                           n_threads, kernel=search_range)  # fmt: skip
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._pool_lock:
