@@ -22,7 +22,8 @@ Steps:
    gold@k: the share of gold hops whose supporting passage is in the top k of the oracle's query for that hop.
 
 Prints one JSON object (also written to ``OUT/report.json``). ``--keep`` keeps the corpus and index in ``--out``
-(else they are deleted at the end: at 21M they are ~14 GB and ~10 GB); ``--reuse`` starts from them (steps 3-4).
+(else they are deleted at the end: at 21M they are ~11 GB and ~3 GB); ``--reuse`` starts from them (steps 3-4; step 2
+too when the index is missing, e.g. deleted after a change of its format).
 The server runs with ``--log-level warning`` (no access log).
 """
 
@@ -291,7 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--topk", type=int, default=3)
     p.add_argument("--keep", action="store_true", help="keep the corpus and index")
     p.add_argument(
-        "--reuse", action="store_true", help="use the corpus, questions and index a --keep run left in --out"
+        "--reuse", action="store_true", help="use what a --keep run left in --out (the index is built if missing)"
     )
     args = p.parse_args(argv)
 
@@ -303,15 +304,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     layout = Layout(out)
     report: dict[str, Any] = {"args": vars(args), "load_avg": os.getloadavg(), "cpus": os.cpu_count()}
     try:
-        if (
-            args.reuse
-            and layout.corpus.exists()
-            and layout.questions.exists()
-            and (layout.index / "meta.json").exists()
-        ):
-            report["data"] = report["index"] = "reused from an earlier run with --keep"
+        if args.reuse and layout.corpus.exists() and layout.questions.exists():
+            report["data"] = "reused from an earlier run with --keep"
         else:
             report["data"] = write_data(layout, args.passages, args.dataset, args.data_seed, args.seed)
+        if args.reuse and (layout.index / "meta.json").exists():
+            report["index"] = "reused from an earlier run with --keep"
+        else:
             report["index"] = build_index(layout, args.max_memory)
         report["load"] = []
         worker_counts = [int(w) for w in args.load_workers.split(",") if w.strip()]
