@@ -252,6 +252,18 @@ def _select_topk(acc, touched, n, k, vals, ties, out_ids, out_scores):  # pragma
 
 
 @_kernel
+def _select_and_reset(acc, seen, touched, n, sel, m, k, vals, ties, out_ids, out_scores):  # pragma: no cover
+    """The top ``k`` of the docs ``sel[:m]`` into ``out_*`` (:func:`_select_topk`), then ``acc`` and ``seen`` back to
+    zero on the ``touched[:n]`` docs; returns the number of hits."""
+    found = _select_topk(acc, sel, m, k, vals, ties, out_ids, out_scores)
+    for i in range(n):
+        d = touched[i]
+        acc[d] = 0
+        seen[d] = 0
+    return found
+
+
+@_kernel
 def _kth_score(acc, docs, n, k, vals):  # pragma: no cover - compiled
     """The k-th largest of ``acc[docs[:n]]`` (``n >= k``)."""
     for i in range(n):
@@ -316,12 +328,7 @@ def _search_one(index, prune, terms, weights, k, ws, out_ids, out_scores):  # pr
                 pruning = True
                 break
     if not pruning:
-        found = _select_topk(acc, touched, n, k, vals, ties, out_ids, out_scores)
-        for i in range(n):
-            d = touched[i]
-            acc[d] = 0
-            seen[d] = 0
-        return found
+        return _select_and_reset(acc, seen, touched, n, touched, n, k, vals, ties, out_ids, out_scores)
 
     m = 0  # candidates: seen == 2; the other touched documents are done (seen back to 0)
     for i in range(n):
@@ -372,12 +379,7 @@ def _search_one(index, prune, terms, weights, k, ws, out_ids, out_scores):  # pr
                 else:
                     seen[d] = 0
             m = kept
-    found = _select_topk(acc, cand, m, k, vals, ties, out_ids, out_scores)
-    for i in range(n):
-        d = touched[i]
-        acc[d] = 0
-        seen[d] = 0
-    return found
+    return _select_and_reset(acc, seen, touched, n, cand, m, k, vals, ties, out_ids, out_scores)
 
 
 @_kernel

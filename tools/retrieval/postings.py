@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .bm25 import _kernel, _kth_ascending, _select_topk
+from .bm25 import _kernel, _kth_ascending, _select_and_reset
 
 __all__ = ["BLOCK", "DAAT_MAX_TERMS", "impact", "pack_blocks", "search_range", "validate"]
 
@@ -336,12 +336,7 @@ def _taat(ix, terms, weights, order, k, ws, out_ids, out_scores):  # pragma: no 
                 touched[n] = d
                 n += 1 - seen[d]
                 seen[d] = 1
-    found = _select_topk(acc, touched, n, k, vals, ties, out_ids, out_scores)
-    for i in range(n):
-        d = touched[i]
-        acc[d] = 0
-        seen[d] = 0
-    return found
+    return _select_and_reset(acc, seen, touched, n, touched, n, k, vals, ties, out_ids, out_scores)
 
 
 @_kernel
