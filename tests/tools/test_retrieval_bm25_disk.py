@@ -333,3 +333,50 @@ def test_pruned_search_on_disk_is_exact_with_many_candidates_and_ties(tmp_path: 
         for q, (g, w, r) in zip(queries, zip(got, want, mem, strict=True), strict=True):
             for a, b in ((g, w), (g, r)):
                 assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) and a[1].dtype == b[1].dtype, (q, topk)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lists=st.lists(
+        st.tuples(
+            st.sets(st.integers(0, 2**32 - 2), min_size=1, max_size=300),
+            st.integers(1, 2**31 - 1),
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_packed_blocks_round_trip(lists) -> None:
+    """Any ascending doc ids below 2**32 and any tf from 1 to 2**31 - 1 (widths up to 32 bits) pack into blocks that
+    validate and decode to the same postings, each block recording its last doc and its largest impact."""
+    from agentgym.tools.retrieval.postings import BLOCK, _decode, pack_blocks, validate
+
+    docs = np.concatenate([np.sort(np.fromiter(ids, np.int64)) for ids, _ in lists]).astype(np.uint32)
+    rng = np.random.default_rng(len(docs))
+    tf = np.concatenate([rng.integers(1, top, len(ids), endpoint=True) for ids, top in lists]).astype(np.int32)
+    imp = rng.random(len(docs)).astype(np.float32)
+    dfs = np.array([len(ids) for ids, _ in lists], np.int64)
+    starts = np.concatenate([[0], np.cumsum(dfs)])
+    term_blocks = np.concatenate([[0], np.cumsum((dfs + BLOCK - 1) // BLOCK)])
+    nb = int(term_blocks[-1])
+    last, bmax = np.empty(nb, np.uint32), np.empty(nb, np.float32)
+    bits, off = np.empty(2 * nb, np.uint8), np.empty(nb + 1, np.int64)
+    words = np.zeros(2 * len(docs) + nb + 1, np.uint32)
+    used = pack_blocks(docs, tf, imp, starts, last, bmax, bits, off[:-1], words)
+    off[-1] = used
+    words = np.concatenate([words[:used], np.zeros(1, np.uint32)])
+    assert validate(starts, term_blocks, last, bits, off, words, 2**32)
+    ix = (starts, term_blocks, last, bmax, bits, off, words)
+    bufd, buft = np.empty(BLOCK, np.int64), np.empty(BLOCK, np.int64)
+    for t in range(len(lists)):
+        got_d, got_t = [], []
+        for b in range(term_blocks[t], term_blocks[t + 1]):
+            n = _decode(ix, term_blocks[t], term_blocks[t + 1], b, dfs[t], bufd, buft)
+            got_d += bufd[:n].tolist()
+            got_t += buft[:n].tolist()
+            a = starts[t] + (b - term_blocks[t]) * BLOCK
+            assert last[b] == docs[a + n - 1] and bmax[b] == imp[a : a + n].max()
+        assert got_d == docs[starts[t] : starts[t + 1]].tolist() and got_t == tf[starts[t] : starts[t + 1]].tolist()
+    if bits[0] > 0:  # the first gap off by one: every later doc of the block moves, and its last doc no longer matches
+        words[0] ^= 1
+        assert not validate(starts, term_blocks, last, bits, off, words, 2**32)
