@@ -371,7 +371,7 @@ def test_packed_blocks_round_trip(lists) -> None:
     for t in range(len(lists)):
         got_d, got_t = [], []
         for b in range(term_blocks[t], term_blocks[t + 1]):
-            n = _decode(ix, term_blocks[t], term_blocks[t + 1], b, dfs[t], bufd, buft)
+            n = _decode(ix, term_blocks[t], b, dfs[t], bufd, buft)
             got_d += bufd[:n].tolist()
             got_t += buft[:n].tolist()
             a = starts[t] + (b - term_blocks[t]) * BLOCK

@@ -76,16 +76,8 @@ def _put(words, pos, v, bits):  # pragma: no cover - compiled
 @_kernel
 def _unpack(words, pos, bits, n, out):  # pragma: no cover - compiled
     """``out[:n]`` = ``n`` values of ``bits`` bits from bit ``pos`` of ``words`` (a spare word follows the data)."""
-    if bits == 0:
-        for i in range(n):
-            out[i] = 0
-        return
-    mask = (np.uint64(1) << np.uint64(bits)) - np.uint64(1)
     for i in range(n):
-        w = pos >> 5
-        s = np.uint64(pos & 31)
-        x = (np.uint64(words[w]) | (np.uint64(words[w + 1]) << np.uint64(32))) >> s
-        out[i] = np.int64(x & mask)
+        out[i] = _get(words, pos, bits)
         pos += bits
 
 
@@ -296,8 +288,8 @@ def _first_block(block_last, b, end, d):  # pragma: no cover - compiled
 
 
 @_kernel
-def _decode(ix, first, last, b, df, bufd, buft):  # pragma: no cover - compiled
-    """Decode block ``b`` of a term whose blocks are ``first..last`` and that has ``df`` postings: absolute doc ids
+def _decode(ix, first, b, df, bufd, buft):  # pragma: no cover - compiled
+    """Decode block ``b`` of a term whose blocks start at ``first`` and that has ``df`` postings: absolute doc ids
     into ``bufd``, tfs into ``buft``; returns the block's length."""
     block_last, block_bits, block_off, words = ix[2], ix[4], ix[5], ix[6]
     n = min(BLOCK, df - (b - first) * BLOCK)
@@ -329,7 +321,7 @@ def _taat(ix, terms, weights, order, k, ws, out_ids, out_scores):  # pragma: no 
         df = indptr[t + 1] - indptr[t]
         first = term_blocks[t]
         for b in range(first, term_blocks[t + 1]):
-            m = _decode(ix, first, term_blocks[t + 1], b, df, bufd, buft)
+            m = _decode(ix, first, b, df, bufd, buft)
             for i in range(m):
                 d = bufd[i]
                 acc[d] += w * impact(idf_t, buft[i], norm[d], k1p1)
@@ -393,7 +385,7 @@ def _search_one(ix, prune, terms, weights, k, ws, out_ids, out_scores):  # pragm
             continue
         m = 0
         for b in range(first[j], end[j]):
-            n = _decode(ix, first[j], end[j], b, dfs[j], bufd[j], buft[j])
+            n = _decode(ix, first[j], b, dfs[j], bufd[j], buft[j])
             for i in range(n):
                 seed[m] = weights[j] * impact(idf[terms[j]], buft[j, i], norm[bufd[j, i]], k1p1)
                 m += 1
