@@ -272,6 +272,23 @@ def _kth_score(acc, docs, n, k, vals):  # pragma: no cover - compiled
 
 
 @_kernel
+def _term_order(indptr, term_max, terms, weights):  # pragma: no cover - compiled
+    """Each query term's bound (the most it can add to one document) and the order the kernels add the terms in:
+    shortest posting list first, ties by larger bound. The on-disk kernel uses the same order, so its float32 sums
+    equal this kernel's."""
+    nt = terms.size
+    bound = np.empty(nt, np.float64)
+    for j in range(nt):
+        bound[j] = weights[j] * term_max[terms[j]]
+    top = bound.max() if nt else 0.0
+    key = np.empty(nt, np.float64)
+    for j in range(nt):
+        t = terms[j]
+        key[j] = (indptr[t + 1] - indptr[t]) - 0.5 * bound[j] / (top + 1e-30)
+    return bound, np.argsort(key, kind="mergesort")
+
+
+@_kernel
 def _search_one(index, prune, terms, weights, k, ws, out_ids, out_scores):  # pragma: no cover - compiled
     """Score one query term-at-a-time and write its top ``k``; return the number of hits.
 
@@ -285,15 +302,7 @@ def _search_one(index, prune, terms, weights, k, ws, out_ids, out_scores):  # pr
     indptr, post_docs, post_imp, term_max = index
     acc, seen, touched, cand, vals, ties = ws
     nt = terms.size
-    bound = np.empty(nt, np.float64)  # the most each term can add to one document
-    for j in range(nt):
-        bound[j] = weights[j] * term_max[terms[j]]
-    top = bound.max() if nt else 0.0
-    key = np.empty(nt, np.float64)  # shortest posting lists first (ties: larger bound first)
-    for j in range(nt):
-        t = terms[j]
-        key[j] = (indptr[t + 1] - indptr[t]) - 0.5 * bound[j] / (top + 1e-30)
-    order = np.argsort(key, kind="mergesort")
+    bound, order = _term_order(indptr, term_max, terms, weights)
     rest = np.zeros(nt + 1, np.float64)  # rest[j]: the most terms j.. (in processing order) can add to a document
     rest_len = np.zeros(nt + 1, np.int64)  # their postings
     for j in range(nt - 1, -1, -1):

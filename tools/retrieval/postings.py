@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .bm25 import _kernel, _kth_ascending, _select_and_reset
+from .bm25 import _kernel, _kth_ascending, _select_and_reset, _term_order
 
 __all__ = ["BLOCK", "DAAT_MAX_TERMS", "impact", "pack_blocks", "search_range", "validate"]
 
@@ -338,15 +338,7 @@ def _search_one(ix, prune, terms, weights, k, ws, out_ids, out_scores):  # pragm
         ix[0], ix[1], ix[2], ix[3], ix[4], ix[7], ix[8], ix[9], ix[10][0],
     )  # fmt: skip
     nt = terms.size
-    bound = np.empty(nt, np.float64)  # the most each term can add to one document
-    for j in range(nt):
-        bound[j] = weights[j] * term_max[terms[j]]
-    top = bound.max() if nt else 0.0
-    key = np.empty(nt, np.float64)  # the in-memory kernel's order: shortest posting lists first
-    for j in range(nt):
-        t = terms[j]
-        key[j] = (indptr[t + 1] - indptr[t]) - 0.5 * bound[j] / (top + 1e-30)
-    order = np.argsort(key, kind="mergesort")
+    bound, order = _term_order(indptr, term_max, terms, weights)  # the in-memory kernel's order of additions
     if not prune or nt == 0 or nt > DAAT_MAX_TERMS:
         return _taat(ix, terms, weights, order, k, ws, out_ids, out_scores)
 
