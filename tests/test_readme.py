@@ -391,64 +391,89 @@ def _number(cell: str) -> tuple[float, int]:
     return float(text), len(text.partition(".")[2])
 
 
-def test_readme_credit_tables_are_the_committed_grid():
-    """The credit section's per-seed table and paired tests are what bench/credit_sweep.py recorded in
-    bench/results/credit_round2/grid (runs.jsonl, results.json): nothing typed by hand drifts from the results."""
-    grid = ROOT / "bench" / "results" / "credit_round2" / "grid"
-    runs = [json.loads(line) for line in (grid / "runs.jsonl").read_text(encoding="utf-8").splitlines()]
-    by = {(r["seed"], r["method"]): r for r in runs if r["env"] == "Chain" and r["horizon"] == 16}
-    cells = {c["method"]: c for c in json.loads((grid / "results.json").read_text())["cells"] if c["horizon"] == 16}
+@pytest.mark.parametrize(
+    ("folder", "env", "seed_column", "diff_column", "methods"),
+    [
+        ("grid", "Chain", "seed", "method − `grpo` (final success)", ["grpo", "progress_td", "mt_grpo", "vine"]),
+        ("distractors", "Umbrella", "Umbrella seed", "method − `grpo` (Umbrella H = 16, final success)",
+         ["grpo", "gtpo", "mt_grpo", "progress_td", "vine"]),
+    ],
+)  # fmt: skip
+def test_readme_credit_primary_tables_are_the_committed_sweep(
+    folder: str, env: str, seed_column: str, diff_column: str, methods: list[str]
+):
+    """The credit section's per-seed tables and primary paired tests (Chain H = 16; Umbrella H = 16) are what
+    bench/credit_sweep.py recorded in bench/results/credit_round2/<folder> (runs.jsonl, results.json, the warm
+    starts' result.json): nothing typed by hand drifts from the results."""
+    out = ROOT / "bench" / "results" / "credit_round2" / folder
+    runs = [json.loads(line) for line in (out / "runs.jsonl").read_text(encoding="utf-8").splitlines()]
+    by = {(r["seed"], r["method"]): r for r in runs if r["env"] == env and r["horizon"] == 16}
+    results = json.loads((out / "results.json").read_text())
+    cells = {c["method"]: c for c in results["cells"] if (c["env"], c["horizon"]) == (env, 16)}
     text = README.read_text(encoding="utf-8")
-    rows = _table_at(text, "| seed | warm start |")
-    methods = [m.strip("`") for m in rows[0] if m.startswith("`")]
-    assert methods == ["grpo", "progress_td", "mt_grpo", "vine"]
+    rows = _table_at(text, f"| {seed_column} | warm start |")
+    assert [m.strip("`") for m in rows[0] if m.startswith("`")] == methods
+    seeds = [int(row[seed_column]) for row in rows if row[seed_column].isdigit()]
+    assert seeds == sorted({s for s, m in by if m == "grpo"}), "the table has every paired seed, nothing else"
     wrong = []
     for row in rows:
         for column, cell in row.items():
-            if column == "seed":
+            if column == seed_column:
+                continue
+            method = "grpo" if column == "warm start" else column.strip("`")
+            if cell == "collapsed":  # a run the trainer stopped: shown as such, never as a number
+                if not by[(int(row[seed_column]), method)]["collapsed"]:
+                    wrong.append(f"seed {row[seed_column]} / {column}: README collapsed, the run finished")
                 continue
             value, decimals = _number(cell)
-            method = "grpo" if column == "warm start" else column.strip("`")
-            if row["seed"].isdigit():
-                run = by[(int(row["seed"]), method)]
+            if row[seed_column].isdigit():
+                run = by[(int(row[seed_column]), method)]
                 actual = run["before"] if column == "warm start" else run["after"]
-            elif row["seed"] == "mean":
+                if actual is None or (column != "warm start" and run["collapsed"]):
+                    wrong.append(f"seed {row[seed_column]} / {column}: README {cell}, the run collapsed")
+                    continue
+            elif row[seed_column] == "mean":
                 actual = cells[method]["before_mean" if column == "warm start" else "after_mean"]
             else:
-                assert row["seed"] == "held-out turn accuracy after", row["seed"]
+                assert row[seed_column] == "held-out turn accuracy after", row[seed_column]
                 if column == "warm start":  # the warm starts' held-out turn accuracy, mean over the seeds
-                    starts = [json.loads((grid / "sft" / f"Chain-s{s}" / "result.json").read_text()) for s in range(8)]
+                    starts = [json.loads((out / "sft" / f"{env}-s{s}" / "result.json").read_text()) for s in seeds]
                     actual = sum(w["before"]["16"]["eval_turn_accuracy"] for w in starts) / len(starts)
                 else:
                     actual = cells[method]["turn_acc_mean"]
             if not agrees(actual, value, decimals):
-                wrong.append(f"seed {row['seed']} / {column}: README {cell}, recorded {actual:.5f}")
-    tests = {t["method"]: t for t in json.loads((grid / "results.json").read_text())["tests"]
-             if t["family"] == "primary"}  # fmt: skip
-    for row in _table_at(text, "| method − `grpo` (final success) |"):
-        t = tests[row["method − `grpo` (final success)"].strip("`")]
+                wrong.append(f"seed {row[seed_column]} / {column}: README {cell}, recorded {actual:.5f}")
+    tests = {t["method"]: t for t in results["tests"] if t["family"] == "primary"}
+    for row in _table_at(text, f"| {diff_column} |"):
+        t = tests[row[diff_column].strip("`")]
         mean, sd = (_number(x) for x in row["mean ± sd"].split("±"))
-        ahead = sum(by[(s, t["method"])]["after"] > by[(s, "grpo")]["after"] for s in range(8))
+        pairs = [(by[(s, t["method"])], by[(s, "grpo")]) for s in seeds]
+        pairs = [(mine["after"], base["after"]) for mine, base in pairs if not (mine["collapsed"] or base["collapsed"])]
+        ahead, of = row["seeds ahead"].split(" of ")
         checks = [(t["mean"], mean), (t["sd"], sd), (t["p"], _number(row["p (exact)"])),
-                  (t["p_holm"], _number(row["Holm p"])),
-                  (ahead, (float(row["seeds ahead"].split()[0]), 0))]  # fmt: skip
+                  (t["p_holm"], _number(row["Holm p"])), (sum(a > b for a, b in pairs), (float(ahead), 0)),
+                  (len(pairs), (float(of), 0)), (t["n"], (float(of), 0))]  # fmt: skip
         wrong += [f"{t['method']}: README {shown}, recorded {actual}" for actual, shown in checks
                   if not agrees(actual, *shown)]  # fmt: skip
-    assert not wrong, "README.md's credit tables differ from the committed grid:\n" + "\n".join(wrong)
+    assert not wrong, f"README.md's credit tables differ from {folder}:\n" + "\n".join(wrong)
 
 
-def test_readme_credit_secondary_table_is_the_committed_grid():
-    """Every row of the credit section's table of all methods and horizons is what bench/credit_sweep.py recorded in
-    bench/results/credit_round2/grid/results.json: seeds, collapses, success, and each paired test's difference,
-    raw p and Holm p (primary-family tests marked as such)."""
-    results = json.loads((ROOT / "bench" / "results" / "credit_round2" / "grid" / "results.json").read_text())
-    cells = {(c["horizon"], c["method"]): c for c in results["cells"]}
-    tests = {(t["horizon"], t["method"], t["endpoint"]): t for t in results["tests"]}
-    rows = _table_at(README.read_text(encoding="utf-8"), "| H | method | seeds | collapsed |")
-    assert {(int(r["H"]), r["method"].strip("`")) for r in rows} == set(cells)  # every cell, nothing else
+@pytest.mark.parametrize(
+    ("folder", "header"),
+    [("grid", "| H | method | seeds | collapsed |"), ("distractors", "| env | H | method | seeds | collapsed |")],
+)
+def test_readme_credit_table_of_every_cell_is_the_committed_sweep(folder: str, header: str):
+    """Every row of the credit section's tables of all methods and cells (the Chain grid; Umbrella and KeyDoor) is
+    what bench/credit_sweep.py recorded in bench/results/credit_round2/<folder>/results.json: seeds, collapses,
+    success, and each paired test's difference, raw p and Holm p (primary-family tests marked as such)."""
+    results = json.loads((ROOT / "bench" / "results" / "credit_round2" / folder / "results.json").read_text())
+    cells = {(c["env"], c["horizon"], c["method"]): c for c in results["cells"]}
+    tests = {(t["env"], t["horizon"], t["method"], t["endpoint"]): t for t in results["tests"]}
+    rows = _table_at(README.read_text(encoding="utf-8"), header)
+    keys = [(r.get("env", "Chain"), int(r["H"]), r["method"].strip("`")) for r in rows]
+    assert set(keys) == set(cells) and len(keys) == len(cells)  # every cell once, nothing else
     wrong = []
-    for row in rows:
-        key = (int(row["H"]), row["method"].strip("`"))
+    for key, row in zip(keys, rows, strict=True):
         cell = cells[key]
         checks = [(cell["seeds"], (float(row["seeds"]), 0)), (cell["collapsed"], (float(row["collapsed"]), 0)),
                   (cell["after_mean"], _number(row["final success"]))]  # fmt: skip
@@ -456,10 +481,10 @@ def test_readme_credit_secondary_table_is_the_committed_grid():
                                           "auc": ("AUC − `grpo`", "AUC p", "AUC Holm p")}.items():  # fmt: skip
             t = tests.get((*key, endpoint))
             if t is None:
-                assert key[1] == "grpo" and not row[diff], f"{key}: no {endpoint} test recorded, README {row[diff]}"
+                assert key[2] == "grpo" and not row[diff], f"{key}: no {endpoint} test recorded, README {row[diff]}"
                 continue
             shown_holm = row[holm].removesuffix(" (primary)")
             assert (shown_holm != row[holm]) == (t["family"] == "primary"), f"{key} {endpoint}: family"
             checks += [(t["mean"], _number(row[diff])), (t["p"], _number(row[p])), (t["p_holm"], _number(shown_holm))]
         wrong += [f"{key}: README {shown}, recorded {actual}" for actual, shown in checks if not agrees(actual, *shown)]
-    assert not wrong, "README.md's table of every credit cell differs from the committed grid:\n" + "\n".join(wrong)
+    assert not wrong, f"README.md's table of every credit cell differs from {folder}/results.json:\n" + "\n".join(wrong)
