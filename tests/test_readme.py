@@ -488,3 +488,27 @@ def test_readme_credit_table_of_every_cell_is_the_committed_sweep(folder: str, h
             checks += [(t["mean"], _number(row[diff])), (t["p"], _number(row[p])), (t["p_holm"], _number(shown_holm))]
         wrong += [f"{key}: README {shown}, recorded {actual}" for actual, shown in checks if not agrees(actual, *shown)]
     assert not wrong, f"README.md's table of every credit cell differs from {folder}/results.json:\n" + "\n".join(wrong)
+
+
+def test_readme_smollm2_tables_are_the_committed_runs():
+    """The real-model section's per-seed table and paired tests are bench/smollm2_rl.py's committed results.json."""
+    results = json.loads((ROOT / "bench" / "results" / "smollm2_rl" / "results.json").read_text())
+    text = README.read_text(encoding="utf-8")
+    rows = _table_at(text, "| SmolLM2 seed | before |")
+    methods = [c.removesuffix(" after").strip("`") for c in rows[0] if c.endswith(" after")]
+    assert methods == ["grpo", "mt_grpo"]
+    shown_runs = {f"{m}-s{row['SmolLM2 seed']}" for row in rows for m in methods}
+    assert shown_runs == set(results["runs"]), "the table has every finished run, nothing else"
+    wrong = []
+    for row in rows:
+        for m in methods:
+            run = results["runs"][f"{m}-s{row['SmolLM2 seed']}"]
+            for actual, cell in ((run["before"], row["before"]), (run["after"], row[f"`{m}` after"])):
+                if not agrees(actual, *_number(cell)):
+                    wrong.append(f"{m} seed {row['SmolLM2 seed']}: README {cell}, recorded {actual}")
+    for row in _table_at(text, "| SmolLM2 paired test |"):
+        t = results["tests"][row["SmolLM2 paired test"].replace("`", "")]
+        checks = [(t["n"], (float(row["seeds"]), 0)), (t["mean"], _number(row["mean"])), (t["p"], _number(row["p"]))]
+        wrong += [f"{row['SmolLM2 paired test']}: README {shown}, recorded {actual}" for actual, shown in checks
+                  if not agrees(actual, *shown)]  # fmt: skip
+    assert not wrong, "README.md's SmolLM2 tables differ from bench/results/smollm2_rl:\n" + "\n".join(wrong)
