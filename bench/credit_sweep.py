@@ -179,6 +179,9 @@ def config_overrides(job: Job, args: argparse.Namespace, out: Path, horizon: int
     }
     if job.method is None:
         return {**common, "iterations": 0, "sft_lr": args.sft_lr}
+    if args.distractor_reward is not None:  # the RL runs only: warm starts learn from the oracle, whatever it is
+        env_kwargs = {**env_kwargs, "distractor_reward": args.distractor_reward}
+        common |= {"env_kwargs": env_kwargs, "eval_env_kwargs": env_kwargs}
     sft = job.warm_start(args).directory(out) / "checkpoint.pt"
     budget = {} if token_budget(job, args, out) is None else {"max_sampled_tokens": token_budget(job, args, out)}
     return {**common, **METHODS[job.method], **budget, "iterations": args.iterations, "init_from": str(sft),
@@ -765,7 +768,8 @@ def design(args: argparse.Namespace, primary: set[tuple[str, int, str]], n_resul
         "## Design",
         "",
         f"- Grid: {cells}; k = {args.num_options} options; methods {', '.join(f'`{m}`' for m in args.methods)}; "
-        f"seeds {', '.join(map(str, args.seeds))} ({n} paired seeds).",
+        f"seeds {', '.join(map(str, args.seeds))} ({n} paired seeds)"
+        + ("." if args.distractor_reward is None else f"; distractor_reward {args.distractor_reward:g} in RL runs."),
         f"- Warm start per (env, seed): SFT on the oracle's demonstrations at the longest H of the env, in chunks of "
         f"{args.sft_chunk} steps at lr {args.sft_lr:g} (halved chunk, then lr, after an overshoot), until the held-out "
         f"per-turn accuracy is {args.target} ± {args.tolerance} (search on {args.search_episodes} eval tasks, "
@@ -912,6 +916,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(8)))
     parser.add_argument("--num-options", type=int, default=2)
+    parser.add_argument("--distractor-reward", type=float, help="Umbrella's and KeyDoor's distractor_reward in the RL "
+                        "runs (default: the env's, 0.1); warm starts are the same whatever it is")  # fmt: skip
     parser.add_argument("--iterations", type=int, default=40)
     parser.add_argument("--token-budget", default="grpo", help="sampled tokens per run: 'grpo' (the branch methods "
                         "get grpo's count of the same cell and seed; the others run their iterations), 'none', or N "
@@ -945,6 +951,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "mc_samples") if getattr(args, n) < 1]  # fmt: skip
     if small:
         parser.error(f"{', '.join(small)} must be >= 1")
+    if args.distractor_reward is not None and not (
+        math.isfinite(args.distractor_reward) and args.distractor_reward >= 0 and "Chain" not in args.cells
+    ):
+        parser.error(f"--distractor-reward takes a finite number >= 0 and cells of Umbrella or KeyDoor only, got "
+                     f"{args.distractor_reward} with {', '.join(args.cells)}")  # fmt: skip
     if args.token_budget not in ("grpo", "none") and not (args.token_budget.isdigit() and int(args.token_budget) > 0):
         parser.error(f"--token-budget takes 'grpo', 'none' or a positive number of tokens, got {args.token_budget!r}")
     if args.token_budget == "grpo" and set(args.methods) & set(BRANCH_METHODS) and "grpo" not in args.methods:

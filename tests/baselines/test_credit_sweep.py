@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gymnasium as gym
 import pytest
 
 pytest.importorskip("matplotlib")
@@ -189,6 +190,28 @@ def test_every_method_is_a_valid_trainer_config_and_outcome_only_means_the_outco
     assert (critic.algo, critic.lam, critic.detach_critic, critic.progress_key) == ("ppo", 0.0, True, "progress")
     assert (configs[("Chain", "vine")].branch_k, configs[("Chain", "tree")].estimator) == (2, "tree")
     assert all(c.max_sampled_tokens is None for c in configs.values())  # --token-budget none
+
+
+def test_distractor_reward_reaches_the_rl_runs_and_the_env_only(tmp_path, cs):
+    """``--distractor-reward`` sets the distractor envs' reward in the RL runs (training and evaluation), never in the
+    warm starts, and is refused with Chain, whose env has no distractors."""
+    from agentgym.baselines.config import load_config
+
+    args = cs.parse_args(["--cells", "Umbrella:2", "--distractor-reward", "1.0", "--token-budget", "none"])
+    warm = cs.Job("Umbrella", 2, 0).directory(tmp_path) / "checkpoint.pt"
+    warm.parent.mkdir(parents=True)
+    warm.touch()
+    rl = load_config("tiny", overrides=cs.config_overrides(cs.Job("Umbrella", 2, 0, "gtpo"), args, tmp_path))
+    sft = load_config("tiny", overrides=cs.config_overrides(cs.Job("Umbrella", 2, 0), args, tmp_path))
+    assert rl.env_kwargs["distractor_reward"] == rl.eval_env_kwargs["distractor_reward"] == 1.0
+    assert "distractor_reward" not in sft.env_kwargs
+    env = gym.make(rl.env_id, **rl.env_kwargs).unwrapped
+    assert env.distractor_reward == 1.0
+    for bad in (["--distractor-reward", "1"], ["--cells", "Umbrella:2", "--distractor-reward", "-1"],
+                ["--cells", "KeyDoor:2", "--distractor-reward", "nan"]):  # fmt: skip
+        with pytest.raises(SystemExit) as exc:
+            cs.parse_args(bad)
+        assert exc.value.code == 2
 
 
 def test_branch_methods_get_grpos_tokens_and_wait_for_it(tmp_path, cs):
