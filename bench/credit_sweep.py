@@ -84,6 +84,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from agentgym.stats import MAX_EXACT, holm, sign_flip_test
+from agentgym.trust import checked_kwargs
 
 #: Method name -> trainer overrides.
 METHODS: dict[str, dict[str, Any]] = {
@@ -917,7 +918,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(8)))
     parser.add_argument("--num-options", type=int, default=2)
     parser.add_argument("--distractor-reward", type=float, help="Umbrella's and KeyDoor's distractor_reward in the RL "
-                        "runs (default: the env's, 0.1); warm starts are the same whatever it is")  # fmt: skip
+                        "runs (default: the env's own); warm starts are the same whatever it is")  # fmt: skip
     parser.add_argument("--iterations", type=int, default=40)
     parser.add_argument("--token-budget", default="grpo", help="sampled tokens per run: 'grpo' (the branch methods "
                         "get grpo's count of the same cell and seed; the others run their iterations), 'none', or N "
@@ -951,11 +952,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "mc_samples") if getattr(args, n) < 1]  # fmt: skip
     if small:
         parser.error(f"{', '.join(small)} must be >= 1")
-    if args.distractor_reward is not None and not (
-        math.isfinite(args.distractor_reward) and args.distractor_reward >= 0 and "Chain" not in args.cells
-    ):
-        parser.error(f"--distractor-reward takes a finite number >= 0 and cells of Umbrella or KeyDoor only, got "
-                     f"{args.distractor_reward} with {', '.join(args.cells)}")  # fmt: skip
+    for env in args.cells if args.distractor_reward is not None else ():
+        try:  # each env's own declaration of the argument decides (Chain has none; Umbrella's is a number in a range)
+            checked_kwargs(f"agentgym/{env}-v0", {"distractor_reward": args.distractor_reward})
+        except ValueError as exc:
+            parser.error(f"--distractor-reward: {exc}")
     if args.token_budget not in ("grpo", "none") and not (args.token_budget.isdigit() and int(args.token_budget) > 0):
         parser.error(f"--token-budget takes 'grpo', 'none' or a positive number of tokens, got {args.token_budget!r}")
     if args.token_budget == "grpo" and set(args.methods) & set(BRANCH_METHODS) and "grpo" not in args.methods:

@@ -208,7 +208,8 @@ def test_distractor_reward_reaches_the_rl_runs_and_the_env_only(tmp_path, cs):
     env = gym.make(rl.env_id, **rl.env_kwargs).unwrapped
     assert env.distractor_reward == 1.0
     for bad in (["--distractor-reward", "1"], ["--cells", "Umbrella:2", "--distractor-reward", "-1"],
-                ["--cells", "KeyDoor:2", "--distractor-reward", "nan"]):  # fmt: skip
+                ["--cells", "KeyDoor:2", "--distractor-reward", "nan"],
+                ["--cells", "Umbrella:2", "--distractor-reward", "2e6"]):  # fmt: skip
         with pytest.raises(SystemExit) as exc:
             cs.parse_args(bad)
         assert exc.value.code == 2
