@@ -494,14 +494,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     token = args.token or os.environ.get(TOKEN_ENV) or None
     try:
-        check_bind(args.host, token)  # before anything is built: a one-line usage error
+        check_bind(args.host, token or args.tokens_file)  # before anything is built: a one-line usage error
     except ValueError as exc:
         raise UserError(str(exc)) from None
     unknown = [e for e in args.env_ids if e not in gym.registry]
     if unknown:
         raise UserError(f"unknown env id(s) {unknown} (see agentgym list)")
     common = {"host": args.host, "port": args.port, "token": token, "header_timeout": args.header_timeout,
-              "idle_timeout": args.idle_timeout, "max_body_bytes": args.max_body_bytes}  # fmt: skip
+              "idle_timeout": args.idle_timeout, "max_body_bytes": args.max_body_bytes,
+              "max_connections": args.max_connections,
+              "max_connections_per_peer": args.max_connections_per_client}  # fmt: skip
     if args.openenv:
         if len(args.env_ids) != 1:
             raise UserError("--openenv serves one env: give exactly one ENV_ID")
@@ -513,25 +515,49 @@ def cmd_serve(args: argparse.Namespace) -> int:
             raise UserError(" ".join(str(e).split())) from None
         env_kwargs = _kv(args.env_arg)
         _make_env(args.env_ids[0], env_kwargs).close()  # an unknown id or a bad argument: a one-line error
-        serve_openenv(args.env_ids[0], env_kwargs, max_sessions=args.max_sessions or 64, **common)
+        if args.allow_env_arg or args.tokens_file or args.client_key != "peer":
+            raise UserError("--openenv serves the operator's --env-arg only: no --allow-env-arg, --tokens-file or "
+                            "--client-key")  # fmt: skip
+        serve_openenv(args.env_ids[0], env_kwargs, max_sessions=args.max_sessions or 64,
+                      max_sessions_per_client=args.max_sessions_per_client, **common)  # fmt: skip
         return 0
     from agentgym.registry import list_envs
-    from agentgym.server import serve
-    from agentgym.trust import split_operator_args
+    from agentgym.server import ClientKey, serve
+    from agentgym.trust import split_allowed_args, split_operator_args
 
     env_args = _kv(args.env_arg)
     allow: dict[str, list[Any]] = {}
     for key, value in _kv_pairs(args.allow_env_arg):
         allow.setdefault(key, []).append(value)
+    served = sorted(set(args.env_ids or list_envs()))
     try:  # the operator's arguments name arguments the served envs take: checked before anything is built
-        split_operator_args(sorted(set(args.env_ids or list_envs())), env_args)
+        split_operator_args(served, env_args)
+        split_allowed_args(served, allow)
+        key = ClientKey.parse(args.client_key)
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    tokens = _read_tokens(args.tokens_file) if args.tokens_file else []
+    if key.kind == "token" and not tokens:
+        raise UserError("--client-key token needs --tokens-file (one token per client): with one shared token every "
+                        "client is the same client")  # fmt: skip
     serve(env_ids=args.env_ids or None, max_sessions=args.max_sessions or 1024, env_args=env_args,
           allow_env_args=allow, workers=args.workers, call_timeout=args.call_timeout,
           max_calls_per_client=args.max_calls_per_client, max_sessions_per_client=args.max_sessions_per_client,
-          **common)  # fmt: skip
+          max_snapshot_bytes=args.max_snapshot_bytes, max_snapshot_bytes_per_client=args.max_snapshot_bytes_per_client,
+          client_key=key, tokens=tokens, **common)  # fmt: skip
     return 0
+
+
+def _read_tokens(path: str) -> list[str]:
+    """The per-client tokens of ``--tokens-file``: one a line; blank lines and ``#`` comments skipped."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            tokens = [line.strip() for line in f if line.strip() and not line.lstrip().startswith("#")]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot read --tokens-file {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not tokens:
+        raise UserError(f"--tokens-file {path} holds no token (one a line)")
+    return tokens
 
 
 def build_parser(plugins: Mapping[str, EntryPoint] | None = None) -> argparse.ArgumentParser:
@@ -661,16 +687,44 @@ def build_parser(plugins: Mapping[str, EntryPoint] | None = None) -> argparse.Ar
         "KEY, or only ENV_ID; files, URLs, credentials and caches come only from here",
     )  # fmt: skip
     p.add_argument(
-        "--allow-env-arg", action="append", default=[], metavar="KEY=VALUE",
-        help="let clients also pick VALUE for KEY (e.g. dataset=100k), beyond what the env declares public",
+        "--allow-env-arg", action="append", default=[], metavar="ENV_ID:KEY=VALUE",
+        help="let clients of ENV_ID also pick VALUE for KEY (e.g. agentgym/SearchQA-v0:dataset=100k), beyond what "
+        "the env declares public; a bare KEY=VALUE only when exactly one served env takes KEY",
     )  # fmt: skip
-    p.add_argument("--workers", type=int, default=128, help="threads env calls run in")
+    p.add_argument("--workers", type=POSITIVE, default=128, help="threads env calls run in")
     p.add_argument("--call-timeout", type=float, default=300.0, help="seconds an env call may take (504 beyond)")
     p.add_argument(
-        "--max-calls-per-client", type=int, default=None,
-        help="env calls one client (peer address) may have running, stuck ones included (default workers / 4)",
+        "--client-key", default="peer", metavar="peer|token|header:NAME",
+        help="whom the per-client limits count: the peer address (IPv6 by /64), the bearer token (--tokens-file), "
+        "or a trusted proxy's header (only when every request comes through that proxy)",
     )  # fmt: skip
-    p.add_argument("--max-sessions-per-client", type=int, default=None, help="(default --max-sessions)")
+    p.add_argument(
+        "--tokens-file", default=None, metavar="FILE",
+        help="bearer tokens the server also accepts, one per client and line (for --client-key token)",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-calls-per-client", type=POSITIVE, default=None,
+        help="env calls one client may have running, stuck ones included (default workers / 4)",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-sessions-per-client", type=POSITIVE, default=None,
+        help="open sessions per client (default --max-sessions / 4)",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-connections", type=POSITIVE, default=1024,
+        help="open connections at most (idle ones are closed to make room; 503 when all have a request in flight)",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-connections-per-client", type=POSITIVE, default=None,
+        help="open connections per client address (default --max-connections / 4; raise it behind a proxy)",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-snapshot-bytes", type=POSITIVE, default=2 << 30, help="bytes of pickled snapshots kept in all",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-snapshot-bytes-per-client", type=POSITIVE, default=None,
+        help="bytes of pickled snapshots kept per client (default --max-snapshot-bytes / 4)",
+    )  # fmt: skip
     p.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default; others need a token)")
     p.add_argument("--port", type=PORT, default=8000)
     p.add_argument(

@@ -16,9 +16,10 @@ takes ``seed``, ``episode_id`` and ``options`` (agentgym's: ``task_index``, ``ta
 HTTP ``/reset`` and ``/step`` build a fresh env per request (so an HTTP ``/step`` alone is a 409 that says so);
 multi-step episodes go over a WebSocket session, one env per connection: ``AgentGymEnvClient`` (an OpenEnv
 ``EnvClient``) or OpenEnv's ``GenericEnvClient`` with ``{"text": ...}`` actions. Sessions are capped
-(``max_sessions``) and closed after ``idle_timeout`` seconds unused (OpenEnv's reaper), request bodies and WebSocket
-messages are capped (``max_body_bytes``), and a bearer ``token`` is required on every request and WebSocket
-handshake when given (:func:`serve_openenv` requires one beyond loopback).
+(``max_sessions``, a quarter of them per client) and closed after ``idle_timeout`` seconds unused (OpenEnv's
+reaper), request bodies and WebSocket messages are capped (``max_body_bytes``), envs are built off the event loop,
+and a bearer ``token`` is required on every request and WebSocket handshake when given (:func:`serve_openenv`
+requires one beyond loopback).
 
 openenv-core is an optional dependency (``pip install 'agentgym[openenv]'``); it is imported on first use::
 
@@ -39,7 +40,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from agentgym.server import RequestGuard, env_uvicorn_config
+from agentgym.server import ClientKey, RequestGuard, env_uvicorn_config
 from agentgym.tools.serving import check_bind, run_uvicorn
 
 __all__ = ["EpisodeNotStartedError", "create_openenv_app", "openenv_types", "serve_openenv"]
@@ -105,8 +106,18 @@ def openenv_types() -> SimpleNamespace:
         def __init__(self, env_id: str, env_kwargs: dict[str, Any] | None = None) -> None:
             super().__init__()
             self.env_id = env_id
-            self.env = gym.make(env_id, **(env_kwargs or {}))
+            self.env_kwargs = dict(env_kwargs or {})
+            self._env: gym.Env | None = None  # built on first use: OpenEnv calls this constructor on its event loop
             self._state = AgentGymState(env_id=env_id)
+
+        @property
+        def env(self) -> gym.Env:
+            """The agentgym env, ``gymnasium.make(env_id, **env_kwargs)``, built on first use (in OpenEnv's worker
+            threads: its HTTP routes build an ``Environment`` per request on the event loop, where a slow
+            constructor would stop every other request)."""
+            if self._env is None:
+                self._env = gym.make(self.env_id, **self.env_kwargs)
+            return self._env
 
         def reset(
             self,
@@ -145,7 +156,8 @@ def openenv_types() -> SimpleNamespace:
             return self._state
 
         def close(self) -> None:
-            self.env.close()
+            if self._env is not None:
+                self._env.close()
 
     class AgentGymEnvClient(EnvClient[AgentGymAction, AgentGymObservation, AgentGymState]):
         """OpenEnv's ``EnvClient`` for agentgym envs: ``step`` takes an ``AgentGymAction`` or the text itself;
@@ -194,16 +206,21 @@ def create_openenv_app(
     env_kwargs: dict[str, Any] | None = None,
     *,
     max_sessions: int = 64,
+    max_sessions_per_client: int | None = None,
     idle_timeout: float | None = 300.0,
     token: str | None = None,
     max_body_bytes: int = 1 << 20,
+    client_key: str = "peer",
 ) -> Any:
     """OpenEnv's FastAPI app (``create_fastapi_app``) serving ``env_id``, with agentgym's limits and token check.
 
-    The env is built once here, so an unknown id or a bad argument fails now rather than in every session.
-    ``max_sessions``: WebSocket sessions at most (one env each); ``idle_timeout``: seconds before OpenEnv's reaper
-    closes an unused session (it runs with the app's lifespan, as under ``uvicorn``); ``token``: a bearer token
-    required on every request (401) and WebSocket handshake (refused); ``max_body_bytes``: largest body (413).
+    The env is built once here, so an unknown id or a bad argument fails now rather than in every session; later
+    envs are built off the event loop (``AgentGymEnvironment.env``). ``max_sessions``: WebSocket sessions at most
+    (one env each); ``max_sessions_per_client``: per client (default a quarter; ``client_key`` as in
+    :class:`agentgym.server.ClientKey`; a handshake beyond is refused with close code 1013); ``idle_timeout``:
+    seconds before OpenEnv's reaper closes an unused session (it runs with the app's lifespan, as under
+    ``uvicorn``); ``token``: a bearer token required on every request (401) and WebSocket handshake (refused);
+    ``max_body_bytes``: largest body (413).
     """
     from fastapi import Request
     from fastapi.responses import JSONResponse
@@ -212,7 +229,10 @@ def create_openenv_app(
 
     types = openenv_types()
     env_kwargs = dict(env_kwargs or {})
-    types.AgentGymEnvironment(env_id, env_kwargs).close()  # fail fast on an unknown id or a bad argument
+    gym.make(env_id, **env_kwargs).close()  # fail fast on an unknown id or a bad argument
+    per_client = max_sessions_per_client or max(1, max_sessions // 4)
+    if per_client < 1:
+        raise ValueError(f"max_sessions_per_client must be >= 1, got {max_sessions_per_client}")
     factory = functools.partial(types.AgentGymEnvironment, env_id, env_kwargs)
     config = ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=idle_timeout)
     app = create_fastapi_app(factory, types.AgentGymAction, types.AgentGymObservation, concurrency_config=config)
@@ -221,7 +241,8 @@ def create_openenv_app(
     async def not_started(request: Request, exc: EpisodeNotStartedError) -> JSONResponse:
         return JSONResponse({"detail": str(exc), "error": "env_state"}, status_code=409)
 
-    app.add_middleware(RequestGuard, token=token, max_body_bytes=max_body_bytes)
+    app.add_middleware(RequestGuard, token=token, max_body_bytes=max_body_bytes, client_key=ClientKey.parse(client_key),
+                       max_websockets_per_client=per_client)  # fmt: skip
     return app
 
 
@@ -234,16 +255,20 @@ def serve_openenv(
     token: str | None = None,
     log_level: str = "info",
     header_timeout: float = 10.0,
+    max_connections: int = 1024,
+    max_connections_per_peer: int | None = None,
     **app_kwargs: Any,
 ) -> None:
     """Serve ``env_id`` over OpenEnv's protocol with uvicorn until interrupted (:func:`create_openenv_app`).
 
     Binds to loopback by default; any other ``host`` needs a bearer ``token`` (ValueError otherwise, before the
-    env is built). WebSocket messages are capped like bodies (``max_body_bytes``, default 1 MiB).
+    env is built). WebSocket messages are capped like bodies (``max_body_bytes``, default 1 MiB); connections as
+    in :func:`agentgym.server.env_uvicorn_config`.
     """
     check_bind(host, token)
     app = create_openenv_app(env_id, env_kwargs, token=token, **app_kwargs)
     max_body = app_kwargs.get("max_body_bytes", 1 << 20)
     config = env_uvicorn_config(app, host=host, port=port, log_level=log_level, header_timeout=header_timeout,
-                                ws_max_size=max_body)  # fmt: skip
+                                ws_max_size=max_body, max_connections=max_connections,
+                                max_connections_per_peer=max_connections_per_peer)  # fmt: skip
     run_uvicorn(config)

@@ -184,7 +184,7 @@ class RemoteEnv(AgentEnv):
                                       f"{server}): session {self.session_id} and its episode are gone; make a new "
                                       "RemoteEnv")  # fmt: skip
             return EnvServerError(f"{where}: {detail}")
-        if code == "unknown_snapshot":
+        if code in ("unknown_snapshot", "snapshot_too_large"):
             return EnvServerError(f"{where}: {detail}")
         if status in (401, 429, 504) or code == "session_broken" or (status == 503 and code != "env_unavailable"):
             return EnvServerError(f"{where}: {detail}")

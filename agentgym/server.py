@@ -21,7 +21,9 @@ A session is one env built on the server with ``gymnasium.make(env_id, **env_kwa
 Every answer carries the header ``X-Agentgym-Server``: an id drawn when the app is built, so a client can tell a
 restarted server (which has lost every session) from a closed session. Env calls run in worker threads, one at a
 time per session (a slow env never blocks the others). Snapshots are pickles and never cross the wire: the
-server keeps them (at most ``max_snapshots`` per session, oldest dropped) until the session that took them ends.
+server keeps them (at most ``max_snapshots`` per session, oldest dropped, and within a byte budget per client and in
+all) until the session that took them ends. Each client (:class:`ClientKey`: its peer address by default) has a
+share of the sessions, workers, snapshot bytes and connections.
 
 Errors are 4xx answers ``{"detail": message, "error": code}`` (plus ``"exception"``, the Python exception the env
 raised, which the client raises again): 400 ``bad_json`` (a body that is not a JSON object), 401 ``unauthorized``
@@ -30,12 +32,13 @@ raised, which the client raises again): 400 ``bad_json`` (a body that is not a J
 ended), 410 ``session_expired`` (evicted after ``idle_timeout`` seconds unused), 413 ``too_large`` (a body over
 ``max_body_bytes``, refused from its ``Content-Length`` or as soon as a streamed body passes it), 422
 ``invalid_request`` (fields missing or mistyped), ``invalid_argument`` (the env raised ``ValueError`` /
-``TypeError``) or ``snapshot_unsupported``, 429 ``too_many_sessions`` (``max_sessions`` open). An env that cannot run
-here answers 503 ``env_unavailable``; any other exception from the env is a 500 ``env_error``.
+``TypeError``) or ``snapshot_unsupported``, 429 ``too_many_sessions`` (``max_sessions`` open, or the client's share),
+``too_busy`` (the client's workers) or ``snapshot_budget`` (the client's snapshot bytes; 413 ``snapshot_too_large``
+for one snapshot over it). An env that cannot run here answers 503 ``env_unavailable``; 503 ``busy`` means no
+worker (or connection) came free in time; any other exception from the env is a 500 ``env_error``.
 
 :func:`serve` binds to loopback by default and refuses any other address without a bearer token
-(:func:`agentgym.tools.serving.check_bind`); connections are bounded as in
-:func:`agentgym.tools.serving.uvicorn_config`.
+(:func:`agentgym.tools.serving.check_bind`); connections are bounded as in :func:`env_uvicorn_config`.
 
 >>> from fastapi.testclient import TestClient
 >>> import agentgym
@@ -53,11 +56,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import functools
+import hashlib
 import json
 import logging
 import math
+import pickle
 import secrets
 import socket
 import subprocess
@@ -79,13 +83,15 @@ from agentgym.branching import restore, snapshot
 from agentgym.core import AgentEnv, EnvUnavailableError, Snapshot, SnapshotError
 from agentgym.tools.serving import (
     TOKEN_ENV,
+    ConnectionLimits,
     bearer_checker,
     check_bind,
-    guarded_h11_protocol,
+    fair_share_fits,
+    peer_key,
     run_uvicorn,
     uvicorn_config,
 )
-from agentgym.trust import UntrustedArgumentError, checked_kwargs, split_operator_args
+from agentgym.trust import UntrustedArgumentError, checked_kwargs, split_allowed_args, split_operator_args
 
 _log = logging.getLogger(__name__)
 
@@ -93,6 +99,7 @@ __all__ = [
     "SERVER_HEADER",
     "TOKEN_ENV",
     "ApiError",
+    "ClientKey",
     "RequestGuard",
     "ServerProcess",
     "create_app",
@@ -202,31 +209,105 @@ def _parse(model: type[BaseModel], body: bytes) -> Any:
         raise ApiError(422, "invalid_request", "invalid request: " + "; ".join(parts[:10])) from None
 
 
-# -- the ASGI guard: bearer token, body size -------------------------------------------------------------
+# -- who a client is -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClientKey:
+    """Whom a request counts against for the per-client shares (sessions, workers, snapshot bytes, WebSockets).
+
+    ``peer`` (the default): the peer address, an IPv6 one by its /64 (:func:`agentgym.tools.serving.peer_key`).
+    ``token``: the bearer token the request carries (the server checks it against its ``tokens``, one per client;
+    without them a client could pick any key). ``header:NAME``: a trusted proxy's header (the last comma-separated
+    entry, e.g. of ``X-Forwarded-For``), honoured only because the operator named it: only when every request comes
+    through that proxy; a request without it counts against its peer address.
+
+    >>> ClientKey.parse("header:X-Real-IP")({"headers": [(b"x-real-ip", b"10.0.0.7")], "client": ("127.0.0.1", 9)})
+    'header:10.0.0.7'
+    """
+
+    kind: str = "peer"
+    header: str = ""
+
+    @classmethod
+    def parse(cls, spec: str) -> ClientKey:
+        """``peer``, ``token`` or ``header:NAME`` (ValueError, one line, otherwise)."""
+        kind, sep, name = spec.strip().partition(":")
+        kind = kind.lower()
+        if kind in ("peer", "token") and not sep:
+            return cls(kind)
+        if kind == "header" and name.strip() and all(c.isalnum() or c in "-_" for c in name.strip()):
+            return cls("header", name.strip().lower())
+        raise ValueError(f"client key {spec!r}: expected peer, token or header:NAME (a header name)")
+
+    def __call__(self, scope: Mapping[str, Any]) -> str:
+        if self.kind == "token":
+            given = _header(scope, b"authorization")
+            if given:
+                return "token:" + hashlib.sha256(given.partition(" ")[2].strip().encode("latin-1", "replace"))\
+                    .hexdigest()[:12]  # fmt: skip
+        elif self.kind == "header":
+            given = _header(scope, self.header.encode("latin-1"))
+            entry = (given or "").rpartition(",")[2].strip()[:100]
+            if entry:
+                return "header:" + peer_key(entry)
+        client = scope.get("client")
+        return peer_key(client[0]) if client else "unknown"
+
+
+# -- the ASGI guard: bearer token, body size, WebSockets per client ----------------------------------------------
+
+
+def _tokens_checker(token: str | None, tokens: Sequence[str]) -> Callable[[str | None], bool]:
+    """``ok(authorization_header)``: the header carries ``token`` or one of ``tokens`` (constant time each)."""
+    checks = [bearer_checker(t) for t in ([token] if token is not None else []) + list(tokens)]
+    if not checks:
+        return lambda header: True
+    return lambda header: any([check(header) for check in checks])  # every one compared: no early exit
 
 
 class RequestGuard:
-    """ASGI middleware: a bearer token on every HTTP request and WebSocket handshake, and a cap on body size.
+    """ASGI middleware: a bearer token on every HTTP request and WebSocket handshake, a cap on body size, and on
+    the WebSocket sessions each client holds.
 
     A missing or wrong token gets 401 (a WebSocket handshake is refused, which clients see as 403); a body over
     ``max_body_bytes`` gets 413, refused from its ``Content-Length`` or as soon as a streamed body passes the
-    limit (the body is read here, then handed to the app). ``server_id`` is sent in ``X-Agentgym-Server``.
+    limit (the body is read here, then handed to the app). A client (``client_key``) holding
+    ``max_websockets_per_client`` WebSockets has its next handshake refused (close code 1013, "try again later").
+    ``server_id`` is sent in ``X-Agentgym-Server``. ``tokens``: more accepted tokens (one per client).
     """
 
-    def __init__(self, app: Any, *, token: str | None = None, max_body_bytes: int = 1 << 20, server_id: str = ""):
+    def __init__(self, app: Any, *, token: str | None = None, max_body_bytes: int = 1 << 20, server_id: str = "",
+                 tokens: Sequence[str] = (), client_key: ClientKey | None = None,
+                 max_websockets_per_client: int | None = None) -> None:  # fmt: skip
         if max_body_bytes < 1:
             raise ValueError(f"max_body_bytes must be >= 1, got {max_body_bytes}")
         self.app = app
-        self.authorized = bearer_checker(token)
+        self.authorized = _tokens_checker(token, tokens)
         self.max_body_bytes = max_body_bytes
         self.extra_headers = [(SERVER_HEADER.encode(), server_id.encode())] if server_id else []
+        self.client_key = client_key or ClientKey()
+        self.max_websockets_per_client = max_websockets_per_client
+        self.websockets: dict[str, int] = {}  # client -> its open WebSockets
 
     async def __call__(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
         if scope["type"] == "websocket":
             if not self.authorized(_header(scope, b"authorization")):
                 await send({"type": "websocket.close", "code": 1008, "reason": "missing or wrong bearer token"})
                 return
-            await self.app(scope, receive, send)
+            client = self.client_key(scope)
+            held = self.websockets.get(client, 0)
+            if self.max_websockets_per_client is not None and held >= self.max_websockets_per_client:
+                await send({"type": "websocket.close", "code": 1013, "reason": f"this client ({client}) holds its "
+                            f"maximum of {self.max_websockets_per_client} WebSocket sessions"})  # fmt: skip
+                return
+            self.websockets[client] = held + 1
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                self.websockets[client] -= 1
+                if not self.websockets[client]:
+                    del self.websockets[client]
             return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
@@ -278,7 +359,7 @@ class RequestGuard:
         return stamped
 
 
-def _header(scope: dict[str, Any], name: bytes) -> str | None:
+def _header(scope: Mapping[str, Any], name: bytes) -> str | None:
     for key, value in scope.get("headers", ()):
         if key == name:
             return value.decode("latin-1")
@@ -304,7 +385,7 @@ class Session:
     env_id: str
     env: gym.Env
     last_used: float
-    #: Who opened it (the peer address): its calls count against that client's share of the workers.
+    #: Who opened it (its :class:`ClientKey`): its calls count against that client's share of the workers.
     client: str = ""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     busy: int = 0
@@ -322,22 +403,64 @@ class Session:
 
 @dataclass
 class SessionTable:
-    """The sessions and snapshots of one app, with its limits; touched only from the event loop."""
+    """The sessions and snapshots of one app, with its limits; touched only from the event loop.
+
+    Each client may hold ``per_client`` sessions (sessions being opened included), the last ``reserve`` only when
+    it holds none (:func:`~agentgym.tools.serving.fair_share_fits`). Snapshots are kept pickled, so their size is
+    known: ``snapshot_bytes`` in all, ``snapshot_bytes_per_client`` per client.
+    """
 
     max_sessions: int
     idle_timeout: float
     max_snapshots: int
+    per_client: int
+    reserve: int = 0
+    snapshot_bytes: int = 2 << 30
+    snapshot_bytes_per_client: int = 512 << 20
     sessions: dict[str, Session] = field(default_factory=dict)
-    snapshots: dict[str, tuple[str, Snapshot]] = field(default_factory=dict)
+    #: snapshot id -> (the session that took it, the pickled snapshot)
+    snapshots: dict[str, tuple[str, bytes]] = field(default_factory=dict)
     #: Ids of sessions evicted for idleness (the most recent 10,000), so their clients learn why (410, not 404).
     evicted: OrderedDict[str, float] = field(default_factory=OrderedDict)
     #: Ids of sessions closed because an env call ran past the call deadline (the most recent 10,000): why.
     broken: OrderedDict[str, str] = field(default_factory=OrderedDict)
-    pending: int = 0
+    #: client -> its sessions being opened, and its sessions (both counted against its share)
+    pending: dict[str, int] = field(default_factory=dict)
+    held: dict[str, int] = field(default_factory=dict)
+    #: client -> the bytes of its snapshots; and of all
+    snapshot_held: dict[str, int] = field(default_factory=dict)
+    snapshot_total: int = 0
     last_sweep: float = 0.0
 
     def open_slots(self) -> int:
-        return self.max_sessions - len(self.sessions) - self.pending
+        return self.max_sessions - len(self.sessions) - sum(self.pending.values())
+
+    def client_sessions(self, client: str) -> int:
+        return self.held.get(client, 0) + self.pending.get(client, 0)
+
+    def check_room(self, client: str) -> None:
+        """429 ``too_many_sessions`` unless ``client`` may open one more session."""
+        mine, total = self.client_sessions(client), self.max_sessions - self.open_slots()
+        if fair_share_fits(mine, total, self.max_sessions, self.per_client, self.reserve):
+            return
+        if total >= self.max_sessions:
+            why = f"the server holds its maximum of {self.max_sessions} sessions: close some (DELETE /sessions/{{id}})"
+            raise ApiError(429, "too_many_sessions", why + " or wait for idle ones to expire")
+        if mine >= self.per_client:
+            raise ApiError(429, "too_many_sessions", f"this client ({client}) holds its maximum of {self.per_client} "
+                           "sessions: close some (DELETE /sessions/{id})")  # fmt: skip
+        raise ApiError(429, "too_many_sessions", f"the server keeps its last {self.reserve} of {self.max_sessions} "
+                       f"sessions for clients holding none, and this client ({client}) holds {mine}: close some "
+                       "(DELETE /sessions/{id}) or retry later")  # fmt: skip
+
+    def opening(self, client: str, delta: int) -> None:
+        self.pending[client] = self.pending.get(client, 0) + delta
+        if not self.pending[client]:
+            del self.pending[client]
+
+    def add(self, s: Session) -> None:
+        self.sessions[s.id] = s
+        self.held[s.client] = self.held.get(s.client, 0) + 1
 
     def sweep(self, now: float) -> list[gym.Env]:
         """Evict sessions idle for over ``idle_timeout`` seconds; returns their envs, to close off the loop."""
@@ -353,8 +476,12 @@ class SessionTable:
 
     def drop(self, session_id: str) -> gym.Env:
         s = self.sessions.pop(session_id)
+        self.held[s.client] -= 1
+        if not self.held[s.client]:
+            del self.held[s.client]
         for snap_id in s.snapshots:
-            self.snapshots.pop(snap_id, None)
+            self._forget_snapshot(s.client, snap_id)
+        s.snapshots.clear()
         return s.env
 
     def get(self, session_id: str, now: float) -> Session:
@@ -380,16 +507,41 @@ class SessionTable:
         while len(self.broken) > 10_000:
             self.broken.popitem(last=False)
 
-    def client_sessions(self, client: str) -> int:
-        return sum(1 for s in self.sessions.values() if s.client == client)
-
-    def add_snapshot(self, s: Session, snap: Snapshot) -> str:
+    def add_snapshot(self, s: Session, pickled: bytes) -> str:
+        """Keep ``pickled`` (a snapshot of ``s``) within the byte budgets: 413 ``snapshot_too_large`` for one
+        larger than a client's whole budget, 429 ``snapshot_budget`` when keeping it would pass a budget (the
+        session's oldest snapshot, dropped beyond ``max_snapshots``, counts as freed)."""
+        size = len(pickled)
+        if size > min(self.snapshot_bytes_per_client, self.snapshot_bytes):
+            raise ApiError(413, "snapshot_too_large", f"this snapshot is {size:,} bytes pickled, over the server's "
+                           f"snapshot budget of {min(self.snapshot_bytes_per_client, self.snapshot_bytes):,} "
+                           "bytes per client")  # fmt: skip
+        freed = len(self.snapshots[s.snapshots[0]][1]) if len(s.snapshots) >= self.max_snapshots else 0
+        mine = self.snapshot_held.get(s.client, 0) + size - freed
+        if mine > self.snapshot_bytes_per_client:
+            raise ApiError(429, "snapshot_budget", f"this client's ({s.client}) snapshots would hold {mine:,} "
+                           f"bytes, over its budget of {self.snapshot_bytes_per_client:,}: close sessions to drop "
+                           "their snapshots")  # fmt: skip
+        if self.snapshot_total + size - freed > self.snapshot_bytes:
+            raise ApiError(429, "snapshot_budget", f"the server's snapshots would hold over its budget of "
+                           f"{self.snapshot_bytes:,} bytes: close sessions or retry later")  # fmt: skip
+        if freed:
+            self._forget_snapshot(s.client, s.snapshots.pop(0))
         snap_id = secrets.token_urlsafe(12)
-        self.snapshots[snap_id] = (s.id, snap)
+        self.snapshots[snap_id] = (s.id, pickled)
         s.snapshots.append(snap_id)
-        while len(s.snapshots) > self.max_snapshots:
-            self.snapshots.pop(s.snapshots.pop(0), None)
+        self.snapshot_held[s.client] = self.snapshot_held.get(s.client, 0) + size
+        self.snapshot_total += size
         return snap_id
+
+    def _forget_snapshot(self, client: str, snap_id: str) -> None:
+        found = self.snapshots.pop(snap_id, None)
+        if found is None:
+            return
+        self.snapshot_total -= len(found[1])
+        self.snapshot_held[client] -= len(found[1])
+        if not self.snapshot_held[client]:
+            del self.snapshot_held[client]
 
 
 # -- env calls (in worker threads) ---------------------------------------------------------------------
@@ -400,38 +552,86 @@ class Workers:
 
     ``size`` threads at most; each call has ``call_timeout`` seconds (waiting for a thread included). A call past
     its deadline is answered 504 and its session closed, but a Python thread cannot be killed: the call goes on
-    holding its thread ("stuck") until it returns. So each client (a peer address) may have at most ``per_client``
-    calls running, stuck ones included (its further calls wait for one of its own slots, within the deadline): a
-    client whose stuck calls fill its share gets 429 at once, and the other clients keep the rest of the threads.
-    ``/health`` reports the busy and stuck threads.
+    holding its thread ("stuck") until it returns. So each client may hold at most ``per_client`` threads, stuck
+    calls included, and the last ``reserve`` threads go only to clients holding none
+    (:func:`~agentgym.tools.serving.fair_share_fits`): a few clients together cannot take every thread. A call that
+    does not fit waits; a freed thread goes to the waiting call whose client holds fewest. A client whose stuck
+    calls fill its share gets 429 at once; a call still waiting at its deadline gets 429 (its client's share was
+    full) or 503 (the server's was). ``/health`` reports the busy, free and stuck threads.
     """
 
-    def __init__(self, size: int, call_timeout: float, per_client: int) -> None:
-        if size < 1 or per_client < 1 or not call_timeout > 0:
-            raise ValueError(f"workers and max_calls_per_client must be >= 1 and call_timeout > 0, got {size}, "
-                             f"{per_client}, {call_timeout}")  # fmt: skip
-        self.size, self.call_timeout, self.per_client = size, float(call_timeout), per_client
+    def __init__(self, size: int, call_timeout: float, per_client: int, reserve: int = 0) -> None:
+        if size < 1 or per_client < 1 or not call_timeout > 0 or not 0 <= reserve < size:
+            raise ValueError(f"workers and max_calls_per_client must be >= 1, call_timeout > 0 and 0 <= reserve < "
+                             f"workers, got {size}, {per_client}, {call_timeout}, {reserve}")  # fmt: skip
+        self.size, self.call_timeout, self.per_client, self.reserve = size, float(call_timeout), per_client, reserve
         self.executor = concurrent.futures.ThreadPoolExecutor(size, thread_name_prefix="agentgym-env")
-        self.running: dict[str, int] = {}  # client -> its calls holding (or waiting for) a thread
+        self.held: dict[str, int] = {}  # client -> its calls holding a thread (stuck ones included)
+        self.total = 0
         self.stuck: dict[str, int] = {}  # client -> its calls past their deadline, still running
-        self.slots: dict[str, asyncio.Semaphore] = {}  # client -> its share of the threads
+        self.waiting: list[tuple[str, asyncio.Future[None]]] = []  # calls waiting for a thread, oldest first
 
     def stats(self) -> dict[str, Any]:
-        busy = sum(self.per_client - sem._value for sem in self.slots.values())
-        return {"size": self.size, "busy": busy, "stuck": sum(self.stuck.values()), "call_timeout": self.call_timeout,
-                "max_calls_per_client": self.per_client, "clients": len(self.running)}  # fmt: skip
+        return {"size": self.size, "busy": self.total, "free": self.size - self.total,
+                "stuck": sum(self.stuck.values()), "waiting": len(self.waiting), "call_timeout": self.call_timeout,
+                "max_calls_per_client": self.per_client, "reserve": self.reserve,
+                "clients": len(self.held)}  # fmt: skip
 
-    def _done(self, client: str, stuck: bool, *, held: bool = True) -> None:
-        if held:
-            self.slots[client].release()
-        self.running[client] -= 1
-        if not self.running[client]:
-            del self.running[client]
-            del self.slots[client]
+    def _fits(self, client: str) -> bool:
+        return fair_share_fits(self.held.get(client, 0), self.total, self.size, self.per_client, self.reserve)
+
+    def _take(self, client: str) -> None:
+        self.held[client] = self.held.get(client, 0) + 1
+        self.total += 1
+
+    def _give_back(self, client: str, stuck: bool) -> None:
+        self.total -= 1
+        self.held[client] -= 1
+        if not self.held[client]:
+            del self.held[client]
         if stuck:
             self.stuck[client] -= 1
             if not self.stuck[client]:
                 del self.stuck[client]
+        self._wake()
+
+    def _wake(self) -> None:
+        """Hand free threads to waiting calls that fit, those of the clients holding fewest first."""
+        while True:
+            fitting = [(self.held.get(c, 0), i) for i, (c, f) in enumerate(self.waiting) if not f.done()
+                       and self._fits(c)]  # fmt: skip
+            if not fitting:
+                self.waiting = [w for w in self.waiting if not w[1].done()]
+                return
+            client, future = self.waiting.pop(min(fitting)[1])
+            self._take(client)
+            future.set_result(None)
+
+    async def _acquire(self, client: str, timeout: float) -> None:
+        if self._fits(client):
+            self._take(client)
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiting.append((client, future))
+        try:
+            await asyncio.wait_for(asyncio.shield(future), timeout)
+        except (TimeoutError, asyncio.CancelledError) as e:
+            if future.done() and not future.cancelled():  # granted as the wait ended: give it back
+                self._give_back(client, stuck=False)
+            else:
+                future.cancel()
+                self.waiting = [w for w in self.waiting if w[1] is not future]
+            if isinstance(e, asyncio.CancelledError):
+                raise
+            if self.held.get(client, 0) >= self.per_client:
+                raise ApiError(429, "too_busy", f"this client ({client}) kept its {self.per_client} env workers "
+                               f"busy for the whole {self.call_timeout:g} s call deadline") from None  # fmt: skip
+            raise ApiError(
+                503,
+                "busy",
+                f"no env worker came free for this client within the "
+                f"{self.call_timeout:g} s call deadline ({self.total} of {self.size} busy)",
+            ) from None
 
     async def run(self, client: str, fn: Callable[..., Any], *args: Any, stuck_env: gym.Env | None = None,
                   on_stuck: Callable[[], None] | None = None) -> tuple[Any, float]:  # fmt: skip
@@ -448,34 +648,25 @@ class Workers:
                            f"{self.call_timeout:g} s deadline")  # fmt: skip
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.call_timeout
-        self.running[client] = self.running.get(client, 0) + 1
-        slots = self.slots.setdefault(client, asyncio.Semaphore(self.per_client))
-        try:
-            await asyncio.wait_for(slots.acquire(), self.call_timeout)
-        except (TimeoutError, asyncio.CancelledError) as e:
-            self._done(client, stuck=False, held=False)
-            if isinstance(e, asyncio.CancelledError):
-                raise
-            raise ApiError(429, "too_busy", f"this client ({client}) kept its {self.per_client} env workers busy "
-                           f"for the whole {self.call_timeout:g} s call deadline") from None  # fmt: skip
-        future = self.executor.submit(_timed, fn, *args)
+        await self._acquire(client, self.call_timeout)
+        future = self.executor.submit(_timed, fn, *args)  # never queued: at most ``size`` calls hold threads
         waited = asyncio.wrap_future(future)
         try:
             done, _ = await asyncio.wait({waited}, timeout=max(0.0, deadline - loop.time()))
         except asyncio.CancelledError:  # the server is stopping: the thread is freed when the call returns
-            waited.add_done_callback(lambda f: (f.cancelled() or f.exception(), self._done(client, stuck=False)))
+            waited.add_done_callback(lambda f: (f.cancelled() or f.exception(), self._give_back(client, False)))
             raise
         if done:
-            self._done(client, stuck=False)
+            self._give_back(client, stuck=False)
             return waited.result()
         if future.cancel():  # still queued: it never runs
-            self._done(client, stuck=False)
+            self._give_back(client, stuck=False)
         else:
             self.stuck[client] = self.stuck.get(client, 0) + 1
 
             def returned(f: asyncio.Future) -> None:
                 f.cancelled() or f.exception()  # retrieved: no "exception never retrieved" warning
-                self._done(client, stuck=True)
+                self._give_back(client, stuck=True)
                 if stuck_env is not None:
                     self.executor.submit(_close, [stuck_env])
 
@@ -539,9 +730,19 @@ def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split())
 
 
-def _client(request: Request) -> str:
-    """Whom a request counts against: its peer address (behind a proxy every client is the proxy)."""
-    return request.client.host if request.client is not None else "unknown"
+def _pickled_snapshot(env: gym.Env) -> bytes:
+    """A snapshot of ``env``, pickled: what the server keeps (its size is what counts against the budgets)."""
+    try:
+        return pickle.dumps(snapshot(env), protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError) as e:
+        raise SnapshotError(f"the env's snapshot cannot be pickled: {e}") from None
+
+
+def _restore_pickled(env: gym.Env, pickled: bytes) -> Snapshot:
+    """Restore ``env`` from a snapshot this server pickled; returns the snapshot."""
+    snap = pickle.loads(pickled)  # the server's own bytes, never a client's
+    restore(env, snap)
+    return snap
 
 
 def _stand_in(type_name: str) -> Any:
@@ -602,6 +803,10 @@ def create_app(
     call_timeout: float = 300.0,
     max_calls_per_client: int | None = None,
     max_sessions_per_client: int | None = None,
+    max_snapshot_bytes: int = 2 << 30,
+    max_snapshot_bytes_per_client: int | None = None,
+    client_key: str | ClientKey = "peer",
+    tokens: Sequence[str] = (),
     clock: Callable[[], float] = time.monotonic,
 ) -> FastAPI:
     """The FastAPI app of the env server.
@@ -619,34 +824,64 @@ def create_app(
             for envs whose calls cannot block); 0 (the default) runs every call in a worker thread.
         env_args: the operator's constructor arguments (``--env-arg``): ``{name: value}`` for every served env that
             takes ``name``, ``{"ENV_ID:name": value}`` for one env. Clients cannot change them.
-        allow_env_args: ``{name: [values]}``: values clients may pick for an argument besides what the env
-            declares public (``agentgym.trust``), e.g. ``{"dataset": ["100k"]}``.
-        workers: threads env calls run in.
+        allow_env_args: ``{"ENV_ID:name": [values]}``: values clients may pick for an argument of one env besides
+            what the env declares public (``agentgym.trust``), e.g. ``{"agentgym/SearchQA-v0:dataset": ["100k"]}``;
+            a bare ``name`` only when exactly one served env takes it (``agentgym.trust.split_allowed_args``).
+        workers: threads env calls run in; the last eighth only for clients with no call running.
         call_timeout: seconds an env call may take (504 beyond; its session is then closed).
-        max_calls_per_client: env calls one client (peer address) may have running, stuck ones included (default
-            a quarter of ``workers``).
-        max_sessions_per_client: open sessions per client (default ``max_sessions``).
+        max_calls_per_client: env calls one client may have running, stuck ones included (default a quarter of
+            ``workers``).
+        max_sessions_per_client: open sessions per client (default a quarter of ``max_sessions``); the last eighth
+            of ``max_sessions`` only for clients holding none.
+        max_snapshot_bytes: bytes of pickled snapshots the server keeps in all (2 GiB; 429 beyond).
+        max_snapshot_bytes_per_client: ... per client (default a quarter of ``max_snapshot_bytes``; 429 beyond, and
+            413 for one snapshot larger than that).
+        client_key: whom a request counts against (:class:`ClientKey`): ``"peer"`` (the default), ``"token"`` (needs
+            ``tokens``) or ``"header:NAME"`` (a trusted proxy's header).
+        tokens: more bearer tokens the server accepts besides ``token``: one per client, for ``client_key="token"``.
         clock: the seconds idle sessions are measured in (``time.monotonic``; a test may drive its own).
     """
     from agentgym.registry import list_envs
 
-    if max_sessions < 1 or max_snapshots < 1 or not idle_timeout > 0:
-        raise ValueError("max_sessions and max_snapshots must be >= 1 and idle_timeout > 0")
+    if max_sessions < 1 or max_snapshots < 1 or not idle_timeout > 0 or max_snapshot_bytes < 1:
+        raise ValueError("max_sessions, max_snapshots and max_snapshot_bytes must be >= 1 and idle_timeout > 0")
+    for name, value in [
+        ("max_calls_per_client", max_calls_per_client),
+        ("max_sessions_per_client", max_sessions_per_client),
+        ("max_snapshot_bytes_per_client", max_snapshot_bytes_per_client),
+    ]:
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    key = client_key if isinstance(client_key, ClientKey) else ClientKey.parse(client_key)
+    if key.kind == "token" and not tokens:
+        raise ValueError("client_key='token' needs per-client tokens (tokens=, --tokens-file): with one shared token "
+                         "every client is the same client, and without any a client picks its own key")  # fmt: skip
     allowed = sorted(set(list_envs() if env_ids is None else env_ids))
     unknown = [e for e in allowed if e not in gym.registry]
     if unknown:
         raise ValueError(f"unknown env id(s) {unknown}: not registered with gymnasium (see agentgym list)")
     operator = split_operator_args(allowed, env_args or {})
-    allow = {k: list(v) for k, v in (allow_env_args or {}).items()}
-    pool = Workers(workers, call_timeout, max_calls_per_client or max(1, workers // 4))
-    per_client_sessions = max_sessions_per_client or max_sessions
+    allow = split_allowed_args(allowed, allow_env_args or {})
+    pool = Workers(workers, call_timeout, max_calls_per_client or max(1, workers // 4), reserve=workers // 8)
+    table = SessionTable(
+        max_sessions=max_sessions,
+        idle_timeout=float(idle_timeout),
+        max_snapshots=max_snapshots,
+        per_client=max_sessions_per_client or max(1, max_sessions // 4),
+        reserve=max_sessions // 8,
+        snapshot_bytes=max_snapshot_bytes,
+        snapshot_bytes_per_client=max_snapshot_bytes_per_client or max(1, max_snapshot_bytes // 4),
+    )
     server_id = secrets.token_hex(8)
-    table = SessionTable(max_sessions=max_sessions, idle_timeout=float(idle_timeout), max_snapshots=max_snapshots)
     limits = {"max_sessions": max_sessions, "idle_timeout": float(idle_timeout), "max_body_bytes": max_body_bytes,
-              "max_snapshots": max_snapshots, "max_sessions_per_client": per_client_sessions}  # fmt: skip
+              "max_snapshots": max_snapshots, "max_sessions_per_client": table.per_client,
+              "sessions_reserved_for_new_clients": table.reserve, "max_snapshot_bytes": max_snapshot_bytes,
+              "max_snapshot_bytes_per_client": table.snapshot_bytes_per_client,
+              "client_key": key.kind + (f":{key.header}" if key.header else "")}  # fmt: skip
 
     app = FastAPI(title="agentgym env server", version="1", docs_url=None, redoc_url=None)
-    app.add_middleware(RequestGuard, token=token, max_body_bytes=max_body_bytes, server_id=server_id)
+    app.add_middleware(RequestGuard, token=token, max_body_bytes=max_body_bytes, server_id=server_id, tokens=tokens,
+                       client_key=key)  # fmt: skip
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> Response:
@@ -664,7 +899,7 @@ def create_app(
             table.break_session(s, f"session {s.id} was closed: an env call ran past the server's call deadline of "
                                 f"{pool.call_timeout:g} s")  # fmt: skip
 
-        return await _env_call(pool, _client(request), fn, *args, session=s, inline_below=inline_below,
+        return await _env_call(pool, key(request.scope), fn, *args, session=s, inline_below=inline_below,
                                on_stuck=broken)  # fmt: skip
 
     @asynccontextmanager
@@ -693,13 +928,14 @@ def create_app(
 
     @app.get("/health")
     async def health() -> Response:
-        """``status``: ``ok``; ``degraded`` while some env calls are stuck past the call deadline; ``starved``
-        (HTTP 503) when every worker is stuck and no env call can run."""
+        """``status``: ``ok``; ``degraded`` while no worker is free (calls wait) or some env calls are stuck past
+        the call deadline; ``starved`` (HTTP 503) when every worker is stuck and no env call can run."""
         await sweep()
         threads = pool.stats()
-        status = "starved" if threads["stuck"] >= pool.size else "degraded" if threads["stuck"] else "ok"
+        status = ("starved" if threads["stuck"] >= pool.size else
+                  "degraded" if threads["stuck"] or not threads["free"] else "ok")  # fmt: skip
         body = {"status": status, "server": server_id, "sessions": len(table.sessions), "workers": threads,
-                "limits": limits, "env_ids": allowed}  # fmt: skip
+                "snapshot_bytes": table.snapshot_total, "limits": limits, "env_ids": allowed}  # fmt: skip
         return _json_response(body, 503 if status == "starved" else 200)
 
     @app.post("/sessions")
@@ -708,28 +944,24 @@ def create_app(
         if req.env_id not in allowed:
             raise ApiError(404, "unknown_env", f"env {req.env_id!r} is not served here; served: {allowed}")
         try:
-            kwargs = checked_kwargs(req.env_id, req.env_kwargs, operator=operator[req.env_id], allow=allow)
+            kwargs = checked_kwargs(req.env_id, req.env_kwargs, operator=operator[req.env_id],
+                                    allow=allow[req.env_id])  # fmt: skip
         except UntrustedArgumentError as e:
             raise ApiError(422, "untrusted_argument", _one_line(e), exception="ValueError") from None
         await sweep()
-        client = _client(request)
-        if table.open_slots() <= 0:
-            raise ApiError(429, "too_many_sessions", f"the server holds its maximum of {max_sessions} sessions: "
-                           "close some (DELETE /sessions/{id}) or wait for idle ones to expire")  # fmt: skip
-        if table.client_sessions(client) >= per_client_sessions:
-            raise ApiError(429, "too_many_sessions", f"this client ({client}) holds its maximum of "
-                           f"{per_client_sessions} sessions: close some (DELETE /sessions/{{id}})")  # fmt: skip
-        table.pending += 1
+        client = key(request.scope)
+        table.check_room(client)
+        table.opening(client, +1)
         try:
             env = await _env_call(pool, client, _make, req.env_id, kwargs)
         finally:
-            table.pending -= 1
+            table.opening(client, -1)
         if not isinstance(env.unwrapped, AgentEnv):
             await run_in_threadpool(_close, [env])
             raise ApiError(422, "invalid_argument", f"{req.env_id} is not an agentgym env (AgentEnv)")
         s = Session(id=secrets.token_urlsafe(16), env_id=req.env_id, env=env, last_used=clock(),
                     client=client)  # fmt: skip
-        table.sessions[s.id] = s
+        table.add(s)
         return _json_response({"session_id": s.id, "server": server_id, "env": _describe_env(env)}, 201)
 
     @app.post("/sessions/{session_id}/reset")
@@ -753,8 +985,8 @@ def create_app(
     @app.post("/sessions/{session_id}/snapshot")
     async def take_snapshot(session_id: str, request: Request) -> Response:
         async with use(session_id) as s:
-            snap = await call(request, s, snapshot, s.env)
-            return _json_response({"snapshot_id": table.add_snapshot(s, snap)})
+            pickled = await call(request, s, _pickled_snapshot, s.env)
+            return _json_response({"snapshot_id": table.add_snapshot(s, pickled)})
 
     @app.post("/sessions/{session_id}/restore")
     async def restore_snapshot(session_id: str, request: Request) -> Response:
@@ -764,8 +996,8 @@ def create_app(
             if found is None:
                 raise ApiError(404, "unknown_snapshot", f"unknown snapshot {req.snapshot_id!r}: dropped with the "
                                "session that took it, or one of its oldest, or taken on another server")  # fmt: skip
-            await call(request, s, restore, s.env, found[1])
-            _, s.done, _, s.task_id, *_ = found[1].base
+            snap = await call(request, s, _restore_pickled, s.env, found[1])
+            _, s.done, _, s.task_id, *_ = snap.base
             s.task_id = s.task_id if s.env.unwrapped.task_index is not None else None
             return _json_response({"status": s.status()})
 
@@ -792,48 +1024,26 @@ def create_app(
 # -- serving -------------------------------------------------------------------------------------------
 
 
-@functools.cache
-def _env_server_protocol(header_timeout: float, body_timeout: float) -> type:
-    """``guarded_h11_protocol`` with two fixes: its read deadline stops when the connection becomes a WebSocket
-    (armed at ``connection_made``, it would otherwise close a WebSocket session ``header_timeout`` seconds in), and
-    ``TCP_NODELAY`` is set on every connection (asyncio sets it only on sockets it created itself: on a socket bound
-    by the caller, Nagle's algorithm held each response body until the client's delayed ACK, ~40 ms)."""
-    base = guarded_h11_protocol(header_timeout, body_timeout)
-
-    class EnvServerProtocol(base):  # type: ignore[misc, valid-type]
-        def connection_made(self, transport: Any) -> None:
-            sock = transport.get_extra_info("socket")
-            if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-                with contextlib.suppress(OSError):
-                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            super().connection_made(transport)
-
-        def handle_websocket_upgrade(self, event: Any) -> None:
-            self._disarm()
-            super().handle_websocket_upgrade(event)
-
-    return EnvServerProtocol
-
-
 def env_uvicorn_config(
     app: Any,
     *,
     header_timeout: float = 10.0,
     body_timeout: float = 60.0,
     timeout_keep_alive: int = 30,
-    limit_concurrency: int | None = 1024,
+    max_connections: int = 1024,
+    max_connections_per_peer: int | None = None,
     ws_max_size: int = 1 << 20,
     **kwargs: Any,
 ) -> Any:
-    """:func:`agentgym.tools.serving.uvicorn_config` for env servers: WebSocket sessions (OpenEnv's ``/ws``) are not
-    cut by the HTTP read deadline, WebSocket messages are capped at ``ws_max_size`` bytes, kept-alive connections
-    stay open 30 s (clients close theirs first, so a request never races the server's close), more connections are
-    allowed (one per session client), and responses are not held back by Nagle's algorithm."""
-    config = uvicorn_config(app, header_timeout=header_timeout, body_timeout=body_timeout, ws_max_size=ws_max_size,
-                            timeout_keep_alive=timeout_keep_alive, limit_concurrency=limit_concurrency,
-                            **kwargs)  # fmt: skip
-    config.http = _env_server_protocol(float(header_timeout), float(body_timeout))
-    return config
+    """:func:`agentgym.tools.serving.uvicorn_config` for env servers: connections capped in all and per client
+    address (:class:`~agentgym.tools.serving.ConnectionLimits`: ``max_connections``, ``max_connections_per_peer``
+    (default a quarter), idle ones closed first to make room, 503 only when every connection has a request in
+    flight), WebSocket sessions (OpenEnv's ``/ws``) not cut by the HTTP read deadline, WebSocket messages capped at
+    ``ws_max_size`` bytes, kept-alive connections open 30 s (clients close theirs first, so a request never races
+    the server's close), and responses not held back by Nagle's algorithm."""
+    limits = ConnectionLimits(max_connections=max_connections, per_peer=max_connections_per_peer)
+    return uvicorn_config(app, header_timeout=header_timeout, body_timeout=body_timeout, ws_max_size=ws_max_size,
+                          timeout_keep_alive=timeout_keep_alive, connection_limits=limits, **kwargs)  # fmt: skip
 
 
 def serve(
@@ -844,18 +1054,21 @@ def serve(
     log_level: str = "info",
     header_timeout: float = 10.0,
     body_timeout: float = 60.0,
-    limit_concurrency: int = 1024,
+    max_connections: int = 1024,
+    max_connections_per_peer: int | None = None,
     **app_kwargs: Any,
 ) -> None:
     """Serve agentgym envs (``create_app(**app_kwargs)``) with uvicorn until interrupted.
 
     Binds to loopback by default; any other ``host`` needs a bearer ``token`` (ValueError otherwise, before
-    anything is built). ``limit_concurrency``: open connections at most (503 beyond).
+    anything is built). ``max_connections`` / ``max_connections_per_peer``: open connections at most, in all and per
+    client address (:func:`env_uvicorn_config`).
     """
-    check_bind(host, token)
+    check_bind(host, token or (app_kwargs.get("tokens") or [None])[0])
     app = create_app(token=token, **app_kwargs)
     config = env_uvicorn_config(app, host=host, port=port, log_level=log_level, header_timeout=header_timeout,
-                                body_timeout=body_timeout, limit_concurrency=limit_concurrency)  # fmt: skip
+                                body_timeout=body_timeout, max_connections=max_connections,
+                                max_connections_per_peer=max_connections_per_peer)  # fmt: skip
     run_uvicorn(config)
 
 
@@ -893,7 +1106,7 @@ class ServerProcess:
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(self.kwargs).encode() + b"\n")
         self.proc.stdin.close()
-        token = self.kwargs.get("token")
+        token = self.kwargs.get("token") or (self.kwargs.get("tokens") or [None])[0]
         headers = {"authorization": f"Bearer {token}"} if token else {}
         deadline = time.monotonic() + timeout
         while True:

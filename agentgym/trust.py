@@ -52,6 +52,7 @@ __all__ = [
     "operator_args_for",
     "public_args",
     "record",
+    "split_allowed_args",
     "split_operator_args",
 ]
 
@@ -285,6 +286,31 @@ def split_operator_args(env_ids: Sequence[str], pairs: Mapping[str, Any]) -> dic
             raise ValueError(f"--env-arg {key}: no served env takes an argument {name!r}")
         for e in taken:
             out[e][name] = value
+    return out
+
+
+def split_allowed_args(env_ids: Sequence[str], pairs: Mapping[str, Sequence[Any]]) -> dict[str, dict[str, list]]:
+    """Operator ``--allow-env-arg`` values per env: ``ENV_ID:KEY`` widens ``KEY`` of that env only; a bare ``KEY``
+    only when exactly one env in ``env_ids`` takes it (so one allowance never widens another env's argument of the
+    same name). ``ValueError`` (one line) for an env not served, a key it does not take, or a bare key that is
+    ambiguous.
+
+    >>> import agentgym
+    >>> split_allowed_args(["agentgym/SearchQA-v0"], {"agentgym/SearchQA-v0:dataset": ["100k"]})
+    {'agentgym/SearchQA-v0': {'dataset': ['100k']}}
+    """
+    out: dict[str, dict[str, list]] = {e: {} for e in env_ids}
+    for key, values in pairs.items():
+        env_id, sep, name = key.rpartition(":")
+        if sep and env_id not in out:
+            raise ValueError(f"--allow-env-arg {key}: {env_id!r} is not one of the served envs {list(env_ids)}")
+        taken = [e for e in ([env_id] if sep else env_ids) if _takes(e, name)]
+        if not taken:
+            raise ValueError(f"--allow-env-arg {key}: no served env takes an argument {name!r}")
+        if len(taken) > 1:
+            raise ValueError(f"--allow-env-arg {key}=...: {len(taken)} served envs take {name!r} "
+                             f"({', '.join(taken)}); name the one it is for: ENV_ID:{name}=VALUE")  # fmt: skip
+        out[taken[0]].setdefault(name, []).extend(values)
     return out
 
 

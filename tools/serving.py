@@ -1,6 +1,6 @@
 """Serving over HTTP safely: loopback unless a bearer token is set, tokens compared in constant time, and uvicorn
 connections with read deadlines and size limits. Shared by the model server (``tools/openai_server.py``) and the
-retrieval server (``tools/retrieval/server.py``).
+retrieval server (``tools/retrieval/server.py``); the env server (``agentgym/server.py``) builds on it.
 
 >>> is_loopback("127.0.0.1"), is_loopback("0.0.0.0")
 (True, False)
@@ -15,10 +15,13 @@ import functools
 import hashlib
 import hmac
 import ipaddress
+import json
 import logging
 import socket
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -68,6 +71,115 @@ def bearer_checker(token: str | None) -> Any:
         return hmac.compare_digest(given, want) and scheme.lower() == "bearer"
 
     return ok
+
+
+def peer_key(host: str) -> str:
+    """Whom a connection from ``host`` counts against: the address itself, an IPv6 address's /64 network (one host
+    usually holds a whole /64), an IPv4-mapped IPv6 address's IPv4 address.
+
+    >>> peer_key("127.0.0.2"), peer_key("2001:db8::1"), peer_key("2001:db8::2:1"), peer_key("::ffff:10.0.0.1")
+    ('127.0.0.2', '2001:db8::/64', '2001:db8::/64', '10.0.0.1')
+    """
+    try:
+        ip = ipaddress.ip_address(host.strip("[]").split("%")[0])
+    except ValueError:
+        return host
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((int(ip) >> 64 << 64, 64)))
+    return str(ip)
+
+
+def fair_share_fits(mine: int, total: int, capacity: int, per_client: int, reserve: int) -> bool:
+    """Whether a client holding ``mine`` of ``total`` held units (connections, sessions, workers) may take one more:
+    under ``capacity`` in all, under its ``per_client`` share, and the last ``reserve`` units only for a client
+    holding none (so a few clients together cannot take everything: a newcomer still gets one).
+
+    >>> fair_share_fits(0, 7, 8, 2, 2), fair_share_fits(1, 6, 8, 2, 2), fair_share_fits(1, 5, 8, 2, 2)
+    (True, False, True)
+    """
+    return total < capacity and mine < per_client and (mine == 0 or capacity - total > reserve)
+
+
+@dataclass(eq=False)
+class ConnectionLimits:
+    """The open connections of one server, capped in all (``max_connections``) and per peer (``per_peer``, an
+    address as :func:`peer_key` groups them), the last ``reserve`` for peers holding none.
+
+    A connection is *idle* when no request of it is in flight (it sent nothing yet, part of a request's headers, or
+    it is kept alive between requests). A new connection over a cap takes the place of an idle one (its own peer's
+    oldest, else the oldest of the peer holding most); when every connection has a request in flight it is
+    *refused*: its request is answered 503 and the connection closed (at most ``max_refused`` such connections are
+    kept for that; more are dropped at once). So connections that send nothing never stop a client's request.
+    """
+
+    max_connections: int = 1024
+    per_peer: int | None = None
+    reserve: int | None = None
+    max_refused: int | None = None
+    #: peer -> its admitted connections, oldest first (each a protocol with ``idle()`` and ``evict()``).
+    peers: dict[str, dict[Any, None]] = field(default_factory=dict)
+    total: int = 0
+    refused: int = 0
+    #: Counters for ``/health`` and tests: idle connections closed to make room, connections refused.
+    evicted_count: int = 0
+    refused_count: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_connections < 1:
+            raise ValueError(f"max_connections must be >= 1, got {self.max_connections}")
+        self.per_peer = max(1, self.max_connections // 4) if self.per_peer is None else self.per_peer
+        self.reserve = self.max_connections // 8 if self.reserve is None else self.reserve
+        self.max_refused = max(1, self.max_connections // 8) if self.max_refused is None else self.max_refused
+        if self.per_peer < 1 or not 0 <= self.reserve < self.max_connections or self.max_refused < 0:
+            raise ValueError(f"need per_peer >= 1 and 0 <= reserve < max_connections, got {self.per_peer}, "
+                             f"{self.reserve}, {self.max_connections}")  # fmt: skip
+
+    def stats(self) -> dict[str, int]:
+        return {"open": self.total, "max_connections": self.max_connections, "max_connections_per_peer":
+                int(self.per_peer or 0), "peers": len(self.peers), "evicted_idle": self.evicted_count,
+                "refused": self.refused_count}  # fmt: skip
+
+    def admit(self, peer: str, conn: Any) -> bool:
+        """Count ``conn`` against ``peer`` if the caps allow, closing idle connections to make room; False when
+        every connection that could give way has a request in flight."""
+        assert self.per_peer is not None and self.reserve is not None
+        mine = self.peers.get(peer, {})
+        for _ in range(self.reserve + 2):
+            if fair_share_fits(len(mine), self.total, self.max_connections, self.per_peer, self.reserve):
+                self.peers.setdefault(peer, {})[conn] = None
+                self.total += 1
+                return True
+            victim = self._idle(mine) if len(mine) >= self.per_peer else self._idle_of_heaviest()
+            if victim is None:
+                return False
+            self.release(victim[0], victim[1])
+            self.evicted_count += 1
+            victim[1].evict()
+        return False
+
+    def release(self, peer: str, conn: Any) -> None:
+        """``conn`` is closed (or no longer an HTTP connection): it no longer counts."""
+        mine = self.peers.get(peer)
+        if mine is not None and conn in mine:
+            del mine[conn]
+            self.total -= 1
+            if not mine:
+                del self.peers[peer]
+
+    def _idle(self, conns: dict[Any, None]) -> tuple[str, Any] | None:
+        for conn in conns:
+            if conn.idle():
+                return conn.peer, conn
+        return None
+
+    def _idle_of_heaviest(self) -> tuple[str, Any] | None:
+        for _, conns in sorted(self.peers.items(), key=lambda kv: -len(kv[1])):
+            found = self._idle(conns)
+            if found is not None:
+                return found
+        return None
 
 
 @functools.cache
@@ -159,6 +271,91 @@ def guarded_h11_protocol(header_timeout: float, body_timeout: float) -> type:
     return GuardedH11Protocol
 
 
+def limited_h11_protocol(header_timeout: float, body_timeout: float, limits: ConnectionLimits) -> type:
+    """:func:`guarded_h11_protocol` whose connections count against ``limits`` (:class:`ConnectionLimits`): one
+    class per server, as ``limits`` is that server's. A refused connection's request is answered 503 ``busy``
+    (``{"detail", "error"}``) and the connection closed; a WebSocket no longer counts once upgraded (the app bounds
+    its sessions)."""
+    import h11
+
+    base = guarded_h11_protocol(header_timeout, body_timeout)
+    body = json.dumps({"detail": f"the server has every connection it takes ({limits.max_connections}, "
+                       f"{limits.per_peer} per client address) busy with a request in flight: retry later",
+                       "error": "busy"}).encode()  # fmt: skip
+    head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"), (b"retry-after", b"1")]  # fmt: skip
+
+    async def busy(scope: dict[str, Any], receive: Callable, send: Callable) -> None:
+        await send({"type": "http.response.start", "status": 503, "headers": head})
+        await send({"type": "http.response.body", "body": body})
+
+    class LimitedH11Protocol(base):  # type: ignore[misc, valid-type]
+        peer = ""
+        counted = False  # holds a place in ``limits``
+        waiting = False  # refused at connect: holds one of the ``max_refused`` places until its request comes
+        rejected = False  # its request is answered 503
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self.peer = peer_key(self.client[0]) if self.client else "unknown"
+            if limits.admit(self.peer, self):
+                self.counted = True
+                return
+            limits.refused_count += 1
+            if limits.refused >= (limits.max_refused or 0):
+                transport.abort()
+                return
+            limits.refused += 1
+            self.waiting = True
+
+        def idle(self) -> bool:
+            """No request in flight: nothing sent yet, a request's headers still coming, or kept alive."""
+            return self.cycle is None or self.cycle.response_complete
+
+        def evict(self) -> None:
+            """Close this idle connection to make room for another (``limits`` no longer counts it)."""
+            self.counted = False
+            if not self.transport.is_closing():
+                with contextlib.suppress(h11.LocalProtocolError):
+                    self.conn.send(h11.ConnectionClosed())
+                self.transport.close()
+
+        def data_received(self, data: bytes) -> None:
+            if self.waiting:  # its request starts: is there room now?
+                self.waiting = False
+                limits.refused -= 1
+                if limits.admit(self.peer, self):
+                    self.counted = True
+                else:
+                    self.rejected = True
+                    self.app = busy
+            super().data_received(data)
+
+        def handle_websocket_upgrade(self, event: Any) -> None:
+            if self.rejected:
+                self.transport.write(self.conn.send(h11.Response(status_code=503, headers=head, reason=b"Busy")))
+                self.transport.write(self.conn.send(h11.Data(data=body)))
+                self.transport.write(self.conn.send(h11.EndOfMessage()))
+                self.transport.close()
+                return
+            self._release()
+            super().handle_websocket_upgrade(event)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._release()
+            super().connection_lost(exc)
+
+        def _release(self) -> None:
+            if self.counted:
+                self.counted = False
+                limits.release(self.peer, self)
+            if self.waiting:
+                self.waiting = False
+                limits.refused -= 1
+
+    return LimitedH11Protocol
+
+
 def uvicorn_config(
     app: Any,
     *,
@@ -169,6 +366,7 @@ def uvicorn_config(
     timeout_keep_alive: int = 5,
     limit_concurrency: int | None = 256,
     max_header_bytes: int = 16 * 1024,
+    connection_limits: ConnectionLimits | None = None,
     **kwargs: Any,
 ) -> Any:
     """A ``uvicorn.Config`` for ``app`` with bounded connections (the servers in agentgym.tools all use it).
@@ -176,16 +374,22 @@ def uvicorn_config(
     ``header_timeout`` / ``body_timeout``: see :func:`guarded_h11_protocol` (the h11 protocol is always used, so
     the deadlines hold whether or not httptools is installed); ``timeout_keep_alive`` closes idle kept-alive
     connections; ``limit_concurrency`` answers 503 to requests arriving while that many connections or tasks are
-    open; ``max_header_bytes`` bounds the request line and headers (400 beyond). Other keywords go to
-    ``uvicorn.Config``.
+    open; ``max_header_bytes`` bounds the request line and headers (400 beyond). ``connection_limits`` replaces
+    ``limit_concurrency`` with :class:`ConnectionLimits` (caps per client address, idle connections closed first,
+    503 only when the connections are busy). Other keywords go to ``uvicorn.Config``.
     """
     import uvicorn
 
+    if connection_limits is None:
+        http = guarded_h11_protocol(float(header_timeout), float(body_timeout))
+    else:
+        http = limited_h11_protocol(float(header_timeout), float(body_timeout), connection_limits)
+        limit_concurrency = None
     return uvicorn.Config(
         app,
         host=host,
         port=port,
-        http=guarded_h11_protocol(float(header_timeout), float(body_timeout)),
+        http=http,
         timeout_keep_alive=timeout_keep_alive,
         limit_concurrency=limit_concurrency,
         h11_max_incomplete_event_size=max_header_bytes,

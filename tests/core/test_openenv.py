@@ -124,7 +124,7 @@ def test_openenv_http_routes():
 
 
 def test_openenv_token_and_session_limit():
-    client = TestClient(create_openenv_app(SEARCHQA, TINY, token="s3cret", max_sessions=1))
+    client = TestClient(create_openenv_app(SEARCHQA, TINY, token="s3cret", max_sessions=1, max_sessions_per_client=2))
     assert client.get("/health").status_code == 401
     assert client.post("/reset", json={}).status_code == 401
     with pytest.raises(WebSocketDisconnect), client.websocket_connect("/ws") as ws:  # refused at the handshake

@@ -185,7 +185,7 @@ def test_idle_sessions_are_evicted():
 
 
 def test_session_limit():
-    client = http(max_sessions=2)
+    client = http(max_sessions=2, max_sessions_per_client=2)  # one client may take them all: the global cap
     first, _ = open_session(client), open_session(client)
     resp = client.post("/sessions", json={"env_id": HOUSEHOLD})
     assert resp.status_code == 429 and resp.json()["error"] == "too_many_sessions"

@@ -11,7 +11,10 @@ token (compared in constant time).
 
 :func:`serve_retriever` (and ``agentgym serve-retriever``) binds to loopback by default and refuses to bind anywhere
 else without a token (:func:`check_bind`); its connections are bounded as in
-:func:`agentgym.tools.serving.uvicorn_config` (header and body deadlines, header size, concurrency).
+:func:`agentgym.tools.serving.uvicorn_config` (header and body deadlines, header size) and capped as in
+:class:`agentgym.tools.serving.ConnectionLimits`: ``max_connections`` (256) in all, ``max_connections_per_peer`` (a
+quarter) per client address, idle ones closed first to make room, so connections that send nothing never stop a
+client's request (503 only when every connection has a request in flight; each worker process counts its own).
 
 **At scale** (``retriever="bm25:disk"`` or ``"faiss"``, e.g. wiki-18's 21M passages): the parent builds or checks
 the on-disk index once (``DiskBM25``, within ``max_memory``; or the user's faiss index file), binds the listening
@@ -48,7 +51,14 @@ from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr, Va
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
-from agentgym.tools.serving import TOKEN_ENV, bearer_checker, check_bind, run_uvicorn, uvicorn_config
+from agentgym.tools.serving import (
+    TOKEN_ENV,
+    ConnectionLimits,
+    bearer_checker,
+    check_bind,
+    run_uvicorn,
+    uvicorn_config,
+)
 
 from .base import Hit, Retriever
 
@@ -202,6 +212,8 @@ def serve_retriever(
     n_threads: int | None = None,
     grace_s: float = 10.0,
     options: dict[str, Any] | None = None,
+    max_connections: int = 256,
+    max_connections_per_peer: int | None = None,
     **app_kwargs: Any,
 ) -> None:
     """Load a Search-R1 corpus JSONL, build ``retriever`` (a :func:`make_retriever` spec) and serve it with uvicorn.
@@ -217,8 +229,11 @@ def serve_retriever(
     ``options`` are :func:`make_retriever`'s ``faiss`` options (``index_path`` required; ``encoder``, ``nprobe``,
     ``refine_path``, ...; JSON values, sent to the workers). ``grace_s``: how long stopping workers get before
     SIGKILL. The other specs load the corpus and serve from this process (``workers`` must be 1).
+    ``max_connections`` / ``max_connections_per_peer``: see :class:`~agentgym.tools.serving.ConnectionLimits`.
     """
     check_bind(host, token)
+    connections = [max_connections, max_connections_per_peer]
+    ConnectionLimits(*connections)  # bad limits fail before the corpus loads
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     spec = retriever.strip().lower()
@@ -229,7 +244,7 @@ def serve_retriever(
             corpus_path, spec=spec, host=host, port=port, cache_dir=cache_dir, token=token, log_level=log_level,
             header_timeout=header_timeout, body_timeout=body_timeout, workers=workers, index_dir=index_dir,
             max_memory=max_memory, n_threads=n_threads, grace_s=grace_s, options=dict(options or {}),
-            app_kwargs=app_kwargs,
+            app_kwargs=app_kwargs, connections=connections,
         )  # fmt: skip
         return
     if workers != 1 or index_dir is not None or max_memory is not None or options:
@@ -247,8 +262,9 @@ def serve_retriever(
     try:
         app = create_app(r, token=token, **app_kwargs)
         config = uvicorn_config(
-            app, host=host, port=port, log_level=log_level, header_timeout=header_timeout, body_timeout=body_timeout
-        )
+            app, host=host, port=port, log_level=log_level, header_timeout=header_timeout, body_timeout=body_timeout,
+            connection_limits=ConnectionLimits(*connections),
+        )  # fmt: skip
         run_uvicorn(config)
     finally:
         r.close()
@@ -287,6 +303,7 @@ def _serve_disk(
     grace_s: float,
     options: dict[str, Any],
     app_kwargs: dict[str, Any],
+    connections: list[int | None],
 ) -> None:
     from . import make_retriever, resolve_disk_dirs
 
@@ -326,6 +343,7 @@ def _serve_disk(
             "header_timeout": header_timeout,
             "body_timeout": body_timeout,
             "app": app_kwargs,
+            "connections": connections,
         }
         pool = WorkerPool(sock, config, workers, grace_s=grace_s)
         try:
@@ -456,7 +474,7 @@ def _worker_main() -> int:
         app = create_app(r, token=config["token"], **config["app"])
         uv = uvicorn_config(
             app, log_level=config["log_level"], header_timeout=config["header_timeout"],
-            body_timeout=config["body_timeout"],
+            body_timeout=config["body_timeout"], connection_limits=ConnectionLimits(*config["connections"]),
         )  # fmt: skip
         server = uvicorn.Server(uv)
         with contextlib.suppress(KeyboardInterrupt):
