@@ -41,8 +41,16 @@ from typing import Any, ClassVar
 
 from agentgym.core import AgentEnv, StepResult
 from agentgym.envs.tool_use.agents import OracleAgent, RandomAgent
+from agentgym.envs.tool_use.limits import (
+    MAX_CALLS_PER_STEP,
+    MAX_RESULT_CHARS,
+    MAX_WORLD_CHARS,
+    cut,
+    json_chars,
+    world_limit_error,
+)
 from agentgym.envs.tool_use.tasks import build_world, make_task, replay
-from agentgym.envs.tool_use.tools import ArgumentError, ToolError, validate_arguments
+from agentgym.envs.tool_use.tools import ArgumentError, LimitError, ToolError, validate_arguments
 from agentgym.envs.tool_use.worlds import WORLDS, World
 from agentgym.facts import states
 from agentgym.parsing import ParseError, ToolCall, is_blank, parse_tool_turn
@@ -52,7 +60,8 @@ VARIANTS = ("base", "miss_func", "miss_param")
 #: What the ``variant`` argument accepts: a variant, or ``"mixed"`` (each task plays the one drawn for it).
 VARIANT_CHOICES = (*VARIANTS, "mixed")
 TASKS_PER_WORLD = 10_000
-MAX_CALLS_PER_TURN = 16
+#: Calls one agent turn may make (``agentgym.envs.tool_use.limits.MAX_CALLS_PER_STEP``).
+MAX_CALLS_PER_TURN = MAX_CALLS_PER_STEP
 
 SYSTEM = (
     "You are an assistant that acts on the user's {world} through function calls. The functions you may call are "
@@ -242,6 +251,12 @@ class ToolUseEnv(AgentEnv):
             trial = self._world.copy()  # a tool that fails leaves the world as it was
             try:
                 result = getattr(trial, call.name)(**args)
+                if (size := json_chars(vars(trial))) > MAX_WORLD_CHARS:
+                    raise LimitError(world_limit_error(size))
+            except LimitError as e:  # the call itself went past a limit: an invalid call, as a bad argument is
+                errors.append(f"Error: {e}")
+                out.append({**msg, "content": f"Error: {e}"})
+                continue
             except ToolError as e:
                 out.append({**msg, "content": f"Error: {e}"})
                 continue
@@ -250,6 +265,7 @@ class ToolUseEnv(AgentEnv):
                 continue
             self._world = trial
             out.append({**msg, "content": json.dumps(result, ensure_ascii=False)})
+        out = [{**m, "content": cut(m["content"], MAX_RESULT_CHARS)} for m in out]
         if errors:
             return StepResult(out, action_valid=False, parse_error=" ".join(errors)[:2000], info=self._info())
         return StepResult(out, info=self._info())

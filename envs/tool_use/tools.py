@@ -43,6 +43,11 @@ class ToolError(Exception):
     """A domain error raised by a tool (it must raise before it mutates state); the model reads the message."""
 
 
+class LimitError(ToolError):
+    """A call that would take a world past one of its limits (``agentgym.envs.tool_use.limits``): the env refuses it
+    as an invalid call and nothing changes; the message names the limit."""
+
+
 class ArgumentError(ValueError):
     """A call whose arguments do not fit the tool's schema (missing, extra or wrongly typed)."""
 

@@ -32,7 +32,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
-from agentgym.envs.tool_use.tools import ToolError, schema_of, tool, tool_names
+from agentgym.envs.tool_use.limits import MAX_FILE_CHARS
+from agentgym.envs.tool_use.tools import LimitError, ToolError, schema_of, tool, tool_names
 
 
 class World:
@@ -217,7 +218,10 @@ class FileSystem(World):
         f = self._path(path)
         if f not in self.files:
             self._parent_ok(f)
-        self.files[f] = (self.files.get(f, "") + content) if append else content
+        new = (self.files.get(f, "") + content) if append else content
+        if len(new) > MAX_FILE_CHARS:
+            raise LimitError(f"{f} would hold {len(new):,} characters; a file holds at most {MAX_FILE_CHARS:,}")
+        self.files[f] = new
         return f"wrote {len(content)} characters to {f}"
 
     @tool
