@@ -48,6 +48,7 @@ import hashlib
 import importlib
 import json
 import math
+import pickle
 import random
 import sys
 import threading
@@ -59,19 +60,31 @@ from agentgym.core import AgentEnv, StepResult
 from agentgym.envs.bfcl import data
 from agentgym.envs.bfcl.agents import OracleAgent, RandomAgent
 from agentgym.envs.bfcl.data import Task
+from agentgym.envs.tool_use.limits import MAX_OBSERVATION_CHARS, MAX_WORLD_CHARS, cap_observation
 from agentgym.envs.tool_use.tools import ArgumentError
 from agentgym.parsing import ParseError, ToolCall, is_blank, parse_tool_turn
+from agentgym.spaces import Chat
 from agentgym.trust import declare, flag, integer, one_of
 
 #: BFCL's MAXIMUM_STEP_LIMIT (``bfcl_eval/constants/default_prompts.py``): more call steps in one user turn and
 #: BFCL force-quits the task, which then fails.
 MAX_STEPS_PER_TURN = 20
-#: Arguments that would make a call run for minutes, by name and the largest magnitude run: an mpmath or decimal
-#: precision (10,000 digits take 0.14 s, 100,000 take seconds). BFCL has no such limit (it would run them slowly); the
-#: env refuses them as invalid calls, the one place where its verdict can differ from BFCL's. Two other calls that
-#: would hang (an integer power with millions of digits, an integer rounded to -2**63 places) get BFCL's result
-#: without being computed (``shortcut``).
-HANG_GUARDS = {"precision": 10_000}
+#: Tool calls one step may make (one ``tool`` message each; the env's observation space allows as many messages):
+#: BFCL's gold makes up to 34 in one user turn, which the oracle sends in one step. A step with more is invalid and
+#: runs none of them.
+MAX_CALLS_PER_STEP = 64
+#: The deepest the instances' state may nest, in dicts, lists and objects (``measure_state``; a directory of the file
+#: system takes three levels): the gold's deepest state nests 17. Together with ``MAX_WORLD_CHARS`` (the gold's largest
+#: state takes about 43,000 characters) it bounds what a step may leave behind: a step whose calls go past either is
+#: undone and invalid, and every walk over the state (copies, snapshots, BFCL's checkers) stays shallow.
+MAX_STATE_DEPTH = 64
+#: Arguments that would make a call run long, by name and the largest magnitude run: an mpmath or decimal precision
+#: (1,000 digits take about 2 ms, 10,000 take 0.1 s: a step of ``MAX_CALLS_PER_STEP`` such calls would take seconds;
+#: the gold asks for at most 10). BFCL has no such limit (it would run them slowly); the env refuses them as invalid
+#: calls, the one place where its verdict can differ from BFCL's. Two other calls that would hang (an integer power
+#: with millions of digits, an integer rounded to -2**63 places) get BFCL's result without being computed
+#: (``shortcut``).
+HANG_GUARDS = {"precision": 1_000}
 #: Serialises tool calls across threads: ``MathAPI.logarithm`` sets mpmath's process-wide precision before computing.
 _CALL_LOCK = threading.Lock()
 #: How much of each missing gold result ``turn_check`` repeats.
@@ -217,34 +230,94 @@ def gold_replay(category: str, index: int) -> tuple[GoldTurn, ...]:
     return tuple(out)
 
 
-def _canonical(value: Any, refs: dict[int, int]) -> Any:
-    """JSON data that identifies an object graph's state (dict keys sorted, shared objects and cycles as references,
-    clock values left out): equal states give equal data."""
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, datetime.datetime | datetime.date):
-        return "<time>"  # e.g. a file's last-modified time: wall-clock, not state
-    if id(value) in refs:
-        return {"<ref>": refs[id(value)]}
-    refs[id(value)] = len(refs)
-    if isinstance(value, dict):
-        items = sorted(((repr(k), v) for k, v in value.items()), key=lambda kv: kv[0])
-        return {"<dict>": [[k, _canonical(v, refs)] for k, v in items]}
-    if isinstance(value, list | tuple):
-        return [_canonical(v, refs) for v in value]
-    if isinstance(value, set | frozenset):
-        return {"<set>": sorted(repr(v) for v in value)}
-    if isinstance(value, random.Random):
-        return {"<random>": repr(value.getstate())}
-    if hasattr(value, "__dict__"):
-        return {type(value).__name__: _canonical(vars(value), refs)}
-    return repr(value)
+@functools.lru_cache(maxsize=16)
+def gold_results(category: str, index: int) -> frozenset[str]:
+    """Every result of the task's gold calls, all turns together: the only results BFCL's response checker can
+    match (it compares them by equality), so the env keeps the agent's other results as short stand-ins."""
+    return frozenset(r for turn in gold_replay(category, index) for r in turn.results)
+
+
+def _result_hash(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big")
+
+
+@dataclass(frozen=True)
+class StateMeasure:
+    """One walk over the instances' whole state (``measure_state``): its digest, its size and its depth, or the
+    limit the walk stopped at."""
+
+    digest: str
+    chars: int
+    depth: int
+    over: str | None = None
+
+
+_EMIT, _VALUE = 0, 1
+
+
+def measure_state(
+    instances: Mapping[str, Any], max_chars: int = MAX_WORLD_CHARS, max_depth: int = MAX_STATE_DEPTH
+) -> StateMeasure:
+    """Walk the instances' state (private attributes included, clock values left out, dict keys sorted, shared
+    objects and cycles as references) without recursion, so that any nesting is safe: its digest, its size in
+    characters of the canonical text and its nesting depth; or, at the first limit it passes, why it stopped
+    (``over``, the digest then empty)."""
+    parts: list[str] = []
+    chars = deepest = 0
+    refs: dict[int, tuple[int, Any]] = {}  # id -> (order seen, the object: kept alive so no id is reused)
+    stack: list[tuple[int, Any, int]] = [(_VALUE, dict(instances), 1)]
+    while stack:
+        kind, value, depth = stack.pop()
+        if kind == _EMIT:
+            text = value
+        elif value is None or isinstance(value, bool | str | float):
+            text = json.dumps(value)
+        elif isinstance(value, int):
+            text = f"i{value:x}"  # hexadecimal: no length limit on printing an integer
+        elif isinstance(value, datetime.datetime | datetime.date):
+            text = '"<time>"'  # e.g. a file's last-modified time: wall-clock, not state
+        elif id(value) in refs:
+            text = f"&{refs[id(value)][0]}"
+        else:
+            if depth > max_depth:
+                return StateMeasure("", chars, depth, f"its state is nested more than {max_depth} levels deep")
+            deepest = max(deepest, depth)
+            refs[id(value)] = (len(refs), value)
+            children: list[tuple[int, Any, int]] = []
+            if isinstance(value, dict):
+                items = sorted(((repr(k), v) for k, v in value.items()), key=lambda kv: kv[0])
+                children.append((_EMIT, "{", 0))
+                for key, item in items:
+                    children += [(_EMIT, json.dumps(key) + ":", 0), (_VALUE, item, depth + 1), (_EMIT, ",", 0)]
+                children.append((_EMIT, "}", 0))
+            elif isinstance(value, list | tuple):
+                children.append((_EMIT, "[", 0))
+                for item in value:
+                    children += [(_VALUE, item, depth + 1), (_EMIT, ",", 0)]
+                children.append((_EMIT, "]", 0))
+            elif isinstance(value, set | frozenset):
+                children.append((_EMIT, json.dumps(sorted(repr(v) for v in value)), 0))
+            elif isinstance(value, random.Random):
+                children.append((_EMIT, json.dumps(repr(value.getstate())), 0))
+            elif hasattr(value, "__dict__"):
+                children += [(_EMIT, f"<{type(value).__name__}>", 0), (_VALUE, vars(value), depth + 1)]
+            else:
+                children.append((_EMIT, json.dumps(repr(value)), 0))
+            stack.extend(reversed(children))
+            continue
+        chars += len(text)
+        if chars > max_chars:
+            return StateMeasure("", chars, deepest, f"its state would take more than {max_chars:,} characters")
+        parts.append(text)
+    digest = hashlib.blake2b("".join(parts).encode(), digest_size=8).hexdigest()
+    return StateMeasure(digest, chars, deepest)
 
 
 def state_digest(instances: Mapping[str, Any]) -> str:
-    """A short digest of the instances' whole state (private attributes included, clock values excluded)."""
-    key = json.dumps(_canonical(dict(instances), {}), sort_keys=True, default=repr)
-    return hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
+    """A short digest of the instances' whole state (private attributes included, clock values excluded); a state
+    past the limits of ``measure_state`` gets the digest of its limit."""
+    measure = measure_state(instances)
+    return measure.digest or hashlib.blake2b(str(measure.over).encode(), digest_size=8).hexdigest()
 
 
 class BFCLEnv(AgentEnv):
@@ -299,8 +372,10 @@ class BFCLEnv(AgentEnv):
             longest = max((len(self._task(i).turns) for i in range(self.num_tasks)), default=1)
             max_turns = longest * (max_steps_per_turn + 1)
         super().__init__(max_turns=max_turns, invalid_action_penalty=invalid_action_penalty, render_mode=render_mode)
+        self.observation_space = Chat(max_messages=MAX_CALLS_PER_STEP)
         self._ep: dict[str, Any] = {}
         self._instances: dict[str, Any] = {}
+        self._keys = ("", "")  # digests of the instances' state and of the dialogue's progress (``anchor``)
 
     # -- tasks --------------------------------------------------------------------------------------------------
     def _task(self, index: int) -> Task:
@@ -331,8 +406,10 @@ class BFCLEnv(AgentEnv):
     def _reset(self, task_index: int, options: dict[str, Any]) -> tuple[list[dict], dict[str, Any]]:
         task = self._task(task_index)
         self._instances = make_instances(task)
-        self._ep = {"user_turn": 0, "steps": 0, "turn_calls": 0, "calls": 0, "results": [], "checks": []}
+        self._ep = {"user_turn": 0, "steps": 0, "turn_calls": 0, "calls": 0, "results": [], "results_digest": 0,
+                    "checks": []}  # fmt: skip
         self._gold = self._make_gold(task)
+        self._keys = (state_digest(self._instances), self._progress_digest())
         tools = "\n".join(json.dumps(s) for s in self._schemas(task, 0).values())
         obs = [{"role": "system", "content": SYSTEM.format(tools=tools)}, *self._user_messages(task, 0)]
         return obs, {"task_id": task.id, "gold": self._gold, **self._info()}
@@ -390,6 +467,17 @@ class BFCLEnv(AgentEnv):
 
     # -- steps --------------------------------------------------------------------------------------------------
     def _step(self, action: str) -> StepResult:
+        """Play one step; if anything raises, put the episode back as it was before the step (state included)."""
+        saved = pickle.dumps((self._instances, self._ep, self._keys), protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            result = self._play(action)
+            self._keys = (self._keys[0], self._progress_digest())
+        except BaseException:
+            self._instances, self._ep, self._keys = pickle.loads(saved)
+            raise
+        return result
+
+    def _play(self, action: str) -> StepResult:
         self._ep["steps"] += 1
         try:
             turn = parse_tool_turn(action)
@@ -416,7 +504,23 @@ class BFCLEnv(AgentEnv):
                           info=self._info())  # fmt: skip
 
     def _run_calls(self, calls: list[ToolCall]) -> StepResult:
-        """Run each call as BFCL does (see the module docstring); only ``hang_guard`` refuses one."""
+        """Run each call as BFCL does (see the module docstring); ``hang_guard`` refuses one, and a step whose calls
+        take the state past its limits (``MAX_WORLD_CHARS``, ``MAX_STATE_DEPTH``) is undone."""
+        if len(calls) > MAX_CALLS_PER_STEP:
+            return self._invalid(f"Error: too many calls in one turn ({len(calls)}); at most {MAX_CALLS_PER_STEP}.")
+        saved = pickle.dumps((self._instances, self._ep), protocol=pickle.HIGHEST_PROTOCOL)
+        result = self._run(calls)
+        measure = measure_state(self._instances)
+        if measure.over is None:
+            self._keys = (measure.digest, self._keys[1])
+            return result
+        self._instances, self._ep = pickle.loads(saved)
+        error = (f"Error: this turn's calls were undone, since after them {measure.over} (at most "
+                 f"{MAX_WORLD_CHARS:,} characters, {MAX_STATE_DEPTH} levels); nothing they did was kept.")  # fmt: skip
+        out = [{**m, "content": error} for m in result.observation]
+        return StepResult(out, action_valid=False, parse_error=error, info={**self._info(), "doc_mismatches": []})
+
+    def _run(self, calls: list[ToolCall]) -> StepResult:
         task = self.task
         assert task is not None
         schemas = self.offered_tools()
@@ -440,12 +544,22 @@ class BFCLEnv(AgentEnv):
                 result = execute(self._instances, owners[call.name], call.name, call.arguments)
             else:  # BFCL evaluates the call text, where an unknown name is a NameError
                 result = f"Error during execution: name {call.name!r} is not defined"
-            self._ep["results"].append(result)
+            self._keep_result(result)
             out.append({**msg, "content": result})
+        out = cap_observation(out, MAX_OBSERVATION_CHARS)
         info = {**self._info(), "doc_mismatches": mismatches}
         if errors:
             return StepResult(out, action_valid=False, parse_error=" ".join(errors)[:2000], info=info)
         return StepResult(out, info=info)
+
+    def _keep_result(self, result: str) -> None:
+        """Add a result to those the response checker reads: as it is when some gold result equals it, else as a
+        short stand-in that equals no gold result (memory stays bounded, the verdict is the same)."""
+        ep = self._ep
+        digest = _result_hash(result)
+        ep["results_digest"] = (ep["results_digest"] + digest) % 2**64  # order-free, as the checker is
+        gold = gold_results(*self._tasks[self._task_index])  # type: ignore[index]
+        ep["results"].append(result if result in gold else f"<a result of {len(result)} characters, {digest:016x}>")
 
     def _doc_mismatch(self, call: ToolCall, schemas: Mapping[str, dict[str, Any]]) -> str | None:
         """Why a call does not fit the functions offered at this turn (it runs anyway, as in BFCL), or None."""
@@ -531,15 +645,19 @@ class BFCLEnv(AgentEnv):
 
     def anchor(self) -> str:
         """The task and dialogue progress plus a digest of every instance's whole state: histories that reach the
-        same state at the same point of the dialogue share it."""
+        same state at the same point of the dialogue share it. Both digests are taken inside the step (and undone
+        with it), so this never fails; each step's work on them is bounded (the state's limits, the results as one
+        running, order-free digest)."""
+        return f"{self._task_id}:{self._keys[0]}:{self._keys[1]}"
+
+    def _progress_digest(self) -> str:
         ep = self._ep
-        progress = [ep["user_turn"], ep["steps"], ep["turn_calls"], sorted(ep["results"]), ep["checks"]]
-        digest = hashlib.blake2b(json.dumps(progress, sort_keys=True).encode(), digest_size=8).hexdigest()
-        return f"{self._task_id}:{state_digest(self._instances)}:{digest}"
+        progress = [ep["user_turn"], ep["steps"], ep["turn_calls"], ep["results_digest"], ep["checks"]]
+        return hashlib.blake2b(json.dumps(progress, sort_keys=True).encode(), digest_size=8).hexdigest()
 
     # -- branching ----------------------------------------------------------------------------------------------
     def _snapshot_state(self) -> Any:
-        return copy.deepcopy((self._instances, self._ep, self._gold))
+        return copy.deepcopy((self._instances, self._ep, self._gold, self._keys))
 
     def _restore_state(self, state: Any) -> None:
-        self._instances, self._ep, self._gold = copy.deepcopy(state)
+        self._instances, self._ep, self._gold, self._keys = copy.deepcopy(state)
