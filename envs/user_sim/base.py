@@ -40,6 +40,11 @@ CHOICES: tuple[str, ...] = ("action", "search", "answer", "finish")
 #: Scripted-user settings an env's ``user_knobs`` may override for every task (``ScriptedUser``'s arguments).
 USER_KNOBS: tuple[str, ...] = ("cooperativeness", "volunteer_after", "patience")
 TOOL_NAME = "interact_with_env"
+#: The longest content one interaction may carry (a message to the user, a query, an answer): what a simulated user
+#: reads per step, so that its cost per step is bounded whatever the agent writes (a scripted user reads this much in
+#: tens of milliseconds; the built-in agents' longest message, TwentyQuestions' oracle listing candidates, has 2,260
+#: characters). A longer one is an invalid step that reaches no one.
+MAX_USER_MESSAGE_CHARS = 4_096
 _PREFIX = re.compile(r"\[(action|search|answer|finish)\]", re.IGNORECASE)
 #: What each choice does, for the system prompt.
 CHOICE_HELP = {
@@ -58,6 +63,17 @@ class Interaction:
     content: str
     call_id: str | None = None
     tool_style: bool = False
+
+
+def chain_digest(digest: str, messages: Sequence[Mapping[str, Any]]) -> str:
+    """A running digest of a dialogue: the digest of the dialogue so far followed by ``messages`` (each step hashes
+    only its new messages, so an anchor costs the same at turn 1 and at turn 999).
+
+    >>> chain_digest("", [{"role": "user", "content": "hi"}]) == chain_digest("", [{"role": "user", "content": "hi"}])
+    True
+    """
+    text = digest + json.dumps(list(messages), sort_keys=True)
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
 def interact_schema(choices: Sequence[str]) -> dict[str, Any]:
@@ -225,14 +241,14 @@ class UserSimEnv(AgentEnv):
         self._user = self._make_user(task)
         seed = int.from_bytes(hashlib.blake2b(f"{task['id']}".encode(), digest_size=4).digest(), "big")
         self._user.reset(seed=seed)
-        self._ep = {"task": task, "dialogue": [], "elicited": [], "questions": 0, "searches": 0}
+        self._ep = {"task": task, "dialogue": [], "dialogue_digest": "", "elicited": [], "questions": 0, "searches": 0}
         system = {"role": "system", "content": self._system_prompt(task)}
         try:
             opening, _ = self._user.respond([], "")
         except SimulatorError as e:
             self._ep["opening_failure"] = {"kind": e.kind, "message": str(e)}
             opening = "(the simulated user could not start the conversation)"
-        self._ep["dialogue"].append({"role": "user", "content": opening})
+        self._add_dialogue([{"role": "user", "content": opening}])
         self._ep["opening"] = len(self._note_elicited(opening))
         return [system, {"role": "user", "content": opening}], {"task_id": task["id"], "gold": self._gold(task),
                                                                 **self._info()}  # fmt: skip
@@ -245,6 +261,20 @@ class UserSimEnv(AgentEnv):
             f"or as one call of this function:\n<tools>\n{tools}\n</tools>\n"
             '(<tool_call>{"name": "interact_with_env", "arguments": {"choice": ..., "content": ...}}</tool_call>, '
             "or an OpenAI assistant message with tool_calls)."
+        )
+
+    def _add_dialogue(self, messages: list[dict[str, Any]]) -> None:
+        """Append messages to the dialogue and to its running digest."""
+        self._ep["dialogue"] += messages
+        self._ep["dialogue_digest"] = chain_digest(self._ep["dialogue_digest"], messages)
+
+    def _too_long(self, inter: Interaction) -> StepResult | None:
+        """The invalid step for an interaction longer than ``MAX_USER_MESSAGE_CHARS`` (nothing is sent), or None."""
+        if len(inter.content) <= MAX_USER_MESSAGE_CHARS:
+            return None
+        return self._invalid(
+            f"Error: the {inter.choice} has {len(inter.content):,} characters; at most {MAX_USER_MESSAGE_CHARS:,} "
+            "are read. Nothing was sent: write a shorter one."
         )
 
     def _note_elicited(self, text: str) -> list[str]:
@@ -273,6 +303,8 @@ class UserSimEnv(AgentEnv):
             inter = parse_interaction(action, self.choices)
         except ParseError as e:
             return self._invalid(f"Error: {e}")
+        if (refused := self._too_long(inter)) is not None:
+            return refused
         if inter.choice == "action":
             if is_blank(inter.content):
                 return self._invalid("Error: the message to the user is empty.")
@@ -295,7 +327,7 @@ class UserSimEnv(AgentEnv):
             reply, done = self._user.respond(list(ep["dialogue"]), inter.content)
         except SimulatorError as e:
             return self._simulator_failure({"kind": e.kind, "message": str(e)})
-        ep["dialogue"] += [{"role": "assistant", "content": inter.content}, {"role": "user", "content": reply}]
+        self._add_dialogue([{"role": "assistant", "content": inter.content}, {"role": "user", "content": reply}])
         text, marker = split_marker(reply)
         new = self._note_elicited(text)
         components = {"elicit": self.elicit_reward * len(new)} if new and self.elicit_reward else {}
@@ -335,8 +367,9 @@ class UserSimEnv(AgentEnv):
         return {"elicited": list(self._ep.get("elicited", [])), **self._extra_info()}
 
     def anchor(self) -> str:
-        """The task plus the dialogue so far (the user's replies depend on it, and on nothing else)."""
-        key = json.dumps([self._ep["dialogue"], self._ep["elicited"], self._extra_info()], sort_keys=True)
+        """The task plus the dialogue so far (the user's replies depend on it, and on nothing else), as its running
+        digest."""
+        key = json.dumps([self._ep["dialogue_digest"], self._ep["elicited"], self._extra_info()], sort_keys=True)
         return f"{self._task_id}:{hashlib.blake2b(key.encode(), digest_size=8).hexdigest()}"
 
     # -- branching ----------------------------------------------------------------------------------------------

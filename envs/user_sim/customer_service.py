@@ -68,7 +68,15 @@ from agentgym.agents.base import Agent
 from agentgym.core import StepResult
 from agentgym.envs.tool_use.agents import OracleAgent, hermes
 from agentgym.envs.tool_use.agents import RandomAgent as RandomToolAgent
-from agentgym.envs.tool_use.tools import ArgumentError, ToolError, validate_arguments
+from agentgym.envs.tool_use.limits import (
+    MAX_CALLS_PER_STEP,
+    MAX_RESULT_CHARS,
+    MAX_WORLD_CHARS,
+    cut,
+    json_chars,
+    world_limit_error,
+)
+from agentgym.envs.tool_use.tools import ArgumentError, LimitError, ToolError, validate_arguments
 from agentgym.envs.user_sim.base import TOOL_NAME, Interaction, UserSimEnv, interact_schema
 from agentgym.envs.user_sim.service_world import (
     CANCEL_REASONS,
@@ -96,7 +104,8 @@ from agentgym.parsing import ParseError, ToolCall, is_blank, loads_untrusted, pa
 from agentgym.trust import declare, integer
 
 Message = dict[str, Any]
-MAX_CALLS_PER_TURN = 16
+#: Calls one agent turn may make (``agentgym.envs.tool_use.limits.MAX_CALLS_PER_STEP``).
+MAX_CALLS_PER_TURN = MAX_CALLS_PER_STEP
 _PREFIX = re.compile(r"\[(action|finish)\]", re.IGNORECASE)
 #: A user reply that confirms: it starts with an explicit "yes".
 _YES = re.compile(r"^\W*yes\b", re.IGNORECASE)
@@ -198,6 +207,11 @@ ACK = ("Okay.", "Alright.", "Sure.")
 REASONS_SAID = {"no longer needed": "It's no longer needed.", "ordered by mistake": "It was ordered by mistake.",
                 "damaged": "It arrived damaged.", "missing": "It was missing from the package."}  # fmt: skip
 OFF_TARGET = ("Sorry, what do you need from me?", "I'm not sure what you mean.")
+
+
+def _digest(value: Any) -> str:
+    """A short digest of JSON data (keys sorted)."""
+    return hashlib.blake2b(json.dumps(value, sort_keys=True).encode(), digest_size=8).hexdigest()
 
 
 def _cue(text: str, cues: Sequence[str]) -> bool:
@@ -947,8 +961,10 @@ class CustomerServiceEnv(UserSimEnv):
     def _reset(self, task_index: int, options: dict[str, Any]) -> tuple[list[dict], dict[str, Any]]:
         obs, info = super()._reset(task_index, options)
         task = self._ep["task"]
+        world = RetailStore.from_init(task["init"])
         self._ep.update(
-            world=RetailStore.from_init(task["init"]),
+            world=world,
+            world_digest=_digest(vars(world)),
             gold_state=copy.deepcopy(info["gold"]["final_state"]),
             auth=None,
             confirmation=None,
@@ -997,6 +1013,8 @@ class CustomerServiceEnv(UserSimEnv):
             return self._end({}, False, {"ended_by": "agent"}, [self._reply(inter, "The conversation is over.")])
         if is_blank(inter.content):
             return self._invalid("Error: the message to the user is empty.")
+        if (refused := self._too_long(inter)) is not None:
+            return refused
         ep["confirmation"] = None  # a new message to the user: earlier confirmations lapse
         before = len(ep["dialogue"])
         result = self._talk(inter)
@@ -1006,7 +1024,7 @@ class CustomerServiceEnv(UserSimEnv):
         return result
 
     def _tool_message(self, call: ToolCall, content: str) -> Message:
-        msg: Message = {"role": "tool", "name": call.name, "content": content}
+        msg: Message = {"role": "tool", "name": call.name, "content": cut(content, MAX_RESULT_CHARS)}
         if call.id is not None:
             msg["tool_call_id"] = call.id
         return msg
@@ -1041,6 +1059,12 @@ class CustomerServiceEnv(UserSimEnv):
             target = world.copy() if write else world  # a write that fails leaves the store as it was
             try:
                 result = getattr(target, call.name)(**args)
+                if write and (size := json_chars(vars(target))) > MAX_WORLD_CHARS:
+                    raise LimitError(world_limit_error(size))
+            except LimitError as e:  # the call itself went past a limit: an invalid call
+                errors.append(f"Error: {e}")
+                out.append(self._tool_message(call, f"Error: {e}"))
+                continue
             except ToolError as e:
                 out.append(self._tool_message(call, f"Error: {e}"))
                 continue
@@ -1048,7 +1072,7 @@ class CustomerServiceEnv(UserSimEnv):
                 out.append(self._tool_message(call, f"Error: {call.name} failed ({type(e).__name__})."))
                 continue
             if write:
-                ep["world"] = target
+                ep["world"], ep["world_digest"] = target, _digest(vars(target))
                 ep["used"] = [*ep["used"], call_key(call.name, args)]
                 ep["writes"] += 1
             elif call.name.startswith("find_user_"):
@@ -1118,11 +1142,11 @@ class CustomerServiceEnv(UserSimEnv):
 
     def anchor(self) -> str:
         """The task, the dialogue, the session (authentication, confirmation) and the whole database: histories that
-        reach the same point with the same data share it."""
+        reach the same point with the same data share it. The dialogue and the database enter as digests kept up to
+        date as they change (the database's only on a write), so a step's anchor costs the same at any turn."""
         ep = self._ep
-        key = [ep["dialogue"], ep["auth"], ep["confirmation"], ep["used"], ep["violation"], vars(ep["world"])]
-        digest = hashlib.blake2b(json.dumps(key, sort_keys=True).encode(), digest_size=8).hexdigest()
-        return f"{self._task_id}:{digest}"
+        key = [ep["dialogue_digest"], ep["auth"], ep["confirmation"], ep["used"], ep["violation"], ep["world_digest"]]
+        return f"{self._task_id}:{_digest(key)}"
 
     @property
     def world(self) -> RetailStore | None:
