@@ -344,10 +344,18 @@ def test_docker_sandbox():
         assert d.capabilities().network_isolated
 
 
-def test_standard_library_imports_lazily(box):
-    from agentgym.tools.sandbox._child import _closed_ancestor
+def closed_ancestor(path: str) -> str | None:
+    """The top-most directory on ``path`` that others cannot traverse (as ``/root`` holding a pyenv Python)."""
+    parts = os.path.abspath(path).split("/")[1:]
+    for i in range(1, len(parts)):
+        d = "/" + "/".join(parts[:i])
+        if not os.stat(d).st_mode & 0o001:
+            return d
+    return None
 
-    closed = _closed_ancestor(sys.base_prefix)
+
+def test_standard_library_imports_lazily(box):
+    closed = closed_ancestor(sys.base_prefix)
     if not box.namespaces and closed and os.geteuid() == 0:
         pytest.skip(f"without a mount namespace the run uid cannot read the interpreter under {closed}")
     r = box.run("import decimal, email.mime.text, subprocess\nprint(subprocess.run(['true']).returncode)")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import json
 import os
 import resource
@@ -39,7 +40,21 @@ SYS_MOUNT_SETATTR = {"x86_64": 442, "aarch64": 442}  # the same number on both (
 AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
 #: World-writable places (or places where one run could leave something for the next): replaced by empty tmpfs.
-MASKED = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run/lock", "/var/lock")
+#: Where the new root is assembled before ``pivot_root`` (an empty tmpfs is mounted over it), and where the host's
+#: old root is put before it is unmounted.
+NEW_ROOT, OLD_ROOT = "/tmp", "/.old-root"
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
+#: Devices of the new root's /dev, bound from the host's.
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+#: Files of /proc that describe the whole host (its load, memory, CPU time, uptime, devices): read empty in the
+#: sandbox.
+HOST_PROC_FILES = ("stat", "meminfo", "loadavg", "uptime", "vmstat", "diskstats", "swaps", "zoneinfo", "buddyinfo",
+                   "interrupts", "softirqs", "schedstat", "pagetypeinfo", "slabinfo", "partitions", "key-users",
+                   "timer_list", "sched_debug")  # fmt: skip
+#: The prefix of every message by which the sandbox refuses to run code it could not isolate (exit status
+#: ``ISOLATION_FAILED``); the host recognises it.
+REFUSED = "sandbox: cannot isolate the run: "
+ISOLATION_FAILED = 125
 
 
 def _libc() -> ctypes.CDLL:
@@ -53,17 +68,23 @@ def _mount(libc: ctypes.CDLL, src: str | None, target: str, fstype: str | None, 
         raise OSError(err, os.strerror(err), target)
 
 
-def _enter_namespaces(libc: ctypes.CDLL, memory_bytes: int) -> bool:
+def _enter_namespaces(libc: ctypes.CDLL, memory_bytes: int) -> None:
     """New mount + network + IPC + PID namespaces (PID applies to children); as non-root through a user namespace.
-    The new IPC namespace's System V limits are set so all its shared memory fits in ``memory_bytes``."""
+    The new IPC namespace's System V limits are set so all its shared memory fits in ``memory_bytes``. ``OSError``
+    naming what the kernel refused."""
     flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC
-    if os.geteuid() == 0:
-        if libc.unshare(flags) != 0:
-            return False
-    else:  # the caller is root of the new user namespace (it owns the IPC namespace's limits); see _nest_user
+    if os.geteuid() != 0:  # the caller is root of the new user namespace (it owns the IPC namespace's limits)
         uid, gid = os.geteuid(), os.getegid()
-        if libc.unshare(flags | CLONE_NEWUSER) != 0:
-            return False
+        extra = sorted(set(os.getgroups()) - {gid})
+        if extra:  # an unprivileged user namespace keeps them (setgroups is denied there): they cannot be shed
+            raise OSError(errno.EPERM, f"the caller's supplementary groups {extra} cannot be shed without privileges "
+                          "(run it as a user without supplementary groups, or as root)")  # fmt: skip
+        flags |= CLONE_NEWUSER
+    if libc.unshare(flags) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"unshare(CLONE_NEWNS|CLONE_NEWNET|CLONE_NEWPID|CLONE_NEWIPC"
+                      f"{'|CLONE_NEWUSER' if flags & CLONE_NEWUSER else ''}): {os.strerror(err)}")  # fmt: skip
+    if flags & CLONE_NEWUSER:
         _map_ids(uid, gid, 0, 0)
     ipc = {
         "kernel/shmmax": memory_bytes,
@@ -75,7 +96,6 @@ def _enter_namespaces(libc: ctypes.CDLL, memory_bytes: int) -> bool:
     for name, value in ipc.items():  # best effort: the queues and segments die with the namespace anyway
         with contextlib.suppress(OSError), open(f"/proc/sys/{name}", "w") as f:
             f.write(str(value))
-    return True
 
 
 def _map_ids(outer_uid: int, outer_gid: int, uid: int, gid: int) -> None:
@@ -130,45 +150,66 @@ def _readonly_mounts(libc: ctypes.CDLL) -> None:
             _mount(libc, None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags)
 
 
-def _private_fs(libc: ctypes.CDLL, spec: dict) -> str:
-    """``MASKED`` directories empty (tmpfs); every mount read-only; a fresh /proc; the working directory a fresh tmpfs
-    of ``disk_bytes`` holding the run's files, at the path ``fixed_workdir`` when that lies in a masked directory
-    (every run then sees the same path). Returns where the working directory is. A step the kernel refuses is
-    skipped (``capabilities()`` measures what took effect), except filling the working directory: that failing
-    ends the run."""
-    workdir, fixed, uid = spec["workdir"], spec.get("fixed_workdir"), spec.get("uid")
+def _private_root(libc: ctypes.CDLL, spec: dict) -> str:
+    """Replace the file system the code sees by a new root of its own (``pivot_root(2)``) and return its working
+    directory. The new root is a small tmpfs holding: the system directories of ``spec["root"]["bind"]`` (``/usr``,
+    the interpreter's standard library where it lies elsewhere: read-only bind mounts, the host's symlinks such as
+    ``/bin -> usr/bin`` copied as symlinks), empty directories over ``spec["root"]["mask"]`` (every site-packages
+    and dist-packages: only the standard library imports), a ``/dev`` of the harmless devices, a fresh ``/proc``
+    whose host-wide files (``HOST_PROC_FILES``) read empty, and the working directory ``WORKDIR``: a tmpfs of
+    ``disk_bytes`` holding the run's files. Nothing else of the host is there: not the project, the virtualenv,
+    ``$HOME``, ``/run`` or any socket, nor any file of the caller's. Every mount but the working directory is
+    read-only. ``OSError`` when a step fails: the run must not go on half isolated."""
+    tree = _read_tree(spec["workdir"])
+    uid = spec.get("uid")
+    root_spec = spec["root"]
+    _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
+    # Bind sources are opened first: the new root is mounted over /tmp, which may hold one of them.
+    sources = {}
     try:
-        _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
-    except OSError:
-        return workdir
-    tree = _read_tree(workdir)
-    # The interpreter's prefixes may lie under a masked directory (a virtualenv under /tmp): bound back, read-only.
-    kept = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in sorted({sys.prefix, sys.base_prefix}) if _masked(p)}
-    mounted: list[str] = []
-    where = workdir
-    try:
-        for d in MASKED:
-            if os.path.isdir(d) and not os.path.islink(d):
-                _mount(libc, "tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,nr_inodes=64,mode=755")
-                mounted.append(d)
-        if fixed and any(fixed.startswith(d + "/") for d in mounted):
-            where = fixed
-            os.makedirs(where, exist_ok=True)
-        for path, fd in kept.items():
-            os.makedirs(path, mode=0o755, exist_ok=True)
-            _mount(libc, f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
-    except OSError:
-        for d in reversed(mounted):  # undo, so the workdir and the interpreter are reachable again
-            libc.umount2(d.encode(), MNT_DETACH)
-        return workdir
+        for path in root_spec["bind"]:
+            with contextlib.suppress(FileNotFoundError):
+                sources[path] = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        links = {p: os.readlink(p) for p in root_spec["links"] if os.path.islink(p)}
+        new = NEW_ROOT
+        _mount(libc, "tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=512,mode=755")
+        for path, target in links.items():
+            os.symlink(target, new + path)
+        for path, fd in sources.items():
+            dest = new + path
+            if os.path.isdir(f"/proc/self/fd/{fd}"):
+                os.makedirs(dest, mode=0o755, exist_ok=True)
+            else:
+                os.makedirs(os.path.dirname(dest), mode=0o755, exist_ok=True)
+                open(dest, "wb").close()
+            _mount(libc, f"/proc/self/fd/{fd}", dest, None, MS_BIND | MS_REC)
     finally:
-        for fd in kept.values():
+        for fd in sources.values():
             os.close(fd)
-    _expose_python(libc)
-    with contextlib.suppress(OSError):
-        _readonly_mounts(libc)
-    with contextlib.suppress(OSError):  # after: the code may write its own /proc/self (a user namespace's maps)
-        _mount(libc, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for path in root_spec["mask"]:
+        if os.path.isdir(new + path):
+            _mount(libc, "tmpfs", new + path, "tmpfs", MS_NOSUID | MS_NODEV, "size=4k,nr_inodes=1,mode=755")
+    _make_dev(libc, new)
+    where = spec.get("fixed_workdir") or "/tmp/work"
+    for d in ("/proc", "/etc", where):
+        os.makedirs(new + d, mode=0o755, exist_ok=True)
+    # A fresh /proc (of the run's PID namespace) is mounted while the host's is still in sight: the kernel lets a
+    # user namespace mount a procfs only where one is fully visible already.
+    _mount(libc, "proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for name in HOST_PROC_FILES:
+        if os.path.exists(f"{new}/proc/{name}"):
+            _mount(libc, "/dev/null", f"{new}/proc/{name}", None, MS_BIND)
+    os.mkdir(new + OLD_ROOT)
+    os.chdir(new)
+    if libc.syscall(SYS_PIVOT_ROOT[os.uname().machine], b".", OLD_ROOT[1:].encode()) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"pivot_root: {os.strerror(err)}")
+    os.chdir("/")
+    if libc.umount2(OLD_ROOT.encode(), MNT_DETACH) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"umount the host's root: {os.strerror(err)}")
+    os.rmdir(OLD_ROOT)
+    _readonly_mounts(libc)
     disk = int(spec.get("disk_bytes") or 64 << 20)
     owner = f",uid={uid},gid={uid}" if uid else ""
     _mount(libc, "tmpfs", where, "tmpfs", MS_NOSUID | MS_NODEV, f"size={disk},nr_inodes=4096,mode=700{owner}")
@@ -182,6 +223,18 @@ def _private_fs(libc: ctypes.CDLL, spec: dict) -> str:
         if uid:
             os.lchown(path, uid, uid)
     return where
+
+
+def _make_dev(libc: ctypes.CDLL, new: str) -> None:
+    """``/dev`` of the new root: the host's ``DEVICES`` bound in, the usual symlinks, an empty ``/dev/shm``."""
+    os.makedirs(f"{new}/dev/shm", mode=0o755)
+    for name in DEVICES:
+        if os.path.exists(f"/dev/{name}"):
+            open(f"{new}/dev/{name}", "wb").close()
+            _mount(libc, f"/dev/{name}", f"{new}/dev/{name}", None, MS_BIND)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):  # fmt: skip
+        os.symlink(target, f"{new}/dev/{name}")
 
 
 def _drop_privileges(libc: ctypes.CDLL, uid: int | None) -> None:
@@ -210,47 +263,6 @@ def _drop_privileges(libc: ctypes.CDLL, uid: int | None) -> None:
         raise OSError(err, f"no_new_privs: {os.strerror(err)}")
 
 
-def _masked(path: str) -> bool:
-    """Whether ``path`` lies in one of the directories replaced by an empty tmpfs."""
-    return any(path == d or path.startswith(d + "/") for d in MASKED)
-
-
-def _closed_ancestor(path: str) -> str | None:
-    """The top-most directory on ``path`` that others cannot traverse (as ``/root`` holding a pyenv Python)."""
-    parts = os.path.abspath(path).split("/")[1:]
-    for i in range(1, len(parts)):
-        d = "/" + "/".join(parts[:i])
-        if not os.stat(d).st_mode & 0o001:
-            return d
-    return None
-
-
-def _expose_python(libc: ctypes.CDLL) -> None:
-    """Where the interpreter lies under a directory closed to others (``/root/.pyenv``), that directory is replaced
-    by an empty read-only tmpfs holding only the interpreter's prefixes: the code (an unprivileged uid) can import
-    the standard library and site-packages, and sees nothing else of it."""
-    binds: dict[str, list[tuple[str, int]]] = {}
-    for root in sorted({sys.base_prefix, sys.prefix}):
-        closed = _closed_ancestor(root)
-        if closed is not None:
-            binds.setdefault(closed, []).append((root, os.open(root, os.O_PATH | os.O_DIRECTORY)))
-    for closed, roots in binds.items():
-        try:
-            _mount(libc, "tmpfs", closed, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=755")
-            try:
-                for root, fd in roots:
-                    os.makedirs(root, exist_ok=True)
-                    _mount(libc, f"/proc/self/fd/{fd}", root, None, MS_BIND | MS_REC)
-                _mount(libc, None, closed, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-            except OSError:
-                libc.umount2(closed.encode(), MNT_DETACH)
-        except OSError:
-            pass
-        finally:
-            for _, fd in roots:
-                os.close(fd)
-
-
 def _die_with_parent(libc: ctypes.CDLL, alive_fd: int) -> None:
     """SIGKILL when the supervisor dies (set after every credential change, which clears it); if it already died,
     its end of the ``alive_fd`` pipe is closed: exit now."""
@@ -259,29 +271,46 @@ def _die_with_parent(libc: ctypes.CDLL, alive_fd: int) -> None:
         os._exit(137)
 
 
+def _isolate(spec: dict, libc: ctypes.CDLL, namespaces: bool, alive_fd: int) -> tuple[str, str]:
+    """In the code's process: finish isolating it; the code's source and its working directory. Raises where a step
+    fails (the caller refuses to run the code then)."""
+    _die_with_parent(libc, alive_fd)
+    workdir = spec["workdir"]
+    with open(os.path.join(workdir, "main.py"), encoding="utf-8") as f:
+        source = f.read()
+    if namespaces:
+        workdir = _private_root(libc, spec)
+        sys.path[:] = [workdir, *spec["root"]["path"]]  # as `python main.py`: its directory, then the stdlib
+    os.chdir(workdir)
+    if namespaces and spec.get("outer_ids"):
+        _nest_user(libc, *spec["outer_ids"])
+    _drop_privileges(libc, spec.get("uid"))
+    _die_with_parent(libc, alive_fd)
+    os.environ.clear()
+    os.environ["PATH"] = "/usr/bin:/bin"
+    for sig in (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
+        signal.signal(sig, signal.SIG_DFL)
+    os.closerange(3, 65536)
+    for name, value in spec["limits"].items():
+        resource.setrlimit(getattr(resource, name), (value, value))
+    return source, workdir
+
+
+def _refuse(why: object) -> None:
+    """Say why the run cannot be isolated and exit with ``ISOLATION_FAILED`` (the code never runs)."""
+    with contextlib.suppress(BaseException):
+        os.write(2, f"{REFUSED}{why}\n".encode("utf-8", "replace"))
+    os._exit(ISOLATION_FAILED)
+
+
 def _run_code(spec: dict, libc: ctypes.CDLL, namespaces: bool, alive_fd: int) -> None:
     """In the code's process: finish isolating, run ``workdir/main.py`` as ``__main__``, exit (never returns)."""
+    try:
+        source, workdir = _isolate(spec, libc, namespaces, alive_fd)
+    except BaseException as e:
+        _refuse(e)
     status = 1
     try:
-        _die_with_parent(libc, alive_fd)
-        workdir = spec["workdir"]
-        with open(os.path.join(workdir, "main.py"), encoding="utf-8") as f:
-            source = f.read()
-        if namespaces:
-            workdir = _private_fs(libc, spec)
-        os.chdir(workdir)
-        if namespaces and spec.get("outer_ids"):
-            _nest_user(libc, *spec["outer_ids"])
-        _drop_privileges(libc, spec.get("uid"))
-        _die_with_parent(libc, alive_fd)
-        os.environ.clear()
-        os.environ["PATH"] = "/usr/bin:/bin"
-        for sig in (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
-            signal.signal(sig, signal.SIG_DFL)
-        limits = spec["limits"]
-        os.closerange(3, 65536)
-        for name, value in limits.items():
-            resource.setrlimit(getattr(resource, name), (value, value))
         sys.argv = ["main.py"]
         main = types.ModuleType("__main__")
         main.__file__ = os.path.join(workdir, "main.py")
@@ -330,8 +359,66 @@ def _kill_uid(uid: int) -> None:
     os.waitpid(pid, 0)
 
 
+class RunCgroup:
+    """The run's own control group (cgroup v1 memory + pids hierarchies, or a v2 directory): its memory and process
+    caps hold for all its processes together. The supervisor moves itself in before it forks the code (so every
+    process of the run is in it) and out again before removing it."""
+
+    def __init__(self, spec: dict) -> None:
+        self.version = spec["version"]
+        name = f"agentgym-run-{os.getpid()}"
+        self.dirs = [os.path.join(parent, name) for parent in spec["parents"]]
+        self.parents = list(spec["parents"])
+        for d in self.dirs:
+            os.mkdir(d, 0o700)
+        memory, pids = spec["memory_bytes"], spec["processes"] + 1  # the supervisor is in it too
+        if self.version == 1:  # parents: [memory hierarchy, pids hierarchy]
+            self._write(self.dirs[0], "memory.limit_in_bytes", memory)
+            with contextlib.suppress(OSError):  # swap accounting may be off; then there is no swap to count
+                self._write(self.dirs[0], "memory.memsw.limit_in_bytes", memory)
+            self._write(self.dirs[1], "pids.max", pids)
+        else:
+            self._write(self.dirs[0], "memory.max", memory)
+            with contextlib.suppress(OSError):
+                self._write(self.dirs[0], "memory.swap.max", 0)
+            self._write(self.dirs[0], "pids.max", pids)
+        for d in self.dirs:
+            self._write(d, "cgroup.procs", os.getpid())
+
+    @staticmethod
+    def _write(d: str, name: str, value: int) -> None:
+        with open(os.path.join(d, name), "w") as f:
+            f.write(str(value))
+
+    def oom_kills(self) -> int:
+        """How many processes the kernel killed for the run's memory cap."""
+        name = "memory.oom_control" if self.version == 1 else "memory.events"
+        with contextlib.suppress(OSError, ValueError), open(os.path.join(self.dirs[0], name)) as f:
+            for line in f:
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        return 0
+
+    def remove(self) -> None:
+        """Leave the group and remove it (its processes died with the PID namespace; they may take a moment)."""
+        for parent in self.parents:
+            with contextlib.suppress(OSError):
+                self._write(parent, "cgroup.procs", os.getpid())
+        for d in self.dirs:
+            for _ in range(200):
+                try:
+                    os.rmdir(d)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.01)
+
+
 def supervise(spec: dict) -> None:
-    """Enter namespaces, fork the code's process, wait for it, exit with its status (never returns)."""
+    """Enter namespaces (and the run's cgroup), fork the code's process, wait for it, exit with its status (never
+    returns). Where isolation cannot be had the code never runs: exit ``ISOLATION_FAILED`` and a line saying why."""
     code_pid: list[int] = []
 
     def stop(signum: int, frame: object) -> None:  # SIGTERM: kill the code (its namespace goes with it), then reap
@@ -340,18 +427,24 @@ def supervise(spec: dict) -> None:
         os.kill(code_pid[0], signal.SIGKILL)
 
     signal.signal(signal.SIGTERM, stop)
+    cgroup = None
     try:
         libc = _libc()
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         if os.geteuid() != 0:
             spec["outer_ids"] = [os.geteuid(), os.getegid()]
-        namespaces = spec["namespaces"] and _enter_namespaces(libc, spec["limits"]["RLIMIT_AS"])
+        if spec.get("cgroup"):
+            cgroup = RunCgroup(spec["cgroup"])
+        namespaces = spec["namespaces"]
+        if namespaces:
+            _enter_namespaces(libc, spec["limits"]["RLIMIT_AS"])
         alive_r, alive_w = os.pipe()
         pid = os.fork()
-    except BaseException:
-        traceback.print_exc()
-        os._exit(125)
+    except BaseException as e:
+        if cgroup is not None:
+            cgroup.remove()
+        _refuse(e)
     if pid == 0:
         os.close(alive_w)
         _run_code(spec, libc, namespaces, alive_r)
@@ -365,6 +458,13 @@ def supervise(spec: dict) -> None:
             continue
     if not namespaces and spec.get("uid"):  # no PID namespace: kill whatever the code left, by its own uid
         _kill_uid(spec["uid"])
+    if cgroup is not None:
+        oom = cgroup.oom_kills()
+        cgroup.remove()
+        if oom:  # the run's processes together went over its memory: a MemoryError, as one process's would be
+            limit = spec["cgroup"]["memory_bytes"]
+            os.write(2, f"\nMemoryError: the run's processes together went over {limit} bytes\n".encode())
+            os._exit(1)
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         signal.signal(sig, signal.SIG_DFL)

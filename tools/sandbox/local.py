@@ -21,6 +21,7 @@ and leftover processes are killed by the run's uid (as root) or by process group
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import math
 import os
@@ -32,6 +33,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -72,23 +74,125 @@ def _run_uid() -> int | None:
     return RUN_UIDS[0] + secrets.randbelow(RUN_UIDS[1] - RUN_UIDS[0]) if os.geteuid() == 0 else None
 
 
-def _spec(workdir: str, uid: int | None, limits: Limits, timeout: float, namespaces: bool) -> dict:
+#: Without a cgroup for the run, its memory limit is divided among at most ``memory_bytes // MIN_PROCESS_BYTES``
+#: processes (each gets an equal share of address space, so their sum cannot pass it).
+MIN_PROCESS_BYTES = 128 << 20
+#: Directories of the host that every run's new root holds read-only (the host's symlinks among them, such as
+#: ``/bin -> usr/bin``, are copied as symlinks), besides the interpreter's standard library.
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+#: Single files of the host bound into the new root (the dynamic loader's cache: it finds shared libraries faster).
+SYSTEM_FILES = ("/etc/ld.so.cache",)
+
+
+def root_layout() -> dict[str, list[str]]:
+    """What the code's new root holds (``_child._private_root``): ``bind`` (host paths bound read-only), ``links``
+    (host symlinks copied), ``mask`` (directories left empty: every site-packages and dist-packages under what is
+    bound, so only the standard library imports) and ``path`` (the code's ``sys.path`` after its own directory).
+    The virtualenv, the project and the caller's home are not in it.
+
+    >>> layout = root_layout()
+    >>> sysconfig.get_path("stdlib") in layout["path"], any(p.endswith("site-packages") for p in layout["path"])
+    (True, False)
+    """
+    base = {k: sys.base_prefix for k in ("base", "platbase", "installed_base", "installed_platbase")}
+    stdlib = [os.path.realpath(sysconfig.get_path(k, vars=base)) for k in ("stdlib", "platstdlib")]
+    dynload = [os.path.realpath(p) for p in sys.path if p.endswith("lib-dynload")]
+    path = list(dict.fromkeys(p for p in [*stdlib, *dynload] if os.path.isdir(p)))
+    links = [d for d in SYSTEM_DIRS if os.path.islink(d)]
+    system = [d for d in SYSTEM_DIRS if os.path.isdir(d) and not os.path.islink(d)]
+    bind = system + [p for p in path if not any(p == d or p.startswith(d + "/") for d in system)]
+    bind += [f for f in SYSTEM_FILES if os.path.isfile(f)]
+    mask = []
+    for root in bind:
+        for pattern in ("lib/python3*/site-packages", "lib/python3*/dist-packages", "lib/python3/dist-packages",
+                        "local/lib/python3*/site-packages", "local/lib/python3*/dist-packages", "site-packages",
+                        "dist-packages"):  # fmt: skip
+            mask += [p for p in glob.glob(os.path.join(root, pattern)) if os.path.isdir(p) and not os.path.islink(p)]
+    return {"bind": list(dict.fromkeys(bind)), "links": links, "mask": sorted(set(mask)), "path": path}
+
+
+def cgroup_parents() -> dict | None:
+    """Where a run's own cgroup can be made (it then caps the memory and processes of all the run's processes
+    together): as root, cgroup v1's memory and pids hierarchies (the groups this process is in), or cgroup v2's
+    root with both controllers, under a group ``agentgym-sandbox`` made for the runs. None where neither can be had
+    (not root, or a read-only /sys/fs/cgroup)."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = [line.rstrip("\n").split(":", 2) for line in f]
+    except OSError:
+        return None
+    groups = {c: path for _, controllers, path in lines for c in controllers.split(",")}
+    v1 = []
+    for controller in ("memory", "pids"):
+        base = f"/sys/fs/cgroup/{controller}"
+        where = base + groups.get(controller, "/")
+        where = where if os.path.isdir(where) else base
+        if os.path.isfile(os.path.join(where, "cgroup.procs")) and os.access(where, os.W_OK):
+            v1.append(where.rstrip("/"))
+    if len(v1) == 2:
+        return {"version": 1, "parents": v1}
+    root = "/sys/fs/cgroup"
+    with contextlib.suppress(OSError):
+        with open(os.path.join(root, "cgroup.controllers")) as f:
+            if not {"memory", "pids"} <= set(f.read().split()):
+                return None
+        parent = os.path.join(root, "agentgym-sandbox")
+        os.makedirs(parent, exist_ok=True)
+        for d in (root, parent):
+            with open(os.path.join(d, "cgroup.subtree_control"), "w") as f:
+                f.write("+memory +pids")
+        return {"version": 2, "parents": [parent]}
+    return None
+
+
+def memory_scope(cgroup: dict | None, namespaces: bool) -> str:
+    """How a run's memory limit is enforced: ``cgroup`` (all its processes together), ``divided`` (an equal share of
+    address space each, for as many processes as the share allows) or ``process`` (each process on its own: only
+    without namespaces as non-root)."""
+    if cgroup is not None:
+        return "cgroup"
+    return "divided" if namespaces or os.geteuid() == 0 else "process"
+
+
+def host_setup() -> dict:
+    """What a sandbox finds out about its host once: the code's root (``root_layout``) and where runs get a cgroup
+    (``cgroup_parents``)."""
+    return {"root": root_layout(), "cgroup": cgroup_parents()}
+
+
+def _spec(workdir: str, uid: int | None, limits: Limits, timeout: float, namespaces: bool, host: dict) -> dict:
+    """The run's spec for ``_child`` (``host``: ``host_setup()``). The memory and process limits hold for the whole
+    run (``memory_scope``): with a cgroup of its own the run's processes share them; without one, each process gets
+    ``memory_bytes / n`` of address space and at most ``n`` may run (``n`` from ``MIN_PROCESS_BYTES``), so no
+    number of processes can hold more than ``memory_bytes``. Only without namespaces, as non-root (where the
+    process count is the caller's, not the run's), are they per process."""
+    cgroup = host["cgroup"]
+    processes, memory = limits.processes, limits.memory_bytes
+    if memory_scope(cgroup, namespaces) == "divided":
+        processes = max(1, min(processes, memory // MIN_PROCESS_BYTES))
+        memory //= processes
     rlimits = {
         "RLIMIT_CPU": math.ceil(timeout) + 1,
-        "RLIMIT_AS": limits.memory_bytes,
-        "RLIMIT_NPROC": limits.processes,
+        "RLIMIT_AS": memory,
+        "RLIMIT_NPROC": processes,
         "RLIMIT_FSIZE": limits.file_bytes,
         "RLIMIT_NOFILE": limits.open_files,
         "RLIMIT_CORE": 0,
     }
-    return {
+    spec = {
         "workdir": workdir,
         "fixed_workdir": WORKDIR,
         "uid": uid,
         "limits": rlimits,
         "namespaces": namespaces,
         "disk_bytes": limits.disk_bytes,
+        "root": host["root"],
     }
+    if cgroup is not None:
+        spec["cgroup"] = {**cgroup, "memory_bytes": limits.memory_bytes, "processes": limits.processes}
+    return spec
 
 
 def _refusal(code: str, stdin: str, files: Files | None, limits: Limits) -> tuple[dict[str, bytes], str | None]:
@@ -295,6 +399,7 @@ class SubprocessSandbox(Sandbox):
         self.limits = limits or Limits()
         self.python = python
         self.namespaces = namespaces
+        self._host = host_setup()
 
     def run(
         self, code: str, *, stdin: str = "", timeout: float = DEFAULT_TIMEOUT, files: Files | None = None
@@ -314,10 +419,10 @@ class SubprocessSandbox(Sandbox):
             _remove(workdir)
 
     def _run(self, workdir: str, stdin_fd: int, uid: int | None, timeout: float, start: float) -> RunResult:
-        spec = json.dumps(_spec(workdir, uid, self.limits, timeout, self.namespaces))
+        spec = json.dumps(_spec(workdir, uid, self.limits, timeout, self.namespaces, self._host))
         try:
             proc = subprocess.Popen(
-                [self.python, "-I", CHILD, "--run", spec],
+                [self.python, "-I", "-S", CHILD, "--run", spec],
                 stdin=stdin_fd,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -360,7 +465,7 @@ class _ForkServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock = ours
         self.proc = subprocess.Popen(
-            [python, "-I", CHILD, "--serve", str(theirs.fileno())],
+            [python, "-I", "-S", CHILD, "--serve", str(theirs.fileno())],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -407,6 +512,7 @@ class PooledSandbox(Sandbox):
         self.limits = limits or Limits()
         self.python = python
         self.namespaces = namespaces
+        self._host = host_setup()
         self._idle: queue.Queue[_ForkServer] = queue.Queue()
         self._all: list[_ForkServer] = []
         self._lock = threading.Lock()
@@ -470,7 +576,7 @@ class PooledSandbox(Sandbox):
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
-            spec = json.dumps(_spec(workdir, uid, self.limits, timeout, self.namespaces)).encode()
+            spec = json.dumps(_spec(workdir, uid, self.limits, timeout, self.namespaces, self._host)).encode()
             socket.send_fds(server.sock, [spec], [stdin_fd, out_w, err_w])
             reply = server.sock.recv(4096)
         except BaseException:
