@@ -19,7 +19,14 @@ The checksum of each record is a digest anyone can recompute, not a signature: i
 re-execution catches any edit that changes what the env would do and the run-level check any missing, duplicated
 or reordered episode. Neither stops someone who rewrites a record's agent label or actions (for an agent replay
 cannot rerun) and recomputes its checksum; signatures do (``key``: records written with ``$AGENTGYM_TRAJECTORY_KEY``
-set carry an HMAC that only a holder of the key can make).
+set carry an HMAC that only a holder of the key can make). In format 4 each signature also covers the run's random
+nonce and the signature of the record before it (``agentgym.trajectory.Seal``), so with the key replay refuses
+records of two runs of one plan spliced together, and a run's records reordered or dropped from the middle, naming
+the first record that does not follow its run. A format-3 signature vouches for its record alone: the label of an
+agent replay cannot rerun stays unverified in such a run.
+
+An episode whose record was too large to write holds only what identifies it and its ``error`` (``TOO_LARGE``):
+replay checks its task and reports it unverified.
 
 A bad record (unreadable, an unknown field or format version, an env that is not registered or does not accept the
 recorded arguments) is reported and replay goes on: nothing in the file makes replay raise. Only registered envs
@@ -44,7 +51,16 @@ import gymnasium as gym
 
 from agentgym.agents.base import Agent
 from agentgym.core import AgentEnv
-from agentgym.trajectory import KEY_ENV, Record, RunHeader, Trajectory, canonical, read_records
+from agentgym.trajectory import (
+    KEY_ENV,
+    TOO_LARGE,
+    Record,
+    RunHeader,
+    Seal,
+    Trajectory,
+    canonical,
+    read_records,
+)
 from agentgym.trust import checked_kwargs, operator_args_for
 
 
@@ -102,6 +118,8 @@ def replay_trajectory(
         return result
     try:
         result.divergence = _replay(traj, env, agent, agent_seed)
+        if result.divergence is None and too_large(traj):
+            result.unverified = TOO_LARGE_NOTE
     except Exception as e:  # the env or the agent raised on recorded input: reported, replay goes on
         result.divergence = f"replay raised {type(e).__name__}: {' '.join(str(e).split())[:300]}"
     finally:
@@ -114,8 +132,22 @@ def _error(e: Exception) -> str:
     return f"{type(e).__name__}: {e}"
 
 
+def too_large(traj: Trajectory) -> bool:
+    """Whether ``traj`` is the record of an episode too large to write (``agentgym.runner``): its identity and error
+    only."""
+    return (traj.error or "").startswith(f"{TOO_LARGE}:") and not traj.turns and not traj.initial_observation
+
+
+TOO_LARGE_NOTE = "the episode's record was too large to write: its task is checked, its turns are not in the file"
+
+
 def _replay(traj: Trajectory, env: gym.Env, agent: Agent | None, agent_seed: int | None) -> str | None:
     error = traj.error or ""
+    if too_large(traj):
+        _, info = env.reset(seed=traj.seed, options=traj.options or None)
+        if traj.task_id != str(info.get("task_id", "")):
+            return f"the record says task {traj.task_id[:80]!r}, the env reset to {str(info.get('task_id', ''))[:80]!r}"
+        return None
     try:
         obs, info = env.reset(seed=traj.seed, options=traj.options or None)
     except Exception as e:
@@ -209,6 +241,8 @@ def make_recorded_env(traj: Trajectory, env_args: Mapping[str, Any] | None = Non
 # --- a whole file ------------------------------------------------------------------------------------------------
 
 UNSIGNED = f"not signed with the operator's key (${KEY_ENV}): written without it, or altered by someone without it"
+#: Why the label of an agent replay cannot rerun stays unverified in a signed format-3 run.
+FORMAT_3_SIGNED = "signed in format 3, whose signature vouches for each record alone, not for the run it is in"
 #: Envs replay keeps built at once (one per distinct env_id and env_kwargs, the least recently used closed first).
 MAX_ENVS = 8
 LEGACY_HINT = "pass allow_legacy (agentgym replay --allow-unverified) to replay it, reported as unverified"
@@ -225,6 +259,30 @@ class _Run:
     agent_note: str | None = None
     agent_error: str | None = None
     agent_ready: bool = False
+    #: With a key: the run's nonce (its first header's), and the seal of its last record read so far and its line;
+    #: ``linked`` is False after an unreadable record, whose signature the next record names but replay never saw.
+    nonce: str | None = None
+    seal: Seal | None = None
+    seal_line: int = 0
+    linked: bool = True
+
+    def link(self, rec: Record) -> str | None:
+        """Why a validly signed record does not follow this run's last record (None when it does); the run's chain
+        then goes on from it."""
+        seal, want, line = rec.seal, self.seal, self.seal_line
+        if seal is not None:
+            self.seal, self.seal_line, self.linked = seal, rec.lineno, True
+        if seal is None:
+            return None if self.nonce is None else "the record has no seal (nonce and prev) in a run bound by one"
+        if self.nonce is None:
+            return f"the record is bound to a run, but its header at line {self.lineno} (format 3) binds none"
+        if seal.nonce != self.nonce:
+            return (f"the record is signed for another run than the one of the header at line {self.lineno} (their "
+                    "nonces differ: records of two runs spliced together)")  # fmt: skip
+        if want is not None and self.linked and seal.prev != want.mac:
+            return (f"the record does not follow line {line} of its run (its signature names another record before "
+                    "it: records reordered, or removed between them)")  # fmt: skip
+        return None
 
 
 @dataclass
@@ -260,6 +318,9 @@ class _Replayer:
             yield _problem(rec.lineno, f"the run header: {rec.altered or UNSIGNED}")
             return
         if self.run is not None and h.run_id == self.run.header.run_id and h.start == self.run.next:
+            broken = self.run.link(rec) if self.key is not None else None
+            if broken:
+                yield _problem(rec.lineno, f"the run header continuing run {h.run_id}: {broken}")
             self.run.header, self.run.lineno = h, rec.lineno  # the run continues with another episode count
             return
         yield from self.end_run()
@@ -268,6 +329,8 @@ class _Replayer:
                            "holds no such run before it (records removed?)")  # fmt: skip
             return
         self.run = _Run(h, rec.lineno)
+        if self.key is not None and rec.seal is not None:  # a new run: its chain starts at its header
+            self.run.nonce, self.run.seal, self.run.seal_line = rec.seal.nonce, rec.seal, rec.lineno
 
     def end_run(self) -> Iterator[ReplayResult]:
         run, self.run = self.run, None
@@ -302,12 +365,16 @@ class _Replayer:
                     agent = self.agent_of(run, env)
                     result.divergence = result.divergence or run.agent_error
                     if result.divergence is None:
-                        result.unverified = None if rec.signed else run.agent_note
+                        result.unverified = self.label_note(rec, run)
                         self.replay(result, traj, env, agent, run.header.seed + position)
         except ValueError as e:  # e.g. an env that cannot be made from the record: reported, replay goes on
             result.divergence = str(e)
         except Exception as e:
             result.divergence = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
+        broken = run.link(rec) if run is not None and self.key is not None else None
+        if broken and rec.signed:
+            result.divergence = f"line {rec.lineno}: {broken}" + (f"; and {result.divergence}" if result.divergence
+                                                                   else "")  # fmt: skip
         if rec.signed is False:
             result.divergence = f"line {rec.lineno}: {UNSIGNED}" + (f"; and {result.divergence}" if result.divergence
                                                                     else "")  # fmt: skip
@@ -316,6 +383,14 @@ class _Replayer:
                 f"; and {result.divergence}" if result.divergence else ""
             )
         return result
+
+    @staticmethod
+    def label_note(rec: Record, run: _Run) -> str | None:
+        """What is unverified of a record's agent label: nothing when the agent is rerun or the record is signed
+        in format 4 (the key holder's word, bound to this run); a format-3 signature binds the record to no run."""
+        if run.agent_note is None or (rec.signed and rec.seal is not None):
+            return None
+        return f"{run.agent_note} ({FORMAT_3_SIGNED})" if rec.signed else run.agent_note
 
     def legacy(self, rec: Record) -> tuple[str | None, str | None]:
         """Why a record outside a run, or in format 1 or 2, is refused, or what is unverified when allowed."""
@@ -338,7 +413,7 @@ class _Replayer:
     ) -> None:
         done = replay_trajectory(traj, env if env is not None else self.env_for(traj), result.index, agent=agent,
                                  agent_seed=seed)  # fmt: skip
-        result.divergence = done.divergence
+        result.divergence, result.unverified = done.divergence, done.unverified or result.unverified
 
     def agent_of(self, run: _Run, env: gym.Env) -> Agent | None:
         """The run's built-in agent, rebuilt once per run; None (with ``run.agent_note``) when it cannot be."""
@@ -423,7 +498,8 @@ def replay_file(
     each problem of a run (cut short, a header out of place). Nothing in the file makes this raise. ``env_args``:
     the operator's constructor arguments (see :func:`make_recorded_env`). With ``key`` (the operator's, as
     ``$AGENTGYM_TRAJECTORY_KEY`` held when the run was written) every record must carry a valid signature, and an
-    agent label replay cannot rerun counts as vouched for by the key holder, not unverified."""
+    agent label replay cannot rerun counts as vouched for by the key holder, not unverified; and each signed
+    format-4 record must follow the record before it in its run (``_Run.link``)."""
     replayer = _Replayer(allow_legacy, dict(env_args or {}), key)
     try:
         for rec in read_records(path, verify=False, key=key):
@@ -435,6 +511,7 @@ def replay_file(
                 index, replayer.episodes = replayer.episodes, replayer.episodes + 1
                 if replayer.run is not None:
                     replayer.run.next += 1  # an unreadable record takes the place of one episode
+                    replayer.run.linked = False
                 yield ReplayResult(index=index, task_id="", turns=0, divergence=f"line {rec.lineno}: {rec.error}",
                                    lineno=rec.lineno)  # fmt: skip
         yield from replayer.end_run()

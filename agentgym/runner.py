@@ -42,7 +42,11 @@ from tqdm.auto import tqdm
 from agentgym.agents.base import Agent, Message
 from agentgym.core import AgentEnv
 from agentgym.trajectory import (
+    KEY_ENV,
+    TOO_LARGE,
+    RecordTooLarge,
     RunHeader,
+    Seal,
     Trajectory,
     TrajectoryWriter,
     Turn,
@@ -331,10 +335,21 @@ def run_header(spec: RunSpec, first: Trajectory, agent: Policy, agent_kwargs: di
                      episodes=spec.episodes)  # fmt: skip
 
 
+def too_large_record(traj: Trajectory, size: int, limit: int) -> Trajectory:
+    """The record written instead of ``traj`` when its record (``size`` bytes) is longer than a writer allows
+    (``limit``): what identifies the episode (env, seeds, options, task, agent, run and position) and an ``error``
+    saying why, without its observations, turns or infos; ``agentgym.replay`` checks its task and reports it
+    unverified."""
+    error = (f"{TOO_LARGE}: the episode's record is {size} bytes, over the {limit} allowed; written without its "
+             f"observations and its {len(traj.turns)} turn(s) (return {traj.total_reward:g}, success "
+             f"{traj.success})")  # fmt: skip
+    return dataclasses.replace(traj, initial_observation=[], reset_info={}, turns=[], error=error)
+
+
 class _RunLog:
     """Writes a run to a ``TrajectoryWriter``: the run header before the first episode (built from it), then each
     episode stamped with the run's id and its position (on the record written; the caller's object is left as
-    ``iter_episodes`` made it)."""
+    ``iter_episodes`` made it). An episode too large to write is written as ``too_large_record`` and the run goes on."""
 
     def __init__(self, writer: TrajectoryWriter | None, spec: RunSpec, agent: Policy, options: dict[str, Any],
                  header: RunHeader | None = None, start: int = 0):  # fmt: skip
@@ -342,14 +357,24 @@ class _RunLog:
         self.agent_kwargs = options.get("agent_kwargs")
         self.header, self.next = header, start
 
-    def add(self, traj: Trajectory) -> None:
+    def add(self, traj: Trajectory) -> Trajectory:
+        """Write ``traj`` as the run's next episode; returns the record written (``traj`` without a writer)."""
         if self.header is None:
             self.header = run_header(self.spec, traj, self.agent, self.agent_kwargs)
             if self.writer is not None:
                 self.writer.write(self.header)
-        if self.writer is not None:
-            self.writer.write(dataclasses.replace(traj, run_id=self.header.run_id, index=self.next))
-        self.next += 1
+        index, self.next = self.next, self.next + 1
+        if self.writer is None:
+            return traj
+        record = dataclasses.replace(traj, run_id=self.header.run_id, index=index)
+        try:
+            self.writer.write(record)
+            return record
+        except RecordTooLarge as e:
+            size, limit = e.size, e.limit  # the exception (and any text it kept alive) is gone after this block
+        record = too_large_record(record, size, limit)
+        self.writer.write(record)
+        return record
 
 
 def _spec(env_id: str, episodes: int, options: dict[str, Any]) -> RunSpec:
@@ -374,7 +399,7 @@ def run(
     ``group_size``, ``workers``, ``make_env``, ``max_errors``). This keeps every record in memory:
     for long runs use ``run_to_file``, which streams.
     """
-    trajs: list[Trajectory] = []
+    trajs: list[Trajectory] = []  # as played (the caller's objects), not as written
     spec = _spec(env_id, episodes, options)
     key = trajectory_key()  # the operator's signing key, if $AGENTGYM_TRAJECTORY_KEY is set
     with TrajectoryWriter(out, key=key) if out is not None else contextlib.nullcontext() as writer:
@@ -398,47 +423,55 @@ def run_to_file(
     """Play ``episodes`` episodes, appending a run header and then each record to ``out`` as it finishes; returns
     the summary.
 
-    Memory stays flat in the number of episodes (records are streamed, the summary is a running aggregate).
-    With ``resume=True`` the episodes of the last run in ``out`` count as this run's first (a torn final record
-    is cut first): the run continues where an interrupted run of the same arguments stopped, and the file ends
-    up identical to an uninterrupted run's. Resuming with another ``episodes`` adds a header saying so (the run
-    was extended or cut short). ``options`` are those of ``iter_episodes``.
+    Memory stays flat in the number of episodes (records are streamed, the summary is a running aggregate of the
+    records written). With ``resume=True`` the episodes of the last run in ``out`` count as this run's first (a
+    torn final record is cut first): the run continues where an interrupted run of the same arguments stopped, and
+    the file ends up identical to an uninterrupted run's (signed, with the key of ``$AGENTGYM_TRAJECTORY_KEY``, as
+    the records of the same run: a signed run is continued only with its key, and an unsigned one only without a
+    key). Resuming with another ``episodes`` adds a header saying so (the run was extended or cut short).
+    ``options`` are those of ``iter_episodes``.
     """
     summary = Summary(group_size=options.get("group_size", 1))
     spec = _spec(env_id, episodes, options)
-    header, start = None, 0
+    key = trajectory_key()
+    header, start, after = None, 0, None
     if resume and os.path.exists(out):
         with open(out, "ab+") as f:
             cut_torn_tail(f)
-        header, start, summary = _resume_point(out, spec, agent, options.get("agent_kwargs"))
-    with TrajectoryWriter(out, key=trajectory_key()) as writer:
+        header, start, summary, after = _resume_point(out, spec, agent, options.get("agent_kwargs"), key)
+    with TrajectoryWriter(out, key=key, after=after) as writer:
         if header is not None and header.episodes != episodes:
             header = dataclasses.replace(header, episodes=episodes, start=start)
             writer.write(header)
         log = _RunLog(writer, spec, agent, options, header, start)
         stream = iter_episodes(env_id, agent, episodes, start=start, **options)
         for traj in _progress(stream, episodes, start, env_id, agent, progress):
-            log.add(traj)
-            summary.add(traj)
+            summary.add(log.add(traj))
     return summary
 
 
 def _resume_point(
-    out: str | os.PathLike[str], spec: RunSpec, agent: Policy, agent_kwargs: dict[str, Any] | None
-) -> tuple[RunHeader | None, int, Summary]:
-    """The header of the last run in ``out``, how many of its episodes are there, and their summary;
-    ``ValueError`` if that run is not ``spec``'s or its records are not its first episodes in order."""
+    out: str | os.PathLike[str], spec: RunSpec, agent: Policy, agent_kwargs: dict[str, Any] | None,
+    key: bytes | None = None,
+) -> tuple[RunHeader | None, int, Summary, Seal | None]:  # fmt: skip
+    """The header of the last run in ``out``, how many of its episodes are there, their summary, and the seal of
+    its last record (None unless signed); ``ValueError`` if that run is not ``spec``'s, its records are not its
+    first episodes in order, or it is signed and ``key`` cannot continue its chain (no key, another key, or a run
+    signed in format 3), or unsigned and ``key`` is given."""
     header: RunHeader | None = None
     start = 0
     summary = Summary(group_size=spec.group_size)
-    for rec in read_records(out):
+    chain = _Chain(out, key)
+    for rec in read_records(out, key=key):
         if rec.header is not None:
             if rec.header.start == 0 and (header is None or rec.header.run_id != header.run_id or start):
                 header, start, summary = rec.header, 0, Summary(group_size=spec.group_size)  # a new run
+                chain = _Chain(out, key)
             elif header is None or rec.header.run_id != header.run_id or rec.header.start != start:
                 raise ValueError(f"{out}:{rec.lineno}: cannot resume: a run header out of place")
             else:
                 header = rec.header
+            chain.add(rec.lineno, rec.seal, rec.signed)
             continue
         if rec.trajectory is None:
             raise ValueError(f"{out}:{rec.lineno}: cannot resume after a bad record: {rec.error}")
@@ -448,10 +481,11 @@ def _resume_point(
                              "cannot be continued; start a new run (--overwrite, or another --out)")  # fmt: skip
         if traj.run_id != header.run_id or traj.index != start:
             raise ValueError(f"{out}:{rec.lineno}: cannot resume: the record is not episode {start} of its run")
+        chain.add(rec.lineno, rec.seal, rec.signed)
         summary.add(traj)
         start += 1
     if header is None:
-        return None, 0, summary
+        return None, 0, summary, None
     name, kwargs = agent_spec(agent, agent_kwargs)
     given = normalize(spec.env_kwargs)
     theirs = (header.env_id, header.seed, header.tasks, header.group_size, header.agent_name, header.agent_kwargs)
@@ -461,7 +495,39 @@ def _resume_point(
                          f"env_kwargs {header.env_kwargs}); resume it with the arguments it was made with")  # fmt: skip
     if start > spec.episodes:
         raise ValueError(f"{out} already holds {start} episodes, more than --episodes {spec.episodes}")
-    return header, start, summary
+    return header, start, summary, chain.last()
+
+
+@dataclass
+class _Chain:
+    """The signing chain of the run being resumed: whether the operator's ``key`` can continue it (its records all
+    signed with it in format 4, each following the one before) and the seal of its last record."""
+
+    out: str | os.PathLike[str]
+    key: bytes | None
+    seal: Seal | None = None
+    signed: bool = False  # whether any record of the run is signed (has a seal)
+    problem: str | None = None
+
+    def add(self, lineno: int, seal: Seal | None, signed: bool | None) -> None:
+        if self.problem is None and self.key is not None:
+            if not signed:
+                self.problem = f"line {lineno} is not signed with this key"
+            elif seal is None:
+                self.problem = f"line {lineno} is signed in format 3, whose signatures do not chain"
+            elif self.seal is not None and (seal.nonce != self.seal.nonce or seal.prev != self.seal.mac):
+                self.problem = f"line {lineno} does not follow the record before it in the run"
+        self.seal, self.signed = seal, self.signed or seal is not None
+
+    def last(self) -> Seal | None:
+        """The seal the run's next record follows (None without a key); ``ValueError`` if it cannot be continued."""
+        if self.key is None and self.signed:
+            raise ValueError(f"{self.out} holds a signed run: set ${KEY_ENV} to the key it was signed with to "
+                             "continue it")  # fmt: skip
+        if self.problem is not None:
+            raise ValueError(f"cannot continue the run in {self.out} signed with ${KEY_ENV}: {self.problem} (unset "
+                             "the variable to continue an unsigned run, or start a new run)")  # fmt: skip
+        return self.seal if self.key is not None else None
 
 
 def _progress(

@@ -5,10 +5,12 @@ that dies mid-write loses at most the line being written; ``read_trajectories`` 
 line and reports it, and the next writer cuts it off before appending. A run (``agentgym.runner``) first writes a
 *run header* (``RunHeader``: what was played, by which agent, with which seeds, how many episodes), and each of
 its episode records names the run and its position in it, so ``agentgym replay`` checks the file as a whole.
-Each record carries a checksum of its other fields (format 3: SHA-256 of the canonical JSON, keys sorted), so an
-accidental change is detected; the checksum is a digest anyone can recompute, not a signature (with the operator's
-key in ``$AGENTGYM_TRAJECTORY_KEY`` a run also signs each record: ``signature``). Records hold no
-timestamps, so the same seeds give byte-identical files. Reading streams: a file of a million episodes is never
+Each record carries a checksum of its other fields (SHA-256 of the canonical JSON, keys sorted), so an
+accidental change is detected; the checksum is a digest anyone can recompute, not a signature. With the operator's
+key in ``$AGENTGYM_TRAJECTORY_KEY`` a run also signs each record (``signature``) and binds it to the run (format
+4: every signed record holds the run's random ``nonce`` and ``prev``, the signature of the record before it, so
+records of two runs cannot be spliced, nor one run's reordered or dropped from the middle). Records hold no
+timestamps, so the same seeds give byte-identical unsigned files. Reading streams: a file of a million episodes is never
 loaded whole, and a line longer than ``MAX_RECORD_BYTES`` is reported without being held in memory.
 
 Any string can be stored: a lone surrogate (which UTF-8 cannot encode) is written as a JSON ``\\udXXX`` escape and
@@ -37,6 +39,7 @@ import json
 import math
 import os
 import re
+import secrets
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
@@ -44,9 +47,10 @@ from typing import Any, BinaryIO
 
 Message = dict[str, Any]
 #: The format written. 2 added a checksum of each record; 3 sorts keys for the checksum (key order never
-#: matters), adds run headers and each episode's run and position. Formats 1 and 2 are still read.
-FORMAT_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+#: matters), adds run headers and each episode's run and position; 4 binds signed records to their run (``nonce``
+#: and ``prev``, see ``Seal``). Formats 1 to 3 are still read (a format-3 signature vouches for its record alone).
+FORMAT_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 #: The longest record written or read (bytes, newline excluded): a longer line is a bad record, skipped without
 #: being held in memory, and a longer record is refused by the writer before it touches the file.
 MAX_RECORD_BYTES = 32 << 20
@@ -55,6 +59,10 @@ RUN_KIND = "run"
 #: The environment variable holding the operator's secret key: with it, ``agentgym run`` signs each record (an
 #: HMAC-SHA256 in its ``mac`` field) and ``agentgym replay`` checks the signatures.
 KEY_ENV = "AGENTGYM_TRAJECTORY_KEY"
+#: The fields of a line that are not the record's content: its checksum and, when signed, its seal.
+_ENVELOPE = ("checksum", "mac", "nonce", "prev")
+#: The ``error`` of an episode whose record was too large to write (``too_large_record``).
+TOO_LARGE = "record too large"
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -201,7 +209,7 @@ class RunHeader:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunHeader:
         """The header of a record's fields; ``ValueError`` names a missing, unknown or mistyped field."""
-        d = {k: v for k, v in d.items() if k not in ("kind", "version", "checksum", "mac")}
+        d = {k: v for k, v in d.items() if k not in ("kind", "version", *_ENVELOPE)}
         unknown = sorted(set(d) - _HEADER_FIELDS)
         if unknown:
             raise ValueError(f"unknown field(s) {unknown} in the run header")
@@ -365,33 +373,104 @@ def trajectory_key(environ: Mapping[str, str] | None = None) -> bytes | None:
 
 
 def signature(d: dict[str, Any], key: bytes) -> str:
-    """The record's HMAC-SHA256 under ``key`` (hex): of its canonical JSON without ``checksum`` and ``mac``. Unlike
-    the checksum, only a holder of the key can make it."""
+    """The record's HMAC-SHA256 under ``key`` (hex): of its canonical JSON without ``checksum`` and ``mac`` (so, in
+    format 4, with its ``nonce`` and ``prev``). Unlike the checksum, only a holder of the key can make it."""
     body = {k: v for k, v in d.items() if k not in ("checksum", "mac")}
     return hmac.new(key, _text(body, sort_keys=True).encode("utf-8"), hashlib.sha256).hexdigest()
 
 
-def _line(d: dict[str, Any], key: bytes | None = None) -> str:
-    """The record ``d`` with its checksum (and, with ``key``, its signature), as one line of JSON (no newline)."""
-    d = {k: v for k, v in d.items() if k not in ("checksum", "mac")}
+@dataclass(frozen=True)
+class Seal:
+    """What binds a signed record (format 4) to its run: the run's ``nonce`` (random, drawn when the run's first
+    record is written), ``prev`` (the signature of the record before it in the run; "" for the first) and its own
+    signature ``mac``, which covers both. So only a holder of the key can place a record in a run, and only right
+    after the record it names: records of two runs cannot be spliced, nor a run's reordered or dropped from the
+    middle (cutting a run's end leaves a run cut short, which replay reports)."""
+
+    nonce: str
+    prev: str
+    mac: str
+
+
+class RecordTooLarge(ValueError):
+    """A record longer than a writer allows: ``size`` bytes of JSON (UTF-8, about: lone surrogates count 3), over
+    ``limit``."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"a record of {size} bytes is longer than the {limit} allowed")
+        self.size, self.limit = size, limit
+
+
+def _utf8_size(text: str) -> int:
+    if text.isascii():
+        return len(text)
+    step = 1 << 20
+    return sum(len(text[i : i + step].encode("utf-8", "surrogatepass")) for i in range(0, len(text), step))
+
+
+def _size_at_least(obj: Any, limit: int) -> int:
+    """A lower bound of the length of ``obj``'s JSON text, counted until it passes ``limit`` (no text is built):
+    each string's characters and quotes, one character for any other value."""
+    total, stack = 0, [obj]
+    while stack and total <= limit:
+        x = stack.pop()
+        if isinstance(x, str):
+            total += len(x) + 2
+        elif isinstance(x, dict):
+            stack.extend(x.keys())
+            stack.extend(x.values())
+        elif isinstance(x, list | tuple):
+            stack.extend(x)
+        else:
+            total += 1
+    return total
+
+
+def _json_size(obj: Any) -> int:
+    """The UTF-8 size of ``obj``'s compact JSON text, counted piece by piece: the whole text is never built."""
+    encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False, check_circular=False)
+    try:
+        return sum(_utf8_size(piece) for piece in encoder.iterencode(obj))
+    except RecursionError:
+        raise ValueError("the record is nested too deeply to be written as JSON") from None
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"the record has no JSON form: {' '.join(str(e).split())[:200]}") from None
+
+
+def _sealed(d: dict[str, Any], key: bytes | None, after: Seal | None, limit: int | None) -> tuple[str, Seal | None]:
+    """The record ``d`` as one line of JSON (no newline) with its checksum and, with ``key``, signed as the record
+    following ``after`` in its run (None: the first, under a new nonce); and its seal (None without ``key``).
+    ``RecordTooLarge`` once its text is longer than ``limit``, before anything else is built from it."""
+    d = {k: v for k, v in d.items() if k not in _ENVELOPE}
+    if key is not None:
+        d["nonce"] = after.nonce if after is not None else secrets.token_hex(16)
+        d["prev"] = after.mac if after is not None else ""
     text = _raw_json(d)
+    if limit is not None and len(text) > limit:  # characters <= bytes: too long whatever its encoding
+        raise RecordTooLarge(_utf8_size(text), limit)
     if not text.isascii() and _SURROGATE.search(text):  # what is signed and summed is what will be read back
         text = _escape_surrogates(text)
         d = json.loads(text)
+    seal = None
     if key is not None:
         d["mac"] = signature(d, key)
+        seal = Seal(d["nonce"], d["prev"], d["mac"])
         text = f'{text[:-1]},"mac":"{d["mac"]}"}}'
-    return f'{text[:-1]},"checksum":"{checksum(d)}"}}'  # the same as dumping d with its checksum, once
+    return f'{text[:-1]},"checksum":"{checksum(d)}"}}', seal  # the same as dumping d with its checksum, once
 
 
-def dumps(traj: Trajectory | RunHeader, *, key: bytes | None = None) -> str:
-    """The canonical one-line JSON form of a record, checksum (and with ``key`` its signature) included
-    (deterministic, UTF-8, no newline); ``ValueError`` if it has no JSON form."""
+def _as_dict(record: Trajectory | RunHeader) -> dict[str, Any]:
     try:
-        d = traj.to_dict()
+        return record.to_dict()
     except RecursionError:
         raise ValueError("the record is nested too deeply to be written as JSON") from None
-    return _line(d, key)
+
+
+def dumps(traj: Trajectory | RunHeader, *, key: bytes | None = None, after: Seal | None = None) -> str:
+    """The canonical one-line JSON form of a record, checksum (and with ``key`` its signature, as the record
+    following ``after`` in its run) included (UTF-8, no newline; deterministic without ``key``); ``ValueError`` if
+    it has no JSON form."""
+    return _sealed(_as_dict(traj), key, after, None)[0]
 
 
 # --- reading ---------------------------------------------------------------------------------------------------
@@ -407,6 +486,8 @@ class Parsed:
     altered: str | None
     #: With a key: whether the record carries a valid signature under it; None without a key.
     signed: bool | None = None
+    #: What binds a signed format-4 record to its run (read whether or not a key is given); None if unsigned.
+    seal: Seal | None = None
 
 
 def loads(line: str | bytes, *, verify: bool = True) -> Trajectory:
@@ -459,20 +540,37 @@ def _parse(line: str | bytes, key: bytes | None) -> Parsed:
         )
     kind = d.get("kind")
     try:
+        seal = _seal_of(d, version)
         if kind == RUN_KIND:
             if version < 3:
                 raise ValueError(f"a run header in format {version} (headers start with format 3)")
-            return Parsed(None, RunHeader.from_dict(d), version, altered, signed)
+            return Parsed(None, RunHeader.from_dict(d), version, altered, signed, seal)
         if "kind" in d:
             raise ValueError(f"unknown record kind {str(kind)[:40]!r}")
         if version < 3 and ("run_id" in d or "index" in d):
             raise ValueError(f"unknown field(s) {sorted({'run_id', 'index'} & set(d))} for format {version}")
         if version < 3 and "mac" in d:
             raise ValueError(f"unknown field(s) ['mac'] for format {version}")
-        traj = Trajectory.from_dict({k: v for k, v in d.items() if k not in ("checksum", "mac")})
-        return Parsed(traj, None, version, altered, signed)
+        traj = Trajectory.from_dict({k: v for k, v in d.items() if k not in _ENVELOPE})
+        return Parsed(traj, None, version, altered, signed, seal)
     except (TypeError, ValueError, AttributeError) as e:
         raise ValueError(f"malformed record ({' '.join(str(e).split())[:300]})") from None
+
+
+def _seal_of(d: dict[str, Any], version: int) -> Seal | None:
+    """The seal of a record's fields: None for an unsigned one or one older than format 4 (whose signature binds
+    it to nothing); ``ValueError`` for a format-4 one with a part of it missing or mistyped."""
+    parts = [d.get(k) for k in ("nonce", "prev", "mac")]
+    if version < 4:
+        if "nonce" in d or "prev" in d:
+            raise ValueError(f"unknown field(s) {sorted({'nonce', 'prev'} & set(d))} for format {version}")
+        return None
+    if not {"nonce", "prev", "mac"} & set(d):
+        return None
+    if not all(isinstance(p, str) for p in parts):
+        raise ValueError("a signed record holds its run's nonce, the signature before it (prev) and its own (mac), "
+                         "all strings")  # fmt: skip
+    return Seal(*parts)
 
 
 @dataclass(frozen=True)
@@ -487,6 +585,7 @@ class Record:
     header: RunHeader | None = None
     version: int = 0
     signed: bool | None = None
+    seal: Seal | None = None
 
 
 TORN = "torn final record (a crash mid-write)"
@@ -522,8 +621,9 @@ def read_records(
     skipped and a torn final line (a crash mid-write) is reported as such. With ``verify`` an altered record is
     an error; without, it is parsed and ``Record.altered`` says so. A record in an older format than the file's
     first record (a format-1 record without a checksum in a format-3 file) is an error: formats never go down.
-    With ``key``, ``Record.signed`` says whether each record's signature is valid. Nothing in the file makes this
-    raise (only a file that cannot be opened does)."""
+    With ``key``, ``Record.signed`` says whether each record's signature is valid; ``Record.seal`` binds a signed
+    format-4 record to its run (checking the chain is the caller's: ``agentgym.replay``). Nothing in the file makes
+    this raise (only a file that cannot be opened does)."""
     with open(path, "rb") as f:
         lineno = 0
         file_version = 0
@@ -548,7 +648,7 @@ def read_records(
                 yield Record(lineno, None, parsed.altered, version=parsed.version)
             else:
                 yield Record(lineno, parsed.trajectory, None, parsed.altered, parsed.header, parsed.version,
-                             parsed.signed)  # fmt: skip
+                             parsed.signed, parsed.seal)  # fmt: skip
 
 
 _HEADER_PREFIX = b'{"kind":"run",'
@@ -597,16 +697,28 @@ class TrajectoryWriter:
 
     The file is created on the first ``write`` (a run that fails before its first episode leaves no file). An
     existing file whose last line was cut by a crash mid-write has that torn tail removed first (with a warning),
-    so new records never glue onto it. With ``key`` each record is signed (``signature``). A record that cannot be
-    written (no JSON form, longer than ``MAX_RECORD_BYTES``) raises ``ValueError`` before the file is touched; a write
-    that fails on the way (a full disk) is cut back off, so the file never holds a torn or empty record of this
-    writer.
+    so new records never glue onto it. With ``key`` each record is signed (``signature``) and chained: the records
+    of one writer are one run's (``Seal``: under a nonce drawn at its first record, or ``after``'s, each naming the
+    signature before it; ``after``, the seal of a run's last record, continues that run). A record that cannot be
+    written (no JSON form; longer than ``max_record_bytes``: ``RecordTooLarge``, found before its whole text is
+    built when its strings alone are too long) raises ``ValueError`` before the file is touched; a write that fails
+    on the way (a full disk) is cut back off, so the file never holds a torn or empty record of this writer.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False, key: bytes | None = None):
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        fsync: bool = False,
+        key: bytes | None = None,
+        after: Seal | None = None,
+        max_record_bytes: int = MAX_RECORD_BYTES,
+    ):
         self.path = os.fspath(path)
         self.fsync = fsync
         self.key = key  # signs each record (``signature``) when given
+        self.max_record_bytes = max_record_bytes
+        self.last: Seal | None = after  # the seal of the record the next one follows; None: a new chain
         self._f: BinaryIO | None = None
 
     def _open(self) -> BinaryIO:
@@ -621,9 +733,14 @@ class TrajectoryWriter:
 
     def write(self, record: Trajectory | RunHeader) -> None:
         """Append one record (an episode, or a run header)."""
-        data = (dumps(record, key=self.key) + "\n").encode("utf-8")
-        if len(data) - 1 > MAX_RECORD_BYTES:
-            raise ValueError(f"a record of {len(data) - 1} bytes is longer than the {MAX_RECORD_BYTES} allowed")
+        d, limit = _as_dict(record), self.max_record_bytes
+        if _size_at_least(d, limit) > limit:  # too large: say how large without building its text
+            raise RecordTooLarge(_json_size(d), limit)
+        line, seal = _sealed(d, self.key, self.last, limit)
+        data = (line + "\n").encode("utf-8")
+        del line
+        if len(data) - 1 > limit:
+            raise RecordTooLarge(len(data) - 1, limit)
         if self._f is None:
             self._f = self._open()
         end = self._f.seek(0, os.SEEK_END)
@@ -636,6 +753,7 @@ class TrajectoryWriter:
             with contextlib.suppress(OSError):
                 self._f.truncate(end)
             raise
+        self.last = seal or self.last
 
     def close(self) -> None:
         if self._f is not None:

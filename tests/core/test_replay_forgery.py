@@ -28,7 +28,7 @@ def reseal(records: list[dict]) -> str:
     for r in records:
         r = {k: v for k, v in r.items() if k != "checksum"}
         if r.get("kind") == "run":
-            fields = {k: v for k, v in r.items() if k not in ("kind", "version", "run_id", "mac")}
+            fields = {k: v for k, v in r.items() if k not in ("kind", "version", "run_id", "mac", "nonce", "prev")}
             r["run_id"] = run_id = RunHeader(**fields).plan_digest()
         elif run_id is not None and r.get("run_id") is not None:
             r["run_id"] = run_id
@@ -359,7 +359,10 @@ def test_signed_runs_check_their_signatures_and_vouch_for_agent_labels(tmp_path,
     run(CHAIN, always_left, 3, out=path, progress=False)
     again = tmp_path / "again.jsonl"
     run(CHAIN, always_left, 3, out=again, progress=False)
-    assert path.read_bytes() == again.read_bytes()  # deterministic with a key too
+    seals = ("nonce", "prev", "mac", "checksum")
+    content = [[{k: v for k, v in r.items() if k not in seals} for r in lines_of(p)] for p in (path, again)]
+    assert content[0] == content[1]  # the same content: only the seals differ (a new nonce per run)
+    assert {r["nonce"] for r in lines_of(path)}.isdisjoint(r["nonce"] for r in lines_of(again))
     assert all("mac" in r for r in lines_of(path))
     key = trajectory_key()
     assert [(r.ok, r.unverified) for r in replay_file(path, key=key)] == [(True, None)] * 3  # the label is vouched for
@@ -369,7 +372,8 @@ def test_signed_runs_check_their_signatures_and_vouch_for_agent_labels(tmp_path,
     def relabel(records):
         for r in records:
             r["agent"] = "gpt-9"
-            r.pop("mac")
+            for seal in ("mac", "nonce", "prev"):
+                r.pop(seal)
 
     results = forged(path, relabel)  # resealed, but not re-signed: the forger has no key
     assert [r.ok for r in results] == [True] * 3  # without the key, replay sees a consistent unsigned run

@@ -22,7 +22,7 @@ from agentgym.envs.search_qa.env import SearchQAEnv
 from agentgym.replay import replay_file
 from agentgym.runner import RunAborted, iter_episodes, run, run_to_file
 from agentgym.tools.retrieval.remote import RemoteRetriever
-from agentgym.trajectory import checksum, count_records, normalize, read_trajectories
+from agentgym.trajectory import FORMAT_VERSION, checksum, count_records, normalize, read_trajectories
 
 EXAMPLE = "example/GuessNumber-v0"
 KW = {"dataset": "tiny"}
@@ -301,12 +301,14 @@ def test_replay_reports_each_bad_record_and_goes_on(tmp_path, capsys):
     path = tmp_path / "t.jsonl"
     run(EXAMPLE, "bisect", 1, out=path, progress=False)
     [record] = legacy(path)
-    record["version"] = 3  # a record of the current format outside a run (a TrajectoryWriter used directly)
+    record["version"] = (
+        FORMAT_VERSION  # a record of the current format outside a run (a TrajectoryWriter used directly)
+    )
     record["checksum"] = checksum(record)
     good = json.dumps(record)
     bad = [
         json.dumps({**record, "colour": "red"}),
-        json.dumps({**record, "version": 4}),
+        json.dumps({**record, "version": FORMAT_VERSION + 1}),
         "[]",
         "null",
         json.dumps({**record, "env_kwargs": {"hihg": 3}}),
@@ -316,7 +318,7 @@ def test_replay_reports_each_bad_record_and_goes_on(tmp_path, capsys):
     results = list(replay_file(path, allow_legacy=True))
     assert [r.ok for r in results] == [False] * 6 + [True]
     messages = [r.divergence for r in results[:6]]
-    expected = ["unknown field(s) ['colour']", "unsupported trajectory format version 4",
+    expected = ["unknown field(s) ['colour']", f"unsupported trajectory format version {FORMAT_VERSION + 1}",
                 "a record is a JSON object, got list", "got null", "'hihg'",
                 "is not registered"]  # fmt: skip
     for message, want in zip(messages, expected, strict=True):
