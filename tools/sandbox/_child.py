@@ -362,15 +362,17 @@ def _kill_uid(uid: int) -> None:
 class RunCgroup:
     """The run's own control group (cgroup v1 memory + pids hierarchies, or a v2 directory): its memory and process
     caps hold for all its processes together. The supervisor moves itself in before it forks the code (so every
-    process of the run is in it) and out again before removing it."""
+    process of the run is in it) and out again before removing it. It holds the directories open: the code's
+    ``pivot_root`` moves the supervisor's root too, and /sys/fs/cgroup is not in the new one."""
 
     def __init__(self, spec: dict) -> None:
         self.version = spec["version"]
-        name = f"agentgym-run-{os.getpid()}"
-        self.dirs = [os.path.join(parent, name) for parent in spec["parents"]]
-        self.parents = list(spec["parents"])
-        for d in self.dirs:
-            os.mkdir(d, 0o700)
+        self.name = f"agentgym-run-{os.getpid()}"
+        self.parents = [os.open(p, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) for p in spec["parents"]]
+        self.dirs: list[int] = []
+        for parent in self.parents:
+            os.mkdir(self.name, 0o700, dir_fd=parent)
+            self.dirs.append(os.open(self.name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=parent))
         memory, pids = spec["memory_bytes"], spec["processes"] + 1  # the supervisor is in it too
         if self.version == 1:  # parents: [memory hierarchy, pids hierarchy]
             self._write(self.dirs[0], "memory.limit_in_bytes", memory)
@@ -386,18 +388,23 @@ class RunCgroup:
             self._write(d, "cgroup.procs", os.getpid())
 
     @staticmethod
-    def _write(d: str, name: str, value: int) -> None:
-        with open(os.path.join(d, name), "w") as f:
-            f.write(str(value))
+    def _write(dir_fd: int, name: str, value: int) -> None:
+        fd = os.open(name, os.O_WRONLY | os.O_CLOEXEC, dir_fd=dir_fd)
+        try:
+            os.write(fd, str(value).encode())
+        finally:
+            os.close(fd)
 
     def oom_kills(self) -> int:
         """How many processes the kernel killed for the run's memory cap."""
         name = "memory.oom_control" if self.version == 1 else "memory.events"
-        with contextlib.suppress(OSError, ValueError), open(os.path.join(self.dirs[0], name)) as f:
-            for line in f:
-                key, _, value = line.partition(" ")
-                if key == "oom_kill":
-                    return int(value)
+        with contextlib.suppress(OSError, ValueError):
+            fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.dirs[0])
+            with open(fd) as f:
+                for line in f:
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
         return 0
 
     def remove(self) -> None:
@@ -405,15 +412,17 @@ class RunCgroup:
         for parent in self.parents:
             with contextlib.suppress(OSError):
                 self._write(parent, "cgroup.procs", os.getpid())
-        for d in self.dirs:
+        for parent, d in zip(self.parents, self.dirs, strict=True):
+            os.close(d)
             for _ in range(200):
                 try:
-                    os.rmdir(d)
+                    os.rmdir(self.name, dir_fd=parent)
                     break
                 except FileNotFoundError:
                     break
                 except OSError:
                     time.sleep(0.01)
+            os.close(parent)
 
 
 def supervise(spec: dict) -> None:
