@@ -409,20 +409,21 @@ def _utf8_size(text: str) -> int:
 
 
 def _size_at_least(obj: Any, limit: int) -> int:
-    """A lower bound of the length of ``obj``'s JSON text, counted until it passes ``limit`` (no text is built):
-    each string's characters and quotes, one character for any other value."""
+    """A lower bound of the length of ``obj``'s JSON text, counted until it passes ``limit`` without building any
+    text: the characters of the strings among its values (a cheap look for the few huge ones)."""
     total, stack = 0, [obj]
-    while stack and total <= limit:
-        x = stack.pop()
-        if isinstance(x, str):
-            total += len(x) + 2
-        elif isinstance(x, dict):
-            stack.extend(x.keys())
-            stack.extend(x.values())
-        elif isinstance(x, list | tuple):
-            stack.extend(x)
-        else:
-            total += 1
+    pop, push = stack.pop, stack.extend
+    while stack:
+        x = pop()
+        kind = type(x)
+        if kind is str:
+            total += len(x)
+            if total > limit:
+                break
+        elif kind is dict:
+            push(x.values())
+        elif kind is list:
+            push(x)
     return total
 
 
