@@ -19,6 +19,7 @@ import agentgym  # noqa: F401  (registers the envs)
 from agentgym.core import MAX_ACTION_CHARS
 from agentgym.envs.bfcl import data as bfcl_data
 from agentgym.envs.bfcl.env import HANG_GUARDS, MAX_CALLS_PER_STEP, MAX_STATE_DEPTH, BFCLEnv, state_digest
+from agentgym.envs.tool_use import limits
 from agentgym.envs.tool_use.env import ToolUseEnv
 from agentgym.envs.tool_use.limits import (
     JSON_BYTES_PER_CHAR,
@@ -170,7 +171,8 @@ def test_bfcl_precision_over_the_guard_is_refused_and_at_the_guard_runs():
     index = next(i for i in range(env.num_tasks) if "MathAPI" in env._task(i).involved_classes)
     env.reset(options={"task_index": index})
     limit = HANG_GUARDS["precision"]
-    calls = [_call("logarithm", value=2.0 + i, base=10.0, precision=10 * limit) for i in range(MAX_CALLS_PER_STEP)]
+    # the issue's attack: 167 such calls took 17.8 s of CPU; now a step's calls can take at most a precision of 1,000
+    calls = [_call("logarithm", value=2.0 + i, base=10.0, precision=10_000) for i in range(MAX_CALLS_PER_STEP)]
     obs, _, _, _, info = env.step(hermes(calls))
     assert not info["action_valid"] and len(obs) == MAX_CALLS_PER_STEP
     assert all(f"must be at most {limit}" in m["content"] for m in obs)
@@ -233,20 +235,17 @@ def _value(schema: dict[str, Any], names: list[str]) -> st.SearchStrategy[Any]:
     return st.one_of(text, st.integers(), st.dictionaries(st.sampled_from(names), text, max_size=3))
 
 
-def _calls(schemas: dict[str, dict[str, Any]], names: list[str], cap: int) -> st.SearchStrategy[list[dict[str, Any]]]:
-    """One step: a tool of the world called ``cap`` times with arguments drawn from its schema."""
+def _calls(schema: dict[str, Any], names: list[str], cap: int) -> st.SearchStrategy[list[dict[str, Any]]]:
+    """One step: a tool called ``cap`` times (as many as fit one action) with arguments drawn from its schema."""
 
     @st.composite
     def build(draw: Any) -> list[dict[str, Any]]:
-        name = draw(st.sampled_from(sorted(schemas)))
-        props = schemas[name]["function"]["parameters"].get("properties", {})
-        args = {
-            k: draw(_value(p, names))
-            for k, p in props.items()
-            if draw(st.booleans()) or k in schemas[name]["function"]["parameters"].get("required", [])
-        }
-        one = len(hermes([{"name": name, "arguments": args}]))
-        return [{"name": name, "arguments": args}] * max(1, min(cap, MAX_ACTION_CHARS // one))  # fits one action
+        params = schema["function"]["parameters"]
+        required = params.get("required", [])
+        props = params.get("properties", {})
+        args = {k: draw(_value(p, names)) for k, p in props.items() if k in required or draw(st.booleans())}
+        call = {"name": schema["function"]["name"], "arguments": args}
+        return [call] * max(1, min(cap, MAX_ACTION_CHARS // len(hermes([call]))))
 
     return build()
 
@@ -262,49 +261,67 @@ def _play(env: Any, steps: list[list[dict[str, Any]]]) -> None:
 
 
 FILE_NAMES = ["/", "/home", "/g.txt", "g.txt", "notes.txt", "x", ".."]
+TOOL_USE_TOOLS = [(w, t) for w in sorted(WORLDS) for t in WORLDS[w].tool_names()]
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(world=st.sampled_from(sorted(WORLDS)), index=st.integers(0, 50), data=st.data())
-def test_fuzz_every_tool_use_tool_at_its_cap(world, index, data):
+@pytest.mark.parametrize(("world", "tool"), TOOL_USE_TOOLS)
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(index=st.integers(0, 50), data=st.data())
+def test_fuzz_every_tool_use_tool_at_its_cap(world, tool, index, data):
     env = ToolUseEnv(world=world, max_turns=10)
     env.reset(options={"task_index": index})
     schemas = type(env.world).schemas()
     half = [_call("write", path="/g.txt", content="\x1b" * (MAX_FILE_CHARS // 2), append=True)]  # 6 JSON chars each
     steps = [half, half] if world == "filesystem" else []
-    steps += data.draw(
-        st.lists(_calls(schemas, [*FILE_NAMES, "checking", "savings", "2026-03-03", "ev0"], 16), min_size=1, max_size=3)
+    names = {"filesystem": ["/g.txt", "/", ".."], "bank": ["checking", "savings"], "calendar": ["2026-03-03", "ev"]}
+    calls = _calls(schemas[tool], names[world], limits.MAX_CALLS_PER_STEP)
+    steps += data.draw(st.lists(calls, min_size=1, max_size=3))
+    _play(env, steps)
+    assert json_chars(vars(env.world)) <= MAX_WORLD_CHARS
+
+
+@pytest.mark.parametrize("tool", RetailStore.tool_names())
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(index=st.integers(0, 60), data=st.data())
+def test_fuzz_every_customer_service_tool_at_its_cap(tool, index, data):
+    env = CustomerServiceEnv(max_turns=10)
+    env.reset(options={"task_index": index})
+    store = env.world
+    names = [*[*store.users, *store.orders, *store.products][:20], "#W0000001", "x"]
+    steps = data.draw(
+        st.lists(_calls(RetailStore.schemas()[tool], names, limits.MAX_CALLS_PER_STEP), min_size=1, max_size=3)
     )
     _play(env, steps)
     assert json_chars(vars(env.world)) <= MAX_WORLD_CHARS
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(index=st.integers(0, 60), data=st.data())
-def test_fuzz_every_customer_service_tool_at_its_cap(index, data):
-    env = CustomerServiceEnv(max_turns=10)
-    env.reset(options={"task_index": index})
-    store = env.world
-    names = [*[*store.users, *store.orders, *store.products][:20], "#W0000001", "x"]
-    steps = data.draw(st.lists(_calls(RetailStore.schemas(), names, 16), min_size=1, max_size=3))
-    _play(env, steps)
-    assert json_chars(vars(env.world)) <= MAX_WORLD_CHARS
-
-
-BFCL_TASKS = [0, 2, 14, 15, 50, 100, 150]  # together they involve every API class
+def _bfcl_tools() -> list[tuple[int, str]]:
+    """Every function of every BFCL class, with a base task that involves its class."""
+    if BFCL_MISSING is not None:
+        return []
+    env, out = BFCLEnv(category="base"), []
+    seen: set[str] = set()
+    for index in range(env.num_tasks):
+        for cls in env._task(index).involved_classes:
+            for doc in bfcl_data.function_docs(cls):
+                if doc["name"] not in seen:
+                    seen.add(doc["name"])
+                    out.append((index, doc["name"]))
+    return out
 
 
 @needs_bfcl
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(index=st.sampled_from(BFCL_TASKS), data=st.data())
-def test_fuzz_every_bfcl_tool_at_its_cap(index, data):
+@pytest.mark.parametrize(("index", "tool"), _bfcl_tools())
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_fuzz_every_bfcl_tool_at_its_cap(index, tool, data):
     env = BFCLEnv(category="base", max_steps_per_turn=10, max_turns=10)
     env.reset(options={"task_index": index})
-    schemas = env._all_schemas(env.task.involved_classes)
+    schema = env._all_schemas(env.task.involved_classes)[tool]
     names = [*FILE_NAMES, "final_report.pdf", "document", "AAPL", "USR001", "1", "alpha"]
-    cap = data.draw(st.sampled_from([1, 16, MAX_CALLS_PER_STEP]))
     grow = [[_call("touch", file_name="g.txt")], [_call("echo", content="\x1b" * 2_000, file_name="g.txt")]]
     steps = grow if "GorillaFileSystem" in env.task.involved_classes else []
-    steps += data.draw(st.lists(_calls(schemas, names, cap), min_size=1, max_size=3))
+    cap = data.draw(st.sampled_from([16, MAX_CALLS_PER_STEP]))
+    steps += data.draw(st.lists(_calls(schema, names, cap), min_size=1, max_size=3))
     _play(env, steps)
     pickle.dumps(env.snapshot())
