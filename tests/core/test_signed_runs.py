@@ -167,6 +167,20 @@ def test_a_signed_run_cut_mid_write_reads_as_before_and_continues_with_its_key_o
     assert "replayed 6 episode(s): 6 identical, 0 diverged (signatures checked" in capsys.readouterr().out
 
 
+def test_a_signed_run_extended_with_append_keeps_one_chain(tmp_path, key):
+    """An extension header (another episode count) is a link of the run's chain like any record."""
+    path, other = tmp_path / "t.jsonl", tmp_path / "other.jsonl"
+    for p in (path, other):
+        run_to_file(CHAIN, Sampler(1), 4, p, seed=5, progress=False)
+        run_to_file(CHAIN, Sampler(1), 8, p, seed=5, resume=True, progress=False)
+    assert [(r.ok, r.unverified) for r in replay_file(path, key=key)] == [(True, None)] * 8
+    lines = lines_of(path)
+    assert json.loads(lines[5])["start"] == 4
+    results = replayed(tmp_path / "spliced.jsonl", lines[:5] + lines_of(other)[5:])  # the other's extension
+    assert [r.kind for r in results if not r.ok][:1] == ["run"]
+    assert "the run header continuing run" in next(r for r in results if not r.ok).divergence
+
+
 def test_an_unsigned_run_is_not_continued_with_a_key(tmp_path, monkeypatch):
     path = tmp_path / "t.jsonl"
     run_to_file(CHAIN, "random", 4, path, progress=False)
