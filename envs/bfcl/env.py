@@ -376,6 +376,7 @@ class BFCLEnv(AgentEnv):
         self._ep: dict[str, Any] = {}
         self._instances: dict[str, Any] = {}
         self._keys = ("", "")  # digests of the instances' state and of the dialogue's progress (``anchor``)
+        self._before_step = b""  # the episode as it was before the step being played (pickled)
 
     # -- tasks --------------------------------------------------------------------------------------------------
     def _task(self, index: int) -> Task:
@@ -469,6 +470,7 @@ class BFCLEnv(AgentEnv):
     def _step(self, action: str) -> StepResult:
         """Play one step; if anything raises, put the episode back as it was before the step (state included)."""
         saved = pickle.dumps((self._instances, self._ep, self._keys), protocol=pickle.HIGHEST_PROTOCOL)
+        self._before_step = saved
         try:
             result = self._play(action)
             self._keys = (self._keys[0], self._progress_digest())
@@ -508,13 +510,13 @@ class BFCLEnv(AgentEnv):
         take the state past its limits (``MAX_WORLD_CHARS``, ``MAX_STATE_DEPTH``) is undone."""
         if len(calls) > MAX_CALLS_PER_STEP:
             return self._invalid(f"Error: too many calls in one turn ({len(calls)}); at most {MAX_CALLS_PER_STEP}.")
-        saved = pickle.dumps((self._instances, self._ep), protocol=pickle.HIGHEST_PROTOCOL)
         result = self._run(calls)
         measure = measure_state(self._instances)
         if measure.over is None:
             self._keys = (measure.digest, self._keys[1])
             return result
-        self._instances, self._ep = pickle.loads(saved)
+        self._instances, self._ep, self._keys = pickle.loads(self._before_step)  # as before the step, which counts
+        self._ep["steps"] += 1
         error = (f"Error: this turn's calls were undone, since after them {measure.over} (at most "
                  f"{MAX_WORLD_CHARS:,} characters, {MAX_STATE_DEPTH} levels); nothing they did was kept.")  # fmt: skip
         out = [{**m, "content": error} for m in result.observation]
