@@ -288,6 +288,145 @@ print(json.dumps(report))
         caps_zero = all(int(seen[k], 16) == 0 for k in ("CapEff", "CapPrm", "CapInh", "CapBnd", "CapAmb"))
         return {"contained": caps_zero and seen["NoNewPrivs"] == "1", "detail": json.dumps(seen)}
 
+    def sockets(self) -> dict:
+        """Unix sockets the host listens on: in a directory of the caller's own (mode 0777, as a user's session bus
+        or a docker.sock the caller's group may use), in the host's /tmp, and an abstract one: none may be
+        reached."""
+        addrs = [os.path.join(self.host_dir, f"{self.token}.sock"), f"/tmp/{self.token}.sock", f"\0{self.token}"]
+        servers = []
+        for addr in addrs:
+            s = socket.socket(socket.AF_UNIX)
+            s.bind(addr.encode() if addr.startswith("\0") else addr)
+            if not addr.startswith("\0"):
+                os.chmod(addr, 0o777)
+            s.listen(4)
+            s.settimeout(0.2)
+            servers.append(s)
+        code = (
+            "import socket\nreached = []\n"
+            f"for addr in {[a[::-1] for a in addrs]!r}:\n    addr = addr[::-1]\n"
+            "    s = socket.socket(socket.AF_UNIX)\n    s.settimeout(2)\n    try:\n"
+            "        s.connect(addr.encode() if addr.startswith('\\0') else addr)\n"
+            "        s.sendall(b'GET / HTTP/1.0\\r\\n')\n"
+            "        reached.append(addr)\n    except OSError:\n        pass\n"
+            "print(json.dumps({'reached': reached}))\n"
+        )
+        try:
+            _, seen = _out(self.box, code)
+            accepted = 0
+            for s in servers:
+                with contextlib.suppress(OSError):
+                    s.accept()[0].close()
+                    accepted += 1
+        finally:
+            for s, addr in zip(servers, addrs, strict=True):
+                s.close()
+                if not addr.startswith("\0"):
+                    with contextlib.suppress(OSError):
+                        os.unlink(addr)
+        if "error" in seen:
+            return {"contained": False, "detail": seen["error"]}
+        reached = [a.replace("\0", "@") for a in seen["reached"]]
+        return {"contained": not reached and not accepted, "detail": f"reached {reached}, accepted {accepted}"}
+
+    def caller_file(self) -> dict:
+        """A file only the caller may read (mode 0600, an SSH key's) and one anyone may (0644, as the project's
+        files are), in a directory of the caller's outside /tmp: the code may read neither."""
+        secret, public = Path(self.host_dir, f"{self.token}.key"), Path(self.host_dir, f"{self.token}.pub")
+        secret.write_text("caller's key")
+        secret.chmod(0o600)
+        public.write_text("caller's public file")
+        public.chmod(0o644)
+        code = (
+            f"read = []\nfor p in {[str(secret)[::-1], str(public)[::-1]]!r}:\n    try:\n"
+            "        read.append(open(p[::-1]).read())\n    except OSError:\n        pass\n"
+            "print(json.dumps({'read': read}))\n"
+        )
+        try:
+            _, seen = _out(self.box, code)
+        finally:
+            secret.unlink()
+            public.unlink()
+        if "error" in seen:
+            return {"contained": False, "detail": seen["error"]}
+        return {"contained": not seen["read"], "detail": f"read {seen['read']}"}
+
+    def project_import(self) -> dict:
+        """Import the package running the sandbox (and, where it is agentgym, the CodeExec task generator: the env's
+        answer key), read the sandbox's own source file, list the host interpreter's site-packages: all refused."""
+        package = self.box.__class__.__module__.partition(".")[0]
+        source = sys.modules[self.box.__class__.__module__].__file__
+        site = [p for p in sys.path if p.endswith("site-packages")]
+        code = (
+            f"got = []\nfor name in [{package!r}, 'agentgym.envs.code_exec.tasks']:\n    try:\n"
+            "        __import__(name)\n        got.append('import ' + name)\n    except ImportError:\n        pass\n"
+            f"for p in {[source, *site]!r}:\n    try:\n"
+            "        if open(p).read(1) if os.path.isfile(p) else os.listdir(p):\n            got.append(p)\n"
+            "    except OSError:\n        pass\n"
+            "print(json.dumps({'got': got}))\n"
+        )
+        _, seen = _out(self.box, code)
+        if "error" in seen:
+            return {"contained": False, "detail": seen["error"]}
+        return {"contained": not seen["got"], "detail": f"got {seen['got']}"}
+
+    def fork_memory(self) -> dict:
+        """Four children each touch 45% of the memory limit and stay: no more than the limit may be held at once
+        (a per-process limit lets each hold its share: 1.8x the limit)."""
+        limit = self.box.limits.memory_bytes
+        size = int(limit * 0.45) // 4096 * 4096
+        code = f"""
+import signal, time
+r, w = os.pipe()
+kids = []
+for i in range(4):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        try:
+            b = bytearray({size})
+            for j in range(0, {size}, 4096):
+                b[j] = 1
+            os.write(w, str(os.getpid()).encode() + b" ")
+        except MemoryError:
+            pass
+        time.sleep(30)
+        os._exit(0)
+    kids.append(pid)
+os.close(w)
+deadline = time.monotonic() + 15
+done, held = set(), []
+while time.monotonic() < deadline and len(done) < len(kids):
+    for k in kids:
+        if k not in done and os.waitpid(k, os.WNOHANG) != (0, 0):
+            done.add(k)
+    time.sleep(0.2)
+    os.set_blocking(r, False)
+    try:
+        held += [int(p) for p in os.read(r, 4096).split()]
+    except BlockingIOError:
+        pass
+    os.set_blocking(r, True)
+    if len(held) + len(done) >= len(kids):
+        break
+time.sleep(1)
+alive = [k for k in kids if k not in done and os.waitpid(k, os.WNOHANG) == (0, 0)]
+print(json.dumps({{"held": len([k for k in held if k in alive]) * {size}, "kids": len(kids)}}))
+for k in kids:
+    try:
+        os.kill(k, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+        r, seen = _out(self.box, code, timeout=40.0)
+        if "error" in seen:
+            if r.status == "memory":  # the whole run was stopped at the limit
+                return {"contained": True, "detail": f"stopped: {r.stderr[-200:]}"}
+            return {"contained": False, "detail": seen["error"]}
+        return {"contained": seen["held"] <= limit, "detail": f"held {seen['held']} B at once, limit {limit}"}
+
     def all(self) -> dict[str, dict]:
         runs: dict[str, Callable[[], dict]] = {
             "unmount": self.unmount,
@@ -298,6 +437,10 @@ print(json.dumps(report))
             "memory": self.memory,
             "network": self.network,
             "capability_sets": self.capability_sets,
+            "sockets": self.sockets,
+            "caller_file": self.caller_file,
+            "project_import": self.project_import,
+            "fork_memory": self.fork_memory,
         }
         return {name: run() for name, run in runs.items()}
 
@@ -312,6 +455,10 @@ def expected(caps: dict) -> dict[str, bool]:
         "processes": caps["process_containment"] in ("pid-namespace", "run-uid", "container"),
         "network": caps["network_isolated"],
         "capability_sets": caps["no_capabilities"] and caps["no_new_privs"],
+        "sockets": caps["network_isolated"],
+        "caller_file": caps["private_root"],
+        "project_import": caps["private_root"],
+        "fork_memory": caps["memory_scope"] != "process",
     }
 
 

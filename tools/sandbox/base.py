@@ -89,6 +89,13 @@ class Capabilities:
     never were the host's). ``read_only_root``: / is mounted read-only. ``disk_bytes``: the size of the file system
     holding the working directory when that is the cap on what the code may write (None: no cap but
     ``RLIMIT_FSIZE`` per file). ``caller``: the uid ``capabilities()`` ran as (what was measured holds for it).
+    ``network_isolated`` also covers unix sockets: one the caller listens on in its own directory, one in the
+    host's /tmp and an abstract one, none reachable. ``private_root``: the code sees none of the host's files but
+    the system directories and the standard library: not the project (its package does not import), the
+    virtualenv, the caller's home, /run, or a file the caller made for the probe. ``memory_scope``: how
+    ``Limits.memory_bytes`` holds, ``cgroup`` or ``container`` (for all the run's processes together), ``divided``
+    (each process an equal share, as many as the shares allow: together no more), or ``process`` (each process on
+    its own: a run that forks may hold a multiple).
     """
 
     backend: str
@@ -105,6 +112,8 @@ class Capabilities:
     read_only_root: bool = False
     disk_bytes: int | None = None
     caller: int = -1
+    private_root: bool = False
+    memory_scope: str = "process"
 
 
 class Sandbox:
@@ -160,6 +169,37 @@ seen = {"uid": os.getuid(), "pid": os.getpid(), "ifaces": ifaces, "tmp_writable"
         "writable": writable, "caps": caps, "no_new_privs": status.get("NoNewPrivs") == "1",
         "root_readonly": bool(os.statvfs("/").f_flag & os.ST_RDONLY), "cwd_bytes": st.f_blocks * st.f_frsize,
         "rlimits": {n: resource.getrlimit(getattr(resource, n))[0] for n in names}}
+host = __HOST__
+def shows(path):
+    try:
+        return os.path.isfile(path) or bool(os.listdir(path))
+    except OSError:
+        return False
+seen["visible"] = [p for p in host["paths"] if shows(p)]
+try:
+    with open(host["file"]) as f:
+        seen["visible"].append(host["file"] + " (read)")
+except OSError:
+    pass
+try:
+    __import__(host["package"])
+    seen["visible"].append("import " + host["package"])
+except ImportError:
+    pass
+import socket
+seen["sockets"] = []
+for addr in host["sockets"]:
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(2)
+    try:
+        s.connect(addr.encode("latin-1") if addr.startswith("\0") else addr)
+        seen["sockets"].append(addr)
+    except OSError:
+        pass
+    finally:
+        s.close()
+with open("/proc/self/cgroup") as f:
+    seen["run_cgroup"] = "agentgym-run-" in f.read()
 try:
     import ctypes
 except ImportError:

@@ -293,11 +293,16 @@ def _result(
 
 def _capabilities(box: Sandbox, backend: str, containment: str | None = None) -> Capabilities:
     """Run ``PROBE`` in ``box`` twice (the second run looks for the System V objects the first made) and read what
-    they saw; what the probe wrote to the host's shared directories, if anything got through, is removed."""
+    they saw; what the probe wrote to the host's shared directories, if anything got through, is removed. The host
+    lays out what the probe looks for (``_ProbeBait``): unix sockets it listens on, a file of the caller's, the
+    project's and the virtualenv's paths."""
     key = RUN_UIDS[0] + secrets.randbelow(1 << 20)
     probes = [Path(d, ".agentgym-probe") for d in PROBE_PATHS]
     existed = {p for p in probes if p.exists()}
-    runs = [box.run(PROBE.replace("__KEY__", str(key)), timeout=30.0) for _ in range(2)]
+    with _ProbeBait() as bait:
+        code = PROBE.replace("__KEY__", str(key)).replace("__HOST__", repr(bait.host))
+        runs = [box.run(code, timeout=30.0) for _ in range(2)]
+        accepted = bait.accepted()
     leaked = {str(p.parent) for p in probes if p not in existed and p.exists()}
     for p in probes:
         if str(p.parent) in leaked:
@@ -317,7 +322,71 @@ def _capabilities(box: Sandbox, backend: str, containment: str | None = None) ->
             notes=(f"probe failed: {r.status} {r.stderr[-300:]}",),
             caller=os.geteuid(),
         )
+    seen["sockets"] = sorted(set(seen["sockets"]) | accepted)
     return _read_probe(box, backend, seen, again, leaked, key in host_ipc, containment)
+
+
+class _ProbeBait:
+    """What ``capabilities()`` leaves for the probe to find: a unix socket listening in a directory of the caller's
+    own (outside every directory the sandbox masks), one in the host's /tmp, an abstract one, a file only the
+    caller may read, and the paths of the project (this package), the running environment's site-packages (the
+    virtualenv's) and /run. A path counts as seen where the code can list something in it or read it."""
+
+    def __init__(self) -> None:
+        token = secrets.token_hex(8)
+        self.dir = tempfile.mkdtemp(prefix="agentgym-probe-", dir=_caller_dir())
+        self.tmp = tempfile.mkdtemp(prefix="agentgym-probe-")
+        self.file = os.path.join(self.dir, "secret")
+        with open(os.open(self.file, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write("the caller's")
+        for d in (self.dir, self.tmp):
+            os.chmod(d, 0o711)  # reachable by a run uid of its own, as the caller's own files would be to its uid
+        addrs = [os.path.join(self.dir, "sock"), os.path.join(self.tmp, "sock"), f"\0agentgym-probe-{token}"]
+        self.servers = []
+        for addr in addrs:
+            s = socket.socket(socket.AF_UNIX)
+            s.bind(addr.encode("latin-1") if addr.startswith("\0") else addr)
+            if not addr.startswith("\0"):
+                os.chmod(addr, 0o777)
+            s.listen(4)
+            s.setblocking(False)
+            self.servers.append((addr, s))
+        package = __name__.rpartition(".")[0].partition(".")[0] or __name__
+        project = str(Path(__file__).resolve().parent)
+        paths = [project, sysconfig.get_path("purelib"), "/run", self.dir]
+        self.host = {
+            "paths": [p for p in paths if os.path.exists(p)],
+            "file": self.file,
+            "package": package,
+            "sockets": addrs,
+        }
+
+    def accepted(self) -> set[str]:
+        """The sockets a connection reached (seen from the host's side)."""
+        got = set()
+        for addr, s in self.servers:
+            with contextlib.suppress(BlockingIOError):
+                s.accept()[0].close()
+                got.add(addr)
+        return got
+
+    def __enter__(self) -> _ProbeBait:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for _, s in self.servers:
+            s.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _caller_dir() -> str:
+    """A directory the caller may write to outside every directory the sandbox masks (its home, else the current
+    directory, else the system's temporary directory)."""
+    for d in (os.path.expanduser("~"), os.getcwd()):
+        if os.path.isdir(d) and os.access(d, os.W_OK) and not d.startswith(PROBE_PATHS):
+            return d
+    return tempfile.gettempdir()
 
 
 def _read_probe(
@@ -345,9 +414,24 @@ def _read_probe(
     if not ipc_isolated:
         notes.append(f"System V IPC: made {made}, seen by the next run {again.get('ipc_left')}, on the host {on_host}")
     disk = seen["cwd_bytes"] if seen["cwd_bytes"] <= box.limits.disk_bytes and seen["cwd_bytes"] > 0 else None
+    if seen["sockets"]:
+        notes.append(f"unix sockets reached: {seen['sockets']}")
+    if seen["visible"]:
+        notes.append(f"host paths the code sees: {seen['visible']}")
+    rl, limits = seen["rlimits"], box.limits
+    if containment == "container":
+        scope = "container"
+    elif seen["run_cgroup"]:
+        scope = "cgroup"
+    elif 0 < rl["RLIMIT_AS"] * rl["RLIMIT_NPROC"] <= limits.memory_bytes and pidns:
+        scope = "divided"
+    else:
+        scope = "process"
     return Capabilities(
         backend=backend,
-        network_isolated=set(ifaces) <= {"lo"} and (containment == "container" or not _loopback_up(box)),
+        network_isolated=set(ifaces) <= {"lo"}
+        and (containment == "container" or not _loopback_up(box))
+        and not seen["sockets"],
         process_containment=containment,
         private_tmp=not any(writable.values()) and not leaked and mounts_locked,
         unprivileged=seen["uid"] != 0,
@@ -360,6 +444,8 @@ def _read_probe(
         read_only_root=seen["root_readonly"],
         disk_bytes=disk,
         caller=os.geteuid(),
+        private_root=not seen["visible"],
+        memory_scope=scope,
     )
 
 
