@@ -109,7 +109,8 @@ class ConnectionLimits:
 
     A connection is *idle* when no request of it is in flight (it sent nothing yet, part of a request's headers, or
     it is kept alive between requests). A new connection over a cap takes the place of an idle one (its own peer's
-    oldest, else the oldest of the peer holding most); when every connection has a request in flight it is
+    oldest, else the oldest of the peer holding most; connections that never sent a request before kept-alive
+    ones); when every connection has a request in flight it is
     *refused*: its request is answered 503 and the connection closed (at most ``max_refused`` such connections are
     kept for that; more are dropped at once). So connections that send nothing never stop a client's request.
     """
@@ -169,10 +170,15 @@ class ConnectionLimits:
                 del self.peers[peer]
 
     def _idle(self, conns: dict[Any, None]) -> tuple[str, Any] | None:
+        """The oldest connection that never sent a request, else the oldest idle one (a kept-alive connection may
+        have a request on its way: it goes last)."""
+        kept_alive = None
         for conn in conns:
             if conn.idle():
-                return conn.peer, conn
-        return None
+                if conn.fresh():
+                    return conn.peer, conn
+                kept_alive = kept_alive or (conn.peer, conn)
+        return kept_alive
 
     def _idle_of_heaviest(self) -> tuple[str, Any] | None:
         for _, conns in sorted(self.peers.items(), key=lambda kv: -len(kv[1])):
@@ -312,6 +318,10 @@ def limited_h11_protocol(header_timeout: float, body_timeout: float, limits: Con
             """No request in flight: nothing sent yet, a request's headers still coming, or kept alive."""
             return self.cycle is None or self.cycle.response_complete
 
+        def fresh(self) -> bool:
+            """No request of this connection has reached the app yet."""
+            return self.cycle is None
+
         def evict(self) -> None:
             """Close this idle connection to make room for another (``limits`` no longer counts it)."""
             self.counted = False
@@ -376,9 +386,13 @@ def uvicorn_config(
     connections; ``limit_concurrency`` answers 503 to requests arriving while that many connections or tasks are
     open; ``max_header_bytes`` bounds the request line and headers (400 beyond). ``connection_limits`` replaces
     ``limit_concurrency`` with :class:`ConnectionLimits` (caps per client address, idle connections closed first,
-    503 only when the connections are busy). Other keywords go to ``uvicorn.Config``.
+    503 only when the connections are busy). uvicorn's ``proxy_headers`` is off unless asked for: it would take a
+    loopback client's ``X-Forwarded-For`` as its address (the env server names a trusted proxy's header itself,
+    ``--client-key header:NAME``). Other keywords go to ``uvicorn.Config``.
     """
     import uvicorn
+
+    kwargs.setdefault("proxy_headers", False)
 
     if connection_limits is None:
         http = guarded_h11_protocol(float(header_timeout), float(body_timeout))

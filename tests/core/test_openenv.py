@@ -10,7 +10,10 @@ token check, the body limit and the session limit are checked in-process (Starle
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
+from typing import Any
 
 import gymnasium as gym
 import pytest
@@ -21,12 +24,14 @@ import socket
 import threading
 import time
 
+import httpx
 import uvicorn
 from fastapi.testclient import TestClient
 from openenv.core.generic_client import GenericEnvClient
 from starlette.websockets import WebSocketDisconnect
 
 import agentgym  # noqa: F401  (registers the envs)
+from agentgym.core import AgentEnv, StepResult
 from agentgym.openenv_compat import AgentGymEnvClient, create_openenv_app
 from agentgym.runner import make_agent
 from agentgym.server import env_uvicorn_config
@@ -137,3 +142,107 @@ def test_openenv_token_and_session_limit():
         with client.websocket_connect("/ws", headers=auth) as second:  # over max_sessions
             reply = second.receive_json()
             assert reply["type"] == "error" and reply["data"]["code"] == "CAPACITY_REACHED"
+
+
+# -- issue 31: no single client takes the bridge ---------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def running(app) -> Iterator[str]:
+    """``app`` under uvicorn (``env_uvicorn_config``, as ``serve_openenv`` runs it) on a free loopback port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    uv = uvicorn.Server(env_uvicorn_config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=uv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not uv.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the OpenEnv bridge did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        uv.should_exit = True
+        thread.join(timeout=10)
+
+
+def ws_from(address: str, url: str):
+    """An OpenEnv WebSocket session (``/ws``) whose connection comes from ``address`` (another peer)."""
+    from websockets.sync.client import connect
+
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=30, source_address=(address, 0))
+    return connect(f"ws://{host}:{port}/ws", sock=sock, open_timeout=30)
+
+
+def test_one_client_cannot_hold_every_websocket_session():
+    """max_sessions=8: one address gets its share (2), its next handshake is refused, another address still plays."""
+    from websockets.exceptions import InvalidStatus
+
+    with running(create_openenv_app(SEARCHQA, TINY, max_sessions=8)) as url, contextlib.ExitStack() as held:
+        opened, refused = 0, 0
+        for _ in range(8):
+            try:
+                ws = held.enter_context(ws_from("127.0.0.2", url))
+            except InvalidStatus:
+                refused += 1
+                continue
+            ws.send(json.dumps({"type": "reset", "data": {"seed": 0}}))
+            assert json.loads(ws.recv(timeout=60))["type"] == "observation"
+            opened += 1
+        assert (opened, refused) == (2, 6)
+        with ws_from("127.0.0.3", url) as other:
+            other.send(json.dumps({"type": "reset", "data": {"seed": 0}}))
+            assert json.loads(other.recv(timeout=60))["type"] == "observation"
+
+
+class SlowBuildEnv(AgentEnv):
+    """A test env whose constructor waits for ``gate`` once ``armed`` (an env that takes long to build)."""
+
+    num_tasks = 1
+    public_args = AgentEnv.public_args
+    armed = False
+    building = 0
+    gate = threading.Event()
+
+    def __init__(self, *, max_turns: int = 10) -> None:
+        if SlowBuildEnv.armed:
+            SlowBuildEnv.building += 1
+            SlowBuildEnv.gate.wait(timeout=60)  # a hang guard only
+        super().__init__(max_turns=max_turns)
+
+    def _reset(self, task_index: int, options: dict[str, Any]) -> tuple[list, dict]:
+        return [{"role": "user", "content": "go"}], {"gold": {}}
+
+    def _step(self, action: str) -> StepResult:
+        return StepResult([{"role": "user", "content": "ok"}], terminated=True)
+
+
+SLOW = "agentgym_test/SlowBuild-v0"
+
+
+def test_openenv_http_reset_builds_its_env_off_the_event_loop():
+    """While an HTTP /reset's env is being built, the server still answers /health."""
+    if SLOW not in gym.registry:
+        gym.register(id=SLOW, entry_point=SlowBuildEnv)
+    SlowBuildEnv.armed, SlowBuildEnv.building = False, 0
+    SlowBuildEnv.gate.clear()
+    with running(create_openenv_app(SLOW)) as url:
+        SlowBuildEnv.armed = True
+        results: list[int] = []
+        reset = threading.Thread(target=lambda: results.append(httpx.post(url + "/reset", json={}, timeout=90)
+                                                               .status_code))  # fmt: skip
+        reset.start()
+        try:
+            deadline = time.monotonic() + 60
+            while SlowBuildEnv.building < 1:
+                assert time.monotonic() < deadline, "the /reset never started building its env"
+                time.sleep(0.02)
+            health = httpx.get(url + "/health", timeout=20)  # the event loop is free
+            assert health.status_code == 200
+        finally:
+            SlowBuildEnv.gate.set()
+            reset.join(timeout=90)
+            SlowBuildEnv.armed = False
+        assert results == [200]

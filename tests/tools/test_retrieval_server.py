@@ -430,3 +430,39 @@ def test_cli_serves_with_the_env_token_and_header_deadline(tmp_path: Path) -> No
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_idle_connections_from_four_addresses_never_fail_a_query(tmp_path: Path) -> None:
+    """Issue 31: 280 connections that send nothing (70 from each of 127.0.0.2-127.0.0.5) against serve_retriever's
+    defaults (256 connections, 64 per address): a client's query takes an idle connection's place, not a 503."""
+    write_corpus_jsonl(tmp_path / "corpus.jsonl", corpus(50, seed=5))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    argv = ["serve-retriever", str(tmp_path / "corpus.jsonl"), "--port", str(port), "--cache-dir", str(tmp_path)]
+    proc = subprocess.Popen([sys.executable, "-m", "agentgym.cli", *argv, "--log-level", "warning"])
+    flood: list[socket.socket] = []
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                assert httpx.get(f"{url}/health", timeout=1).status_code == 200
+                break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, "serve-retriever did not come up"
+            time.sleep(0.1)
+        for i in range(2, 6):
+            for _ in range(70):
+                sock = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(f"127.0.0.{i}", 0))
+                flood.append(sock)
+        time.sleep(1.0)  # let the server accept them all
+        with httpx.Client(base_url=url, timeout=30) as http:
+            for _ in range(3):
+                assert http.post("/retrieve", json={"queries": ["lake"]}).status_code == 200
+    finally:
+        for sock in flood:
+            sock.close()
+        proc.terminate()
+        proc.wait(10)
