@@ -49,15 +49,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from agentgym.core import AgentEnv, StepResult
+from agentgym.core import AgentEnv, EnvUnavailableError, StepResult
 from agentgym.envs.code_exec.agents import OracleAgent, RandomAgent
 from agentgym.envs.code_exec.tasks import FAMILIES, TASKS_PER_FAMILY, answer_text, check_answer, make_task
 from agentgym.envs.tool_use.tools import ArgumentError, schema_of, tool, tool_names, validate_arguments
 from agentgym.parsing import NoActionError, ParseError, ToolCall, is_blank, parse_tag_action, parse_tool_turn
-from agentgym.tools.sandbox import PooledSandbox, RunResult, Sandbox, SubprocessSandbox
+from agentgym.tools.sandbox import PooledSandbox, RunResult, Sandbox, SubprocessSandbox, isolation_refused
 from agentgym.trust import declare, number, one_of
 
 BACKENDS = ("pool", "subprocess")
+#: ``isolation=``: ``"namespaces"`` (the sandbox's own root, namespaces, a uid or user namespace of its own; the env
+#: refuses to start where the kernel does not allow them) or ``"none"``, the operator's opt-in to run the code with
+#: rlimits only where namespaces cannot be had (it can then read what the caller can and reach the host's network).
+ISOLATION = ("namespaces", "none")
 #: Sandbox statuses, as counted in ``info["metrics"]`` (``runs_<status>``).
 STATUSES = ("ok", "error", "timeout", "memory", "killed")
 MAX_CALLS_PER_TURN = 8
@@ -176,6 +180,10 @@ class CodeExecEnv(AgentEnv):
         timeout: wall-clock seconds of each python call.
         max_turns: agent turns before truncation.
         invalid_action_penalty: subtracted (component ``format``) for each invalid step.
+        isolation: ``"namespaces"`` (default) or ``"none"`` (``ISOLATION``); never from a client. With
+            ``"namespaces"`` the env checks at construction that the sandbox can isolate code here and raises
+            ``EnvUnavailableError`` naming what the kernel refused where it cannot (inside a Docker container with the
+            default seccomp profile, or where user namespaces are restricted).
     """
 
     agents: ClassVar[Mapping[str, Any]] = {"oracle": OracleAgent, "random": RandomAgent}
@@ -191,9 +199,19 @@ class CodeExecEnv(AgentEnv):
         timeout: float = 5.0,
         max_turns: int = 10,
         invalid_action_penalty: float = 0.0,
+        isolation: str = "namespaces",
         render_mode: str | None = None,
     ):
         super().__init__(max_turns=max_turns, invalid_action_penalty=invalid_action_penalty, render_mode=render_mode)
+        if isolation not in ISOLATION:
+            raise ValueError(f"isolation must be one of {list(ISOLATION)}, got {isolation!r}")
+        if isolation == "namespaces" and (why := isolation_refused()) is not None:
+            raise EnvUnavailableError(
+                f"CodeExec-v0 cannot isolate the code it runs here: {why}. Run it where the kernel allows new "
+                "namespaces, or opt in to rlimits alone with isolation='none' (the code can then read what this "
+                "user can and reach the network)"
+            )
+        self.isolation = isolation
         if family != "all" and family not in FAMILIES:
             raise ValueError(f"family must be 'all' or one of {list(FAMILIES)}, got {family!r}")
         if backend not in BACKENDS:
@@ -217,7 +235,10 @@ class CodeExecEnv(AgentEnv):
     def sandbox(self) -> Sandbox:
         """The env's sandbox, started at first use (so envs that never run code start no process)."""
         if self._sandbox is None:
-            self._sandbox = PooledSandbox(workers=1) if self.backend == "pool" else SubprocessSandbox()
+            ns = self.isolation == "namespaces"
+            self._sandbox = (
+                PooledSandbox(workers=1, namespaces=ns) if self.backend == "pool" else SubprocessSandbox(namespaces=ns)
+            )
             self._finalizer = weakref.finalize(self, self._sandbox.close)  # an env dropped without close()
         return self._sandbox
 

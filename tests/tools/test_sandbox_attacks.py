@@ -125,3 +125,75 @@ def test_attacks_as_nobody(host_dir):
     for backend, report in reports.items():
         assert report["caps"]["caller"] == NOBODY and report["caps"]["unprivileged"], (backend, report["caps"])
         check(backend, report)
+
+
+FAIL_OPEN = """
+import json, os, sys
+import gymnasium as gym
+import agentgym
+from agentgym.core import EnvUnavailableError
+from agentgym.tools.sandbox import PooledSandbox, SubprocessSandbox
+marker = sys.argv[1]
+code = f"open({marker!r}, 'w').write('ran unisolated')\\nprint('RAN')"
+out = {}
+for name, box in (("subprocess", SubprocessSandbox()), ("pooled", PooledSandbox(workers=1))):
+    r = box.run(code)
+    caps = box.capabilities()
+    box.close()
+    out[name] = {"status": r.status, "stdout": r.stdout, "stderr": r.stderr, "containment": caps.process_containment}
+try:
+    gym.make("agentgym/CodeExec-v0")
+    out["code_exec"] = "made"
+except EnvUnavailableError as e:
+    out["code_exec"] = str(e)
+env = gym.make("agentgym/CodeExec-v0", isolation="none")  # the operator's opt-in by name
+env.reset(seed=0)
+out["opted_in"] = env.unwrapped.run_code("print(6 * 7)").stdout
+env.close()
+print(json.dumps(out))
+"""
+
+
+def test_fail_closed_where_the_kernel_refuses_namespaces(tmp_path):
+    """Where the kernel refuses namespaces (as under Docker's default seccomp profile: here a seccomp filter of the
+    same effect), the code never runs: each back-end refuses with the kernel's reason, ``capabilities()`` promises
+    nothing, and CodeExec-v0 raises ``EnvUnavailableError`` unless the operator opts in with ``isolation='none'``."""
+    marker = tmp_path / "ran.txt"
+    deny = Path(__file__).with_name("deny_namespaces.py")
+    cmd = [sys.executable, str(deny), sys.executable, "-c", FAIL_OPEN, str(marker)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert not marker.exists()
+    for name in ("subprocess", "pooled"):
+        run = out[name]
+        assert run["status"] == "error" and run["stdout"] == "", run
+        assert run["stderr"].startswith("sandbox: cannot isolate the run: ") and "unshare" in run["stderr"], run
+        assert run["containment"] == "none", run
+    assert "cannot isolate" in out["code_exec"] and "isolation='none'" in out["code_exec"], out["code_exec"]
+    assert out["opted_in"] == "42\n"
+
+
+def test_non_root_caller_with_supplementary_groups_is_refused(tmp_path):
+    """As non-root the code runs in a user namespace, where the caller's supplementary groups cannot be shed (a
+    ``docker`` group's socket would stay in reach): the sandbox refuses to start and says so."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to start a caller with a chosen supplementary group")
+    python = nobody_python()
+    if python is None:
+        pytest.skip("no Python >= 3.11 that nobody can run")
+    base = Path(tempfile.mkdtemp(prefix="agentgym-groups-", dir=host_dir_parent()))
+    try:
+        shutil.copytree(Path(sandbox.__file__).parent, base / "sbxcopy", ignore=shutil.ignore_patterns("__pycache__"))
+        os.chmod(base, 0o755)
+        code = (
+            f"import sys; sys.path.insert(0, {str(base)!r}); import sbxcopy\n"
+            "r = sbxcopy.SubprocessSandbox().run('print(1)'); print(r.status, r.stdout == '', r.stderr)"
+        )
+        as_grouped = {**AS_NOBODY, "extra_groups": [NOBODY, 100]}
+        r = subprocess.run([python, "-I", "-c", code], capture_output=True, text=True, cwd=base, timeout=120,
+                           check=False, **as_grouped)  # fmt: skip
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.startswith("error True sandbox: cannot isolate the run: ") and "supplementary groups" in r.stdout

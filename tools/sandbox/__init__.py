@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .base import DEFAULT_TIMEOUT, OUTPUT_LIMIT, WORKDIR, Capabilities, Limits, RunResult, Sandbox
 from .docker import DockerSandbox
-from .local import PooledSandbox, SubprocessSandbox
+from .local import PooledSandbox, SubprocessSandbox, isolation_refused
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -23,4 +23,5 @@ __all__ = [
     "RunResult",
     "Sandbox",
     "SubprocessSandbox",
+    "isolation_refused",
 ]

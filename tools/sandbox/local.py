@@ -41,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
+from ._child import ISOLATION_FAILED, REFUSED
 from .base import (
     DEFAULT_TIMEOUT,
     PROBE,
@@ -696,6 +697,19 @@ class PooledSandbox(Sandbox):
             servers, self._all = self._all, []
         for server in servers:
             server.close()
+
+
+def isolation_refused(python: str = sys.executable) -> str | None:
+    """Why the local back-ends cannot isolate code here (the kernel's refusal, as the sandbox words it), or None.
+    Runs ``pass`` once in a ``SubprocessSandbox`` (a fresh interpreter: ~50 ms).
+
+    >>> isolation_refused() is None or isolation_refused().startswith("sandbox: cannot isolate")
+    True
+    """
+    r = SubprocessSandbox(python=python).run("pass", timeout=30.0)
+    if r.exit_code == ISOLATION_FAILED and r.stderr.startswith(REFUSED):
+        return r.stderr.strip()
+    return None if r.ok else f"sandbox: a test run failed: {r.status} {r.stderr.strip()[-300:]}"
 
 
 def limits_dict(limits: Limits) -> dict[str, int]:
