@@ -310,7 +310,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.url:
             result = run_load(args.url, args.env, kwargs, **load_args)
         else:
-            with ServerProcess(env_ids=[args.env]) as server:
+            # one trusted client (every process comes from 127.0.0.1): the operator gives it every session
+            with ServerProcess(env_ids=[args.env], max_sessions_per_client=max(args.sessions, 1)) as server:
                 result = run_load(server.url, args.env, kwargs, **load_args)
         report["load"] = result
         if not args.json:
