@@ -518,6 +518,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if args.allow_env_arg or args.tokens_file or args.client_key != "peer":
             raise UserError("--openenv serves the operator's --env-arg only: no --allow-env-arg, --tokens-file or "
                             "--client-key")  # fmt: skip
+        print_sandboxes({args.env_ids[0]: env_kwargs})
         serve_openenv(args.env_ids[0], env_kwargs, max_sessions=args.max_sessions or 64,
                       max_sessions_per_client=args.max_sessions_per_client, **common)  # fmt: skip
         return 0
@@ -531,7 +532,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         allow.setdefault(key, []).append(value)
     served = sorted(set(args.env_ids or list_envs()))
     try:  # the operator's arguments name arguments the served envs take: checked before anything is built
-        split_operator_args(served, env_args)
+        operator = split_operator_args(served, env_args)
         split_allowed_args(served, allow)
         key = ClientKey.parse(args.client_key)
     except ValueError as exc:
@@ -540,12 +541,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if key.kind == "token" and not tokens:
         raise UserError("--client-key token needs --tokens-file (one token per client): with one shared token every "
                         "client is the same client")  # fmt: skip
+    print_sandboxes(operator)
     serve(env_ids=args.env_ids or None, max_sessions=args.max_sessions or 1024, env_args=env_args,
           allow_env_args=allow, workers=args.workers, call_timeout=args.call_timeout,
           max_calls_per_client=args.max_calls_per_client, max_sessions_per_client=args.max_sessions_per_client,
           max_snapshot_bytes=args.max_snapshot_bytes, max_snapshot_bytes_per_client=args.max_snapshot_bytes_per_client,
           client_key=key, tokens=tokens, **common)  # fmt: skip
     return 0
+
+
+def print_sandboxes(env_kwargs: Mapping[str, Mapping[str, Any]]) -> None:
+    """Print, for each env id (``{env_id: the operator's kwargs}``) whose class runs a sandbox
+    (``AgentEnv.sandbox_capabilities``), one line per back-end with what its probe measured here."""
+    for env_id, kwargs in env_kwargs.items():
+        try:
+            measure = getattr(_entry_point(env_id), "sandbox_capabilities", None)
+        except Exception:  # an entry point that does not import: serving it says why
+            continue
+        for caps in measure(kwargs) if callable(measure) else []:
+            print(f"sandbox {caps.backend} for {env_id}: {caps.summary()}", flush=True)
 
 
 def _read_tokens(path: str) -> list[str]:

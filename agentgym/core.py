@@ -58,6 +58,7 @@ from agentgym.trust import Arg, declare, integer, number, one_of
 
 if TYPE_CHECKING:
     from agentgym.agents.base import Agent
+    from agentgym.tools.sandbox import Capabilities
 
 Message = dict[str, Any]
 
@@ -241,6 +242,14 @@ class AgentEnv(gym.Env[list, str]):
         self._task_index: int | None = None
         self._task_id = ""
         self._task_rng: np.random.Generator | None = None
+
+    @classmethod
+    def sandbox_capabilities(cls, env_kwargs: Mapping[str, Any]) -> list[Capabilities]:
+        """What each sandbox back-end that envs of this class built with the operator's ``env_kwargs`` may run code
+        in enforces here, measured (``Sandbox.capabilities()``, a probe run in it): one per back-end, those a client
+        may pick included. Empty (this default) for envs that run no sandbox. ``agentgym serve`` prints them before
+        it listens."""
+        return []
 
     # -- to implement -------------------------------------------------------------------------------
     def _reset(self, task_index: int, options: dict[str, Any]) -> tuple[list[Message], dict[str, Any]]:

@@ -23,6 +23,22 @@ note is the observation. The same seed gives the same trajectory: observations n
 deterministic program prints the same on either back-end (``backend="pool"``, warm fork servers, ~10 ms a call;
 ``"subprocess"``, a fresh interpreter per call).
 
+With ``backend="pool"``, every env of a process with the same sandbox configuration (its ``isolation``; the
+``timeout`` is per call and does not count) shares one ``PooledSandbox`` of ``SHARED_WORKERS`` fork servers
+(``min(os.cpu_count(), 4)``, ~13 MB resident each; ``agentgym.tools.sandbox.local.SHARED``): an env takes a share at
+its first python call and gives it back at ``close`` (or when it is dropped unclosed); the last share closes the
+pool, and its fork servers exit. An env server of 1,024 sessions so holds one pool, not 1,024 fork servers. Calls
+from all sessions queue for a worker; one that gets none in ``SHARED_WORKER_WAIT`` seconds (120) comes back as a tool
+message holding ``sandbox: no free worker in 120 s (all N busy)`` (a valid call; the episode goes on). Sharing
+changes no observation: runs are fresh processes, and observations hold no timings.
+
+``agentgym serve`` prints, before it listens, one line per back-end a served CodeExec-v0 may use (both, unless the
+operator's ``--env-arg backend=...`` fixes one) with what its probe measured on this host
+(``CodeExecEnv.sandbox_capabilities``, ``Capabilities.summary``): process containment, network, root, memory
+scope, read-only root, privileges and notes, e.g. ``sandbox pooled for agentgym/CodeExec-v0: pid-namespace, network
+isolated, private root, memory per cgroup, read-only root, unprivileged``. With ``isolation="none"`` the line starts
+``NO ISOLATION``.
+
 >>> import gymnasium as gym, agentgym
 >>> env = gym.make("agentgym/CodeExec-v0", family="numbers")
 >>> obs, info = env.reset(options={"task_index": 20})
@@ -54,7 +70,8 @@ from agentgym.envs.code_exec.agents import OracleAgent, RandomAgent
 from agentgym.envs.code_exec.tasks import FAMILIES, TASKS_PER_FAMILY, answer_text, check_answer, make_task
 from agentgym.envs.tool_use.tools import ArgumentError, schema_of, tool, tool_names, validate_arguments
 from agentgym.parsing import NoActionError, ParseError, ToolCall, is_blank, parse_tag_action, parse_tool_turn
-from agentgym.tools.sandbox import PooledSandbox, RunResult, Sandbox, SubprocessSandbox, isolation_refused
+from agentgym.tools.sandbox import Capabilities, PoolKey, RunResult, Sandbox, SubprocessSandbox, isolation_refused
+from agentgym.tools.sandbox.local import SHARED
 from agentgym.trust import declare, number, one_of
 
 BACKENDS = ("pool", "subprocess")
@@ -175,8 +192,8 @@ class CodeExecEnv(AgentEnv):
     Args:
         family: ``"table"``, ``"logs"``, ``"numbers"`` or ``"all"`` (10,000 tasks per family; with ``"all"``, task
             index ``i`` is task ``i // 3`` of family ``i % 3``, so the first tasks cover every family).
-        backend: ``"pool"`` (a ``PooledSandbox`` of one warm fork server, started at the first call and closed by
-            ``close``) or ``"subprocess"`` (a fresh interpreter per call, ~40 ms slower).
+        backend: ``"pool"`` (warm fork servers: the ``PooledSandbox`` this process's envs of the same isolation
+            share, see the module docstring) or ``"subprocess"`` (a fresh interpreter per call, ~40 ms slower).
         timeout: wall-clock seconds of each python call.
         max_turns: agent turns before truncation.
         invalid_action_penalty: subtracted (component ``format``) for each invalid step.
@@ -231,15 +248,37 @@ class CodeExecEnv(AgentEnv):
         self._finalizer: weakref.finalize | None = None
 
     # -- the sandbox --------------------------------------------------------------------------------------
+    @classmethod
+    def sandbox_capabilities(cls, env_kwargs: Mapping[str, Any]) -> list[Capabilities]:
+        """The measured capabilities of the back-end ``env_kwargs["backend"]`` names, else of both (a client may pick
+        either), with the operator's ``isolation``; the pool's are those of the shared pool the envs would use."""
+        backend = env_kwargs.get("backend")
+        key = PoolKey(namespaces=env_kwargs.get("isolation", "namespaces") == "namespaces")
+        out = []
+        for name in [backend] if backend in BACKENDS else BACKENDS:
+            if name == "pool":
+                pool = SHARED.acquire(key)
+                try:
+                    out.append(pool.capabilities())
+                finally:
+                    SHARED.release(key)
+            else:
+                out.append(SubprocessSandbox(key.limits, namespaces=key.namespaces).capabilities())
+        return out
+
     @property
     def sandbox(self) -> Sandbox:
-        """The env's sandbox, started at first use (so envs that never run code start no process)."""
+        """The env's sandbox, taken at first use (so envs that never run code hold none). With ``backend="pool"``
+        it is the process's shared pool for this configuration (``SHARED.acquire``), released by ``close`` or, for an
+        env dropped without ``close``, by its finalizer."""
         if self._sandbox is None:
-            ns = self.isolation == "namespaces"
-            self._sandbox = (
-                PooledSandbox(workers=1, namespaces=ns) if self.backend == "pool" else SubprocessSandbox(namespaces=ns)
-            )
-            self._finalizer = weakref.finalize(self, self._sandbox.close)  # an env dropped without close()
+            key = PoolKey(namespaces=self.isolation == "namespaces")
+            if self.backend == "pool":
+                self._sandbox = SHARED.acquire(key)
+                self._finalizer = weakref.finalize(self, SHARED.release, key)
+            else:
+                self._sandbox = SubprocessSandbox(key.limits, namespaces=key.namespaces)
+                self._finalizer = weakref.finalize(self, self._sandbox.close)
         return self._sandbox
 
     def run_code(self, code: str) -> RunResult:
@@ -253,7 +292,7 @@ class CodeExecEnv(AgentEnv):
 
     def close(self) -> None:
         if self._finalizer is not None:
-            self._finalizer()  # closes the sandbox once
+            self._finalizer()  # releases the shared pool (or closes the sandbox) once
         self._sandbox = self._finalizer = None
         super().close()
 

@@ -24,6 +24,8 @@ from agentgym.envs.code_exec.env import MAX_OUTPUT_CHARS, CodeExecEnv
 from agentgym.envs.code_exec.tasks import FAMILIES, answer_text, check_answer, make_task, template_names
 from agentgym.rewards.matching import ToolCallMatching
 from agentgym.runner import run
+from agentgym.tools.sandbox import PoolKey
+from agentgym.tools.sandbox.local import SHARED
 
 ENV_ID = "agentgym/CodeExec-v0"
 
@@ -377,9 +379,11 @@ def test_snapshot_pickle_and_close():
         _, reward, terminated, _, info = e.step(call("submit_answer", answer=answer))
         assert terminated and reward == 1.0 and info["metrics"]["python_calls"] == 1.0
     assert again != anchor
-    server = env.sandbox._all[0].proc
+    users = SHARED.users(PoolKey())
+    assert env.sandbox is SHARED.acquire(PoolKey())  # the env holds a share of the process's pool
+    SHARED.release(PoolKey())
     env.close()
-    assert server.wait(timeout=5) is not None  # the fork server is gone
+    assert SHARED.users(PoolKey()) == users - 1  # ... and gives it back (tests/envs/test_code_exec_shared.py)
     env.reset(options={"task_index": 4})  # a closed env starts a new sandbox when it needs one
     obs, *_ = env.step(call("python", code="print(3)"))
     assert obs[0]["content"] == "3\n"

@@ -10,18 +10,21 @@ from __future__ import annotations
 
 from .base import DEFAULT_TIMEOUT, OUTPUT_LIMIT, WORKDIR, Capabilities, Limits, RunResult, Sandbox
 from .docker import DockerSandbox
-from .local import PooledSandbox, SubprocessSandbox, isolation_refused
+from .local import SHARED_WORKERS, PooledSandbox, PoolKey, SharedSandboxes, SubprocessSandbox, isolation_refused
 
 __all__ = [
     "DEFAULT_TIMEOUT",
     "OUTPUT_LIMIT",
+    "SHARED_WORKERS",
     "WORKDIR",
     "Capabilities",
     "DockerSandbox",
     "Limits",
+    "PoolKey",
     "PooledSandbox",
     "RunResult",
     "Sandbox",
+    "SharedSandboxes",
     "SubprocessSandbox",
     "isolation_refused",
 ]

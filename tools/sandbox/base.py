@@ -115,6 +115,41 @@ class Capabilities:
     private_root: bool = False
     memory_scope: str = "process"
 
+    @property
+    def isolates(self) -> bool:
+        """Whether any isolation beyond rlimits was measured: a PID namespace or container, an isolated network or
+        a private root."""
+        contained = self.process_containment in ("pid-namespace", "container")
+        return contained or self.network_isolated or self.private_root
+
+    def summary(self) -> str:
+        """One line of what was measured: process containment, network, root, memory scope, read-only root,
+        privileges, then the notes; it starts ``NO ISOLATION`` where nothing but rlimits holds.
+
+        >>> Capabilities("pooled", True, "pid-namespace", True, True, private_root=True, memory_scope="cgroup",
+        ...              read_only_root=True).summary()
+        'pid-namespace, network isolated, private root, memory per cgroup, read-only root, unprivileged'
+        >>> bare = Capabilities("pooled", False, "run-uid", False, True, notes=("host paths the code sees: /run",))
+        >>> print(bare.summary())  # doctest: +NORMALIZE_WHITESPACE
+        NO ISOLATION (rlimits only: the code can read what this user can and reach the network): run-uid, network NOT
+        isolated, host files visible, memory per process, writable root, unprivileged; notes: host paths the code
+        sees: /run
+        """
+        plain = {"process-group": "process-group (a setsid child can escape)", "none": "no containment measured"}
+        containment = plain.get(self.process_containment, self.process_containment)
+        parts = [
+            containment,
+            "network isolated" if self.network_isolated else "network NOT isolated",
+            "private root" if self.private_root else "host files visible",
+            f"memory per {self.memory_scope}",
+            "read-only root" if self.read_only_root else "writable root",
+            "unprivileged" if self.unprivileged else "runs as ROOT",
+        ]
+        text = ", ".join(parts) + (f"; notes: {'; '.join(self.notes)}" if self.notes else "")
+        if self.isolates:
+            return text
+        return f"NO ISOLATION (rlimits only: the code can read what this user can and reach the network): {text}"
+
 
 class Sandbox:
     """Interface of every sandbox back-end."""

@@ -38,7 +38,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ._child import ISOLATION_FAILED, REFUSED
@@ -697,6 +697,90 @@ class PooledSandbox(Sandbox):
             servers, self._all = self._all, []
         for server in servers:
             server.close()
+
+
+#: Fork servers of a shared pool (``SharedSandboxes``): as many as the CPUs can run at once, at most 4 (each holds
+#: ~13 MB resident; a fifth would only queue for a CPU). Calls from every session sharing the pool queue for one.
+SHARED_WORKERS = min(os.cpu_count() or 1, 4)
+#: Seconds a call waits for a worker of a shared pool before it comes back as an ``error`` run ("no free worker"):
+#: under the env server's default ``call_timeout`` (300 s), so a call that cannot get a worker is an observation,
+#: not a timed-out request.
+SHARED_WORKER_WAIT = 120.0
+
+
+@dataclass(frozen=True)
+class PoolKey:
+    """What makes two users' pools interchangeable: the same ``Limits``, namespaces and interpreter (a run's
+    ``timeout`` is per call, so it is not part of the key)."""
+
+    limits: Limits = field(default_factory=Limits)
+    namespaces: bool = True
+    python: str = sys.executable
+
+
+class SharedSandboxes:
+    """``PooledSandbox``es shared by every user in this process with the same ``PoolKey``, reference-counted.
+
+    ``acquire(key)`` returns the key's pool (started by its first user, with ``workers`` fork servers) and counts
+    one more user; ``release(key)`` counts one fewer and closes the pool when none is left. Each ``acquire`` is
+    matched by exactly one ``release``. Thread-safe (one lock over the table; a pool is started under it, so two
+    first users never start two). Calls from all users queue for the pool's workers: a call waits up to
+    ``worker_wait`` seconds for one, then is an ``error`` run saying no worker was free (never an exception).
+
+    ``SHARED`` is the one process-wide instance the envs use: a deliberate global, because it is a resource cache
+    (as a connection pool is), not state any trajectory depends on: runs are stateless and observations hold no
+    timings, so which pool a run used changes nothing an agent sees.
+
+    >>> shared = SharedSandboxes(workers=1)
+    >>> a, b = shared.acquire(PoolKey()), shared.acquire(PoolKey())
+    >>> a is b, shared.users(PoolKey())
+    (True, 2)
+    >>> shared.release(PoolKey()); shared.release(PoolKey())
+    >>> shared.users(PoolKey()), a._closed
+    (0, True)
+    """
+
+    def __init__(self, workers: int = SHARED_WORKERS, worker_wait: float = SHARED_WORKER_WAIT) -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        if not worker_wait > 0:
+            raise ValueError(f"worker_wait must be > 0, got {worker_wait}")
+        self.workers = workers
+        self.worker_wait = worker_wait
+        self._lock = threading.Lock()
+        self._pools: dict[PoolKey, PooledSandbox] = {}
+        self._users: dict[PoolKey, int] = {}
+
+    def acquire(self, key: PoolKey) -> PooledSandbox:
+        """The pool of ``key`` (started if it has no user), counting one more user."""
+        with self._lock:
+            pool = self._pools.get(key)
+            if pool is None:
+                pool = PooledSandbox(self.workers, key.limits, key.python, key.namespaces, self.worker_wait)
+                self._pools[key] = pool
+            self._users[key] = self._users.get(key, 0) + 1
+            return pool
+
+    def release(self, key: PoolKey) -> None:
+        """One user of ``key`` fewer; the last one closes the pool (its fork servers exit). ``KeyError`` for a key
+        with no user (a release without its acquire)."""
+        with self._lock:
+            left = self._users[key] - 1
+            if left:
+                self._users[key] = left
+                return
+            del self._users[key]
+            pool = self._pools.pop(key)
+        pool.close()  # outside the lock: waiting for the servers to exit holds up no other key
+
+    def users(self, key: PoolKey) -> int:
+        """How many users hold the pool of ``key`` (0: it is not running)."""
+        with self._lock:
+            return self._users.get(key, 0)
+
+
+#: The process-wide ``SharedSandboxes`` (see its docstring for why one global is right here).
+SHARED = SharedSandboxes()
 
 
 def isolation_refused(python: str = sys.executable) -> str | None:
