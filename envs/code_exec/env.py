@@ -261,7 +261,7 @@ class CodeExecEnv(AgentEnv):
                 try:
                     out.append(pool.capabilities())
                 finally:
-                    SHARED.release(key)
+                    SHARED.release(key, pool)
             else:
                 out.append(SubprocessSandbox(key.limits, namespaces=key.namespaces).capabilities())
         return out
@@ -274,8 +274,8 @@ class CodeExecEnv(AgentEnv):
         if self._sandbox is None:
             key = PoolKey(namespaces=self.isolation == "namespaces")
             if self.backend == "pool":
-                self._sandbox = SHARED.acquire(key)
-                self._finalizer = weakref.finalize(self, SHARED.release, key)
+                self._sandbox = pool = SHARED.acquire(key)
+                self._finalizer = weakref.finalize(self, SHARED.release, key, pool)
             else:
                 self._sandbox = SubprocessSandbox(key.limits, namespaces=key.namespaces)
                 self._finalizer = weakref.finalize(self, self._sandbox.close)

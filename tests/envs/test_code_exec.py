@@ -381,7 +381,7 @@ def test_snapshot_pickle_and_close():
     assert again != anchor
     users = SHARED.users(PoolKey())
     assert env.sandbox is SHARED.acquire(PoolKey())  # the env holds a share of the process's pool
-    SHARED.release(PoolKey())
+    SHARED.release(PoolKey(), env.sandbox)
     env.close()
     assert SHARED.users(PoolKey()) == users - 1  # ... and gives it back (tests/envs/test_code_exec_shared.py)
     env.reset(options={"task_index": 4})  # a closed env starts a new sandbox when it needs one

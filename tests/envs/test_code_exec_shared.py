@@ -156,3 +156,29 @@ def test_a_busy_pool_is_a_no_free_worker_observation_not_an_exception():
             t.join(GUARD)
         for env in [*busy, waiting]:
             env.close()
+
+
+def test_a_forked_child_starts_a_pool_of_its_own():
+    """The parent's fork servers are not the child's: a child's env starts its own pool, and the parent's is left
+    alone (the child reports by its exit status)."""
+    parent = CodeExecEnv(family="numbers")
+    try:
+        assert one_call(parent, "print(1)") == "1\n"
+        inherited = parent.sandbox
+        pid = os.fork()
+        if pid == 0:
+            ok = False
+            try:
+                child = CodeExecEnv(family="numbers")
+                ok = one_call(child, "print(2)") == "2\n" and child.sandbox is not inherited
+                ok = ok and SHARED.users(KEY) == 1
+                child.close()
+                ok = ok and SHARED.users(KEY) == 0
+            finally:
+                os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert SHARED.users(KEY) == 1 and parent.sandbox is inherited
+        assert one_call(parent, "print(3)") == "3\n"
+    finally:
+        parent.close()

@@ -37,6 +37,7 @@ import sysconfig
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -722,10 +723,12 @@ class SharedSandboxes:
     """``PooledSandbox``es shared by every user in this process with the same ``PoolKey``, reference-counted.
 
     ``acquire(key)`` returns the key's pool (started by its first user, with ``workers`` fork servers) and counts
-    one more user; ``release(key)`` counts one fewer and closes the pool when none is left. Each ``acquire`` is
-    matched by exactly one ``release``. Thread-safe (one lock over the table; a pool is started under it, so two
-    first users never start two). Calls from all users queue for the pool's workers: a call waits up to
-    ``worker_wait`` seconds for one, then is an ``error`` run saying no worker was free (never an exception).
+    one more user; ``release(key, pool)`` counts one fewer and closes the pool when none is left. Each ``acquire`` is
+    matched by exactly one ``release``. A forked child starts with an empty table (the parent's fork servers are not
+    its own): its envs start a pool of their own, and releases of pools it inherited do nothing. Thread-safe (one
+    lock over the table; a pool is started under it, so two first users never start two). Calls from all users queue
+    for the pool's workers: a call waits up to ``worker_wait`` seconds for one, then is an ``error`` run saying no
+    worker was free (never an exception).
 
     ``SHARED`` is the one process-wide instance the envs use: a deliberate global, because it is a resource cache
     (as a connection pool is), not state any trajectory depends on: runs are stateless and observations hold no
@@ -735,7 +738,7 @@ class SharedSandboxes:
     >>> a, b = shared.acquire(PoolKey()), shared.acquire(PoolKey())
     >>> a is b, shared.users(PoolKey())
     (True, 2)
-    >>> shared.release(PoolKey()); shared.release(PoolKey())
+    >>> shared.release(PoolKey(), a); shared.release(PoolKey(), b)
     >>> shared.users(PoolKey()), a._closed
     (0, True)
     """
@@ -747,6 +750,12 @@ class SharedSandboxes:
             raise ValueError(f"worker_wait must be > 0, got {worker_wait}")
         self.workers = workers
         self.worker_wait = worker_wait
+        self._forget()
+        ref = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: (shared := ref()) is not None and shared._forget())
+
+    def _forget(self) -> None:
+        """An empty table and a fresh lock (in a forked child, the parent's lock may have been held at the fork)."""
         self._lock = threading.Lock()
         self._pools: dict[PoolKey, PooledSandbox] = {}
         self._users: dict[PoolKey, int] = {}
@@ -761,10 +770,12 @@ class SharedSandboxes:
             self._users[key] = self._users.get(key, 0) + 1
             return pool
 
-    def release(self, key: PoolKey) -> None:
-        """One user of ``key`` fewer; the last one closes the pool (its fork servers exit). ``KeyError`` for a key
-        with no user (a release without its acquire)."""
+    def release(self, key: PoolKey, pool: PooledSandbox) -> None:
+        """One user of ``key`` fewer; the last one closes the pool (its fork servers exit). ``pool``: the one
+        ``acquire`` returned; a pool that is not the key's (one inherited over a fork) is left alone."""
         with self._lock:
+            if self._pools.get(key) is not pool:
+                return
             left = self._users[key] - 1
             if left:
                 self._users[key] = left
