@@ -344,6 +344,19 @@ def test_docker_sandbox():
         assert d.capabilities().network_isolated
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not DOCKER_OK, reason=f"DockerSandbox not tested: {DOCKER_WHY}")
+def test_docker_output_is_capped_while_the_container_runs():
+    """A container that writes without end is killed at the output cap (``killed``, cut), not left to write until
+    its time limit into the engine's log on the host's disk."""
+    limits = Limits(output_bytes=1 << 16)
+    with DockerSandbox(limits=limits) as d:
+        r = d.run("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)", timeout=120)
+        assert r.status == "killed" and r.truncated and r.stdout == "x" * (1 << 16), (r.status, len(r.stdout))
+        r = d.run("import sys\nwhile True:\n    sys.stderr.write('y' * 65536)", timeout=120)
+        assert r.status == "killed" and r.truncated and len(r.stderr) == 1 << 16
+
+
 def closed_ancestor(path: str) -> str | None:
     """The top-most directory on ``path`` that others cannot traverse (as ``/root`` holding a pyenv Python)."""
     parts = os.path.abspath(path).split("/")[1:]

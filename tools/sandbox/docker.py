@@ -20,6 +20,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .base import (
@@ -44,6 +45,8 @@ PYTHONS = ("python3", "python")
 #: arguments under Linux's 128 KiB per argument and well under its ~2 MiB for all of them.
 DOCKER_FILE_BYTES = 1 << 20
 _ARG_CHUNK = 100_000
+#: Bytes of a container's output the engine may keep on the host's disk (its json log) while it runs.
+LOG_BYTES = 1 << 20
 #: The program the container runs (``python -I -c BOOT CODE CHUNK...``): writes the files, then the code as
 #: ``main.py``, makes stdin (an in-memory file) its fd 0, and runs the code as ``__main__`` with a traceback that
 #: starts at the code. The chunks joined are base64 of JSON ``{"files": {name: base64}, "stdin": base64}``.
@@ -174,6 +177,8 @@ class DockerSandbox(Sandbox):
                 read_only=True,
                 tmpfs={WORKDIR: f"size={self.limits.disk_bytes},uid=65534,gid=65534,mode=700"},
                 working_dir=WORKDIR,
+                # The engine's own copy of the output stays bounded on the host's disk (the run reads it live).
+                log_config={"Type": "json-file", "Config": {"max-size": str(LOG_BYTES), "max-file": "1"}},
                 user="65534:65534",
                 environment={"PATH": "/usr/local/bin:/usr/bin:/bin"},
                 ulimits=[
@@ -183,25 +188,34 @@ class DockerSandbox(Sandbox):
             )
         except Exception as e:
             return RunResult("error", "", f"sandbox: cannot create the container: {e}", None, time.monotonic() - start)
-        timed_out = False
         try:
+            # Attached before it starts: its output is read as it is written, and it is killed at the cap.
+            stream = container.attach(stdout=True, stderr=True, stream=True, demux=True)
             container.start()
+        except Exception as e:
+            with contextlib.suppress(Exception):
+                container.remove(force=True)
+            return RunResult("error", "", f"sandbox: cannot start the container: {e}", None, time.monotonic() - start)
+        cap = self.limits.output_bytes
+        try:
             timer = threading.Timer(timeout, lambda: _kill_quietly(container))
             timer.start()
             try:
+                (out, err), overflow = _read_capped(stream, cap, lambda: _kill_quietly(container))
                 exit_code = container.wait()["StatusCode"]
             finally:
                 timer.cancel()
-            timed_out = time.monotonic() - start >= timeout
+                with contextlib.suppress(Exception):
+                    stream.close()
+            timed_out = not overflow and time.monotonic() - start >= timeout
             container.reload()
             state = container.attrs.get("State", {})
-            cap = self.limits.output_bytes
-            out, cut_out = decode_output(container.logs(stdout=True, stderr=False), cap)
-            err, cut_err = decode_output(container.logs(stdout=False, stderr=True), cap)
+            out, cut_out = decode_output(out, cap)
+            err, cut_err = decode_output(err, cap)
             if state.get("OOMKilled"):
                 return RunResult("memory", out, err, exit_code, time.monotonic() - start, cut_out or cut_err)
             exit_code = 128 - exit_code if exit_code > 128 else exit_code  # 128+n: killed by signal n
-            status = classify(exit_code, err, timed_out=timed_out, overflow=False)
+            status = classify(exit_code, err, timed_out=timed_out, overflow=overflow)
             return RunResult(status, out, err, exit_code, time.monotonic() - start, cut_out or cut_err)
         except Exception as e:
             return RunResult("error", "", f"sandbox: {e}", None, time.monotonic() - start)
@@ -218,6 +232,24 @@ class DockerSandbox(Sandbox):
         close = getattr(self.client, "close", None)
         if close is not None:
             close()
+
+
+def _read_capped(stream: Any, cap: int, kill: Callable[[], None]) -> tuple[tuple[bytes, bytes], bool]:
+    """stdout and stderr from a demultiplexed attach ``stream`` until it ends; past ``cap + 1`` bytes on either,
+    ``kill`` the container (from a thread of its own: the engine does not finish a kill while the output it is
+    writing to us is not read) and drop the rest. Returns the bytes and whether the cap was passed."""
+    bufs = (bytearray(), bytearray())
+    overflow = False
+    for chunk in stream:
+        if overflow:
+            continue
+        for buf, data in zip(bufs, chunk, strict=True):
+            if data and len(buf) <= cap:
+                buf += data[: cap + 1 - len(buf)]
+        if len(bufs[0]) > cap or len(bufs[1]) > cap:
+            overflow = True
+            threading.Thread(target=kill, daemon=True).start()
+    return (bytes(bufs[0]), bytes(bufs[1])), overflow
 
 
 def _kill_quietly(container: Any) -> None:
