@@ -9,11 +9,13 @@ Run by hand (not a test)::
 Rows: ``plain`` (``subprocess.run([sys.executable, "-c", "print(1)"])``, no isolation at all), ``subprocess``
 (``SubprocessSandbox``: a fresh interpreter per call + namespaces, private /tmp, rlimits), ``pooled``
 (``PooledSandbox``: a warm fork server forks a fresh isolated process per call), ``pooled@REV`` (the same class from
-``git archive REV tools/sandbox``, imported as another package) and ``docker`` (``DockerSandbox``: a fresh container
-per call, image ``$AGENTGYM_DOCKER_IMAGE`` or ``agentgym-sandbox:bookworm``; ``--docker-calls`` of them, in rounds of
-their own since a call takes ~0.5 s). Latency rounds are interleaved (one call of each row per round) so load on the
-machine hits them alike; p50 and p90 in ms. Throughput: calls/s with 2 client threads (each pool has 2 workers).
-Ratios are to ``plain``; the last line is the pooled p50 of this revision over the old one's.
+``git archive REV tools/sandbox``, imported as another package), ``bwrap`` (the peer: Debian's bubblewrap starts
+``python3 -I -S`` afresh in new namespaces per call; skipped where it is not installed) and ``docker``
+(``DockerSandbox``: a fresh container per call, image ``$AGENTGYM_DOCKER_IMAGE`` or ``agentgym-sandbox:bookworm``;
+``--docker-calls`` of them, in rounds of their own since a call takes ~0.5 s). Latency rounds are interleaved (one call
+of each row per round) so load on the machine hits them alike; p50 and p90 in ms. Throughput: calls/s with 2 client
+threads (each pool has 2 workers). Ratios are to ``plain``; the last line is the pooled p50 of this revision over the
+old one's.
 """
 
 from __future__ import annotations
@@ -66,6 +68,33 @@ def load_old(rev: str, where: str) -> ModuleType:
     return module
 
 
+def bwrap_call() -> Callable[[], object] | None:
+    """A call of the peer: Debian's ``bwrap`` (bubblewrap) starting ``python3 -I -S`` afresh in new namespaces of
+    every kind, the system directories and the interpreter's prefix read-only, a fresh /proc, /dev and /tmp: what
+    a sandbox built on it pays per call (it cannot keep a warm interpreter: each call is a new ``execve``)."""
+    exe = shutil.which("bwrap")
+    if exe is None:
+        return None
+    cmd = [exe, "--unshare-all", "--die-with-parent", "--new-session", "--proc", "/proc", "--dev", "/dev",
+           "--tmpfs", "/tmp", "--ro-bind", "/usr", "/usr"]  # fmt: skip
+    for d in ("/bin", "/sbin", "/lib", "/lib64"):
+        if os.path.islink(d):
+            cmd += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            cmd += ["--ro-bind", d, d]
+    if not sys.base_prefix.startswith("/usr/"):
+        cmd += ["--ro-bind", sys.base_prefix, sys.base_prefix]
+    python = os.path.realpath(os.path.join(sys.base_prefix, "bin", "python3"))
+    cmd += [python, "-I", "-S", "-c", CODE]
+
+    def call() -> object:
+        out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        assert out.stdout == "1\n", out.stderr
+        return out
+
+    return call
+
+
 def checked(box) -> Callable[[], object]:
     def call() -> object:
         r = box.run(CODE)
@@ -111,6 +140,11 @@ def main() -> None:
     if args.old_rev:
         boxes.append(load_old(args.old_rev, old_dir).PooledSandbox(workers=2))
         rows[old_name] = checked(boxes[-1])
+    bwrap = bwrap_call()
+    if bwrap is not None:
+        rows["bwrap"] = bwrap
+    else:
+        print("no bwrap row: bubblewrap is not installed (apt-get install bubblewrap)")
     docker_rows: dict[str, Callable[[], object]] = {}
     docker_ok, why = DockerSandbox.available()
     if args.docker_calls and docker_ok:

@@ -92,7 +92,7 @@ class Capabilities:
     ``network_isolated`` also covers unix sockets: one the caller listens on in its own directory, one in the
     host's /tmp and an abstract one, none reachable. ``private_root``: the code sees none of the host's files but
     the system directories and the standard library: not the project (its package does not import), the
-    virtualenv, the caller's home, /run, or a file the caller made for the probe. ``memory_scope``: how
+    virtualenv, a directory of the caller's or a file in it. ``memory_scope``: how
     ``Limits.memory_bytes`` holds, ``cgroup`` or ``container`` (for all the run's processes together), ``divided``
     (each process an equal share, as many as the shares allow: together no more), or ``process`` (each process on
     its own: a run that forks may hold a multiple).

@@ -331,8 +331,8 @@ def _capabilities(box: Sandbox, backend: str, containment: str | None = None) ->
 class _ProbeBait:
     """What ``capabilities()`` leaves for the probe to find: a unix socket listening in a directory of the caller's
     own (outside every directory the sandbox masks), one in the host's /tmp, an abstract one, a file only the
-    caller may read, and the paths of the project (this package), the running environment's site-packages (the
-    virtualenv's) and /run. A path counts as seen where the code can list something in it or read it."""
+    caller may read, and the paths of the project (this package) and the running environment's site-packages (the
+    virtualenv's). A path counts as seen where the code can list something in it or read it."""
 
     def __init__(self) -> None:
         token = secrets.token_hex(8)
@@ -355,7 +355,7 @@ class _ProbeBait:
             self.servers.append((addr, s))
         package = __name__.rpartition(".")[0].partition(".")[0] or __name__
         project = str(Path(__file__).resolve().parent)
-        paths = [project, sysconfig.get_path("purelib"), "/run", self.dir]
+        paths = [project, sysconfig.get_path("purelib"), self.dir]
         self.host = {
             "paths": [p for p in paths if os.path.exists(p)],
             "file": self.file,
