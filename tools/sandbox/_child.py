@@ -1,17 +1,21 @@
-"""The sandboxed side: isolate this process (namespaces, private /tmp, no privileges, rlimits), then run the code.
+"""The sandboxed side: isolate this process (namespaces, a root of its own, no privileges, a cgroup, rlimits), then
+run the code.
 
-Standard library only, started with ``python -I _child.py --run SPEC`` (one call, ``SubprocessSandbox``) or
-``python -I _child.py --serve FD`` (a fork server, ``PooledSandbox``). Either way a supervisor process enters new
-mount, network, IPC and PID namespaces (``unshare(2)``; as non-root inside a new user namespace) and forks the code's
-process, which is PID 1 of its namespace: when it exits or is killed, the kernel kills every process it left behind.
-The supervisor exits with the code's wait status (a signal is re-raised).
+Standard library only, started with ``python -I -S _child.py --run SPEC`` (one call, ``SubprocessSandbox``) or
+``python -I -S _child.py --serve FD`` (a fork server, ``PooledSandbox``). Either way a supervisor process (as root,
+first in a cgroup of the run's own) enters new mount, network, IPC and PID namespaces (``unshare(2)``; as non-root
+inside a new user namespace) and forks the code's process, which is PID 1 of its namespace: when it exits or is
+killed, the kernel kills every process it left behind. The supervisor exits with the code's wait status (a signal is
+re-raised). Where any step of the isolation fails, the code never runs: the process that failed writes ``REFUSED``
+and why, and exits ``ISOLATION_FAILED``.
 
-Before the code runs, its process: mounts a fresh /proc; masks /tmp, /var/tmp, /dev/shm, /dev/mqueue, /run/lock (and
-/var/lock where it is a directory) with empty tmpfs; makes every mount read-only (``mount_setattr(2)``, recursive);
-puts its working directory on a tmpfs of ``disk_bytes`` (the cap on all it may write); drops to the run's own uid
-(as root); empties its bounding, ambient, permitted and effective capability sets and sets ``no_new_privs``. A
-process without ``CAP_SYS_ADMIN`` cannot unmount or remount, and one that makes a user namespace of its own to regain
-it gets the mounts locked by the kernel (they came from a more privileged namespace).
+Before the code runs, its process: ``pivot_root``s into a new root (``_private_root``: the system directories and the
+standard library read-only, site-packages masked, a /dev of harmless devices, a fresh /proc whose host-wide files
+read empty, a working directory on a tmpfs of ``disk_bytes``), makes every mount but the working directory read-only
+(``mount_setattr(2)``, recursive); drops to the run's own uid (as root); empties its bounding, ambient, permitted and
+effective capability sets and sets ``no_new_privs``. A process without ``CAP_SYS_ADMIN`` cannot unmount or remount,
+and one that makes a user namespace of its own to regain it gets the mounts locked by the kernel (they came from a
+more privileged namespace).
 """
 
 from __future__ import annotations
@@ -39,7 +43,6 @@ PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL =
 SYS_MOUNT_SETATTR = {"x86_64": 442, "aarch64": 442}  # the same number on both (the unified syscall table)
 AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
-#: World-writable places (or places where one run could leave something for the next): replaced by empty tmpfs.
 #: Where the new root is assembled before ``pivot_root`` (an empty tmpfs is mounted over it), and where the host's
 #: old root is put before it is unmounted.
 NEW_ROOT, OLD_ROOT = "/tmp", "/.old-root"

@@ -1,17 +1,19 @@
 """Local back-ends: ``SubprocessSandbox`` (a fresh interpreter per call) and ``PooledSandbox`` (fork servers: a
 pre-imported interpreter forks a fresh isolated process per call, no start-up cost).
 
-Both run the code through ``_child.py``: a supervisor enters new mount, network, IPC and PID namespaces
-(``unshare(2)``, what util-linux's ``unshare`` does; as non-root inside a user namespace; where the kernel refuses,
-the run goes on without them and ``capabilities()`` says so) and forks the code's process, PID 1 of its namespace,
-which mounts a fresh /proc, masks /tmp, /var/tmp, /dev/shm, /dev/mqueue and /run/lock with empty tmpfs, makes every
-mount read-only, puts its working directory on a tmpfs of ``Limits.disk_bytes``, drops to a uid of the run's own
-when run as root (RLIMIT_NPROC does not apply to root; a uid per run also keeps one run's process count from
-another's), drops every capability and sets ``no_new_privs`` (so the mounts cannot be undone, as root or not), sets
-rlimits, empties the environment and runs the code. When PID 1 ends, the kernel kills everything it started,
-``setsid`` or not; a run killed for its wall time or output takes its whole namespace down the same way. Without
-namespaces (``namespaces=False``, or a kernel that refuses them), there is no network, IPC, disk or /tmp isolation,
-and leftover processes are killed by the run's uid (as root) or by process group only (a ``setsid`` child escapes).
+Both run the code through ``_child.py``: a supervisor (as root, in a cgroup of the run's own: ``cgroup_parents``)
+enters new mount, network, IPC and PID namespaces (``unshare(2)``, what util-linux's ``unshare`` does; as non-root
+inside a user namespace) and forks the code's process, PID 1 of its namespace, which moves into a root of its own
+(``root_layout``: the system directories and the standard library, read-only; a fresh /proc; a working directory on
+a tmpfs of ``Limits.disk_bytes``), drops to a uid of the run's own when run as root (RLIMIT_NPROC does not apply to
+root; a uid per run also keeps one run's process count from another's), drops every capability and sets
+``no_new_privs`` (so the mounts cannot be undone, as root or not), sets rlimits, empties the environment and runs the
+code. When PID 1 ends, the kernel kills everything it started, ``setsid`` or not; a run killed for its wall time or
+output takes its whole namespace down the same way. Where the kernel refuses a namespace (or any step fails) the
+code does not run: the result is an ``error`` whose stderr starts ``sandbox: cannot isolate the run:``. Only the
+operator's ``namespaces=False`` runs without them: then there is no network, IPC, disk, file-system or /tmp
+isolation, and leftover processes are killed by the run's uid (as root) or by process group only (a ``setsid`` child
+escapes).
 
 >>> with SubprocessSandbox() as box:  # doctest: +SKIP
 ...     box.run("print(input() * 2)", stdin="ab").stdout
@@ -546,6 +548,15 @@ class SubprocessSandbox(Sandbox):
         return _capabilities(self, self.name)
 
 
+def _pool_size(workers: int, worker_wait: float) -> tuple[int, float]:
+    """``(workers, worker_wait)`` checked: ``ValueError`` unless ``workers >= 1`` and ``worker_wait > 0``."""
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    if not worker_wait > 0:
+        raise ValueError(f"worker_wait must be > 0, got {worker_wait}")
+    return workers, worker_wait
+
+
 class _ForkServer:
     """One pre-started interpreter running ``_child.serve`` on a SOCK_SEQPACKET socket."""
 
@@ -591,12 +602,7 @@ class PooledSandbox(Sandbox):
         namespaces: bool = True,
         worker_wait: float = WORKER_WAIT,
     ) -> None:
-        if workers < 1:
-            raise ValueError(f"workers must be >= 1, got {workers}")
-        if not worker_wait > 0:
-            raise ValueError(f"worker_wait must be > 0, got {worker_wait}")
-        self.workers = workers
-        self.worker_wait = worker_wait
+        self.workers, self.worker_wait = _pool_size(workers, worker_wait)
         self.limits = limits or Limits()
         self.python = python
         self.namespaces = namespaces
@@ -744,12 +750,7 @@ class SharedSandboxes:
     """
 
     def __init__(self, workers: int = SHARED_WORKERS, worker_wait: float = SHARED_WORKER_WAIT) -> None:
-        if workers < 1:
-            raise ValueError(f"workers must be >= 1, got {workers}")
-        if not worker_wait > 0:
-            raise ValueError(f"worker_wait must be > 0, got {worker_wait}")
-        self.workers = workers
-        self.worker_wait = worker_wait
+        self.workers, self.worker_wait = _pool_size(workers, worker_wait)
         self._forget()
         ref = weakref.ref(self)
         os.register_at_fork(after_in_child=lambda: (shared := ref()) is not None and shared._forget())
