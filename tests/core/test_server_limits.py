@@ -25,6 +25,7 @@ from typing import Any
 import gymnasium as gym
 import httpx
 import pytest
+from blocking_env import BlockingEnv
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -69,25 +70,6 @@ def played(http: httpx.Client, env_id: str = CHAIN) -> tuple[int, int, int]:
     reset = http.post(f"/sessions/{sid}/reset", json={"seed": 0}).status_code
     step = http.post(f"/sessions/{sid}/step", json=ANSWER).status_code
     return 201, reset, step
-
-
-class BlockingEnv(AgentEnv):
-    """A test env whose step blocks on ``gate`` when the action is ``block`` (a slow or hung env call)."""
-
-    num_tasks = 1
-    gate = threading.Event()
-    public_args = AgentEnv.public_args
-
-    def __init__(self, *, max_turns: int = 100) -> None:
-        super().__init__(max_turns=max_turns)
-
-    def _reset(self, task_index: int, options: dict[str, Any]) -> tuple[list, dict]:
-        return [{"role": "user", "content": "go"}], {"gold": {}}
-
-    def _step(self, action: str) -> StepResult:
-        if action == "block":
-            self.gate.wait(timeout=120)  # a hang guard only
-        return StepResult([{"role": "user", "content": "ok"}])
 
 
 BLOCKING = "agentgym_test/LimitsBlocking-v0"

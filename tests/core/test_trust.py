@@ -18,12 +18,13 @@ from typing import Any
 import gymnasium as gym
 import httpx
 import pytest
+from blocking_env import BlockingEnv
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import agentgym
 from agentgym.cli import main
-from agentgym.core import AgentEnv, StepResult
+from agentgym.core import AgentEnv
 from agentgym.registry import BUILTIN_ENVS
 from agentgym.replay import make_recorded_env
 from agentgym.server import ServerProcess, create_app
@@ -284,26 +285,6 @@ def test_agentgym_replay_refuses_a_crafted_file_in_one_line_and_takes_operator_a
 
 
 # -- a hostile client: stuck calls, shares, health ------------------------------------------------------------------
-
-
-class BlockingEnv(AgentEnv):
-    """A test env whose step blocks on ``gate`` when the action is ``block`` (a hung sandbox call, say)."""
-
-    num_tasks = 1
-    gate = threading.Event()
-    public_args = AgentEnv.public_args
-
-    def __init__(self, *, max_turns: int = 100) -> None:
-        super().__init__(max_turns=max_turns)
-
-    def _reset(self, task_index: int, options: dict[str, Any]) -> tuple[list, dict]:
-        return [{"role": "user", "content": "go"}], {"gold": {}}
-
-    def _step(self, action: str) -> StepResult:
-        if action == "block":
-            self.gate.wait(timeout=120)  # a hang guard only
-        return StepResult([{"role": "user", "content": "ok"}])
-
 
 BLOCKING = "agentgym_test/Blocking-v0"
 
