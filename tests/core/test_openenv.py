@@ -43,21 +43,8 @@ TINY = {"dataset": "tiny"}
 @pytest.fixture(scope="module")
 def server():
     """The bridge under uvicorn on loopback; ``header_timeout=0.5``: WebSocket sessions must outlive it."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    app = create_openenv_app(SEARCHQA, TINY, max_sessions=4)
-    config = env_uvicorn_config(app, host="127.0.0.1", port=port, header_timeout=0.5, log_level="warning")
-    uv = uvicorn.Server(config)
-    thread = threading.Thread(target=uv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not uv.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the OpenEnv bridge did not start"
-        time.sleep(0.01)
-    yield f"http://127.0.0.1:{port}"
-    uv.should_exit = True
-    thread.join(timeout=10)
+    with running(create_openenv_app(SEARCHQA, TINY, max_sessions=4), header_timeout=0.5) as url:
+        yield url
 
 
 def local_episode(seed: int, task_index: int) -> list[tuple[list, float | None, bool, dict]]:
@@ -148,12 +135,13 @@ def test_openenv_token_and_session_limit():
 
 
 @contextlib.contextmanager
-def running(app) -> Iterator[str]:
-    """``app`` under uvicorn (``env_uvicorn_config``, as ``serve_openenv`` runs it) on a free loopback port."""
+def running(app, **config: Any) -> Iterator[str]:
+    """``app`` under uvicorn (``env_uvicorn_config``, as ``serve_openenv`` runs it, with ``config``) on a free loopback
+    port."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    uv = uvicorn.Server(env_uvicorn_config(app, host="127.0.0.1", port=port, log_level="warning"))
+    uv = uvicorn.Server(env_uvicorn_config(app, host="127.0.0.1", port=port, log_level="warning", **config))
     thread = threading.Thread(target=uv.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
