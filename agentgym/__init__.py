@@ -6,12 +6,13 @@
 >>> obs, reward, terminated, truncated, info = env.step("<search> who directed the film? </search>")
 """
 
-from agentgym.agents.base import Agent
-from agentgym.branching import branch, restore, snapshot
-from agentgym.core import MAX_ACTION_CHARS, AgentEnv, EnvUnavailableError, Snapshot, SnapshotError, StepResult
-from agentgym.registry import list_envs, load_plugins, make, register_builtin_envs
-from agentgym.spaces import Chat, UnicodeText
-from agentgym.trajectory import Trajectory, TrajectoryWriter, Turn, read_trajectories
+from agentgym import _moved
+from agentgym.contract.agent import Agent
+from agentgym.contract.branching import branch, restore, snapshot
+from agentgym.contract.env import MAX_ACTION_CHARS, AgentEnv, EnvUnavailableError, Snapshot, SnapshotError, StepResult
+from agentgym.contract.registry import list_envs, load_plugins, make, register_builtin_envs
+from agentgym.contract.spaces import Chat, UnicodeText
+from agentgym.contract.trajectory import Trajectory, TrajectoryWriter, Turn, read_trajectories
 
 __version__ = "0.1.0"
 __all__ = [
@@ -36,5 +37,6 @@ __all__ = [
     "snapshot",
 ]
 
+_moved.install()
 register_builtin_envs()
 load_plugins()

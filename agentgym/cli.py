@@ -182,9 +182,9 @@ def _entry_point(env_id: str) -> Any:
 
 
 def _constructor(env_id: str) -> tuple[dict[str, inspect.Parameter], dict[str, Any], bool]:
-    """The constructor's keyword parameters of a registered env (``agentgym.trust.constructor_signature``), their
-    resolved annotations, and whether it still takes any keyword (a ``**kwargs`` at the top)."""
-    from agentgym.trust import constructor_signature
+    """The constructor's keyword parameters of a registered env (``agentgym.contract.trust.constructor_signature``),
+    their resolved annotations, and whether it still takes any keyword (a ``**kwargs`` at the top)."""
+    from agentgym.contract.trust import constructor_signature
 
     params, owners, open_ended = constructor_signature(_entry_point(env_id))
     resolved: dict[Any, dict[str, Any]] = {}
@@ -251,8 +251,8 @@ def _prepare_out(
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from agentgym.registry import list_envs
-    from agentgym.runner import GENERIC_AGENTS, builtin_agents
+    from agentgym.contract.registry import list_envs
+    from agentgym.running.runner import GENERIC_AGENTS, builtin_agents
 
     for env_id in list_envs():
         agents = builtin_agents(_make_env(env_id, _kv(args.env_arg))) if args.agents else []
@@ -271,9 +271,9 @@ BENCH_OUTPUTS = ("report.md", "results.json", "*.png", "trajectories/*.jsonl")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from agentgym.agents.base import AgentError
-    from agentgym.registry import unavailable_reason
-    from agentgym.runner import RunAborted, format_table, make_agent, run_to_file
+    from agentgym.contract.agent import AgentError
+    from agentgym.contract.registry import unavailable_reason
+    from agentgym.running.runner import RunAborted, format_table, make_agent, run_to_file
 
     out = Path(args.out or DEFAULT_RUN_OUT)
     path = out / "trajectories.jsonl"
@@ -301,7 +301,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             group_size=args.group_size, workers=args.workers, make_env=factory,
         )  # fmt: skip
     except KeyboardInterrupt:
-        from agentgym.trajectory import count_records
+        from agentgym.contract.trajectory import count_records
 
         raise KeyboardInterrupt(f"{count_records(path)} records written to {path} (continue the run: the same "
                                 "command plus --append)") from None  # fmt: skip
@@ -333,7 +333,7 @@ def _bench_selection(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """The envs ``bench`` plays, each with its ``--env-arg`` kwargs, after checking the ids, the kwargs and the
     ``--agent`` names (against the built-in agents of those envs' classes): every mistake is a ``UserError`` before
     the output folder is touched."""
-    from agentgym.registry import list_envs
+    from agentgym.contract.registry import list_envs
 
     for env_id in args.env:
         check_env_id(env_id)
@@ -355,8 +355,7 @@ def _bench_selection(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 def cmd_bench(args: argparse.Namespace) -> int:
     selection = _bench_selection(args)
     if args.rewards:
-        from agentgym.reward_bench import reward_bench
-        from agentgym.reward_bench import table as reward_table
+        from agentgym.running.reward_bench import reward_bench, table as reward_table
 
         out = Path(args.out or DEFAULT_REWARDS_OUT)
         _prepare_out(out, BENCH_OUTPUTS, named=args.out is not None, overwrite=args.overwrite)
@@ -366,7 +365,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         )  # fmt: skip
         _print_report(reward_table(rewards.rows), rewards.skipped, rewards.report_path, rewards.plots)
         return 0
-    from agentgym.bench import bench, table
+    from agentgym.running.bench import bench, table
 
     _prepare_out(Path(args.out or DEFAULT_BENCH_OUT), BENCH_OUTPUTS, named=args.out is not None,
                  overwrite=args.overwrite)  # fmt: skip
@@ -383,7 +382,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from agentgym.checker import check
+    from agentgym.running.checker import check
 
     env_kwargs = _kv(args.env_arg)
     _make_env(args.env_id, env_kwargs).close()  # an unknown id or argument is a usage error, not a failed check
@@ -393,8 +392,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from agentgym.replay import replay_file
-    from agentgym.trajectory import KEY_ENV, trajectory_key
+    from agentgym.contract.trajectory import KEY_ENV, trajectory_key
+    from agentgym.running.replay import replay_file
 
     if not Path(args.file).is_file():
         raise UserError(f"no such file: {args.file}")
@@ -432,11 +431,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def _check_recorded_args(path: str, env_args: Mapping[str, Any]) -> None:
     """Refuse (one line, exit 2) a file whose records would build an env with arguments a record may not set
-    (``agentgym.trust``), before anything is built."""
+    (``agentgym.contract.trust``), before anything is built."""
     import gymnasium as gym
 
-    from agentgym.trajectory import read_records
-    from agentgym.trust import UntrustedArgumentError, checked_kwargs, operator_args_for
+    from agentgym.contract.trajectory import read_records
+    from agentgym.contract.trust import UntrustedArgumentError, checked_kwargs, operator_args_for
 
     try:
         for rec in read_records(path, verify=False):
@@ -507,7 +506,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.openenv:
         if len(args.env_ids) != 1:
             raise UserError("--openenv serves one env: give exactly one ENV_ID")
-        from agentgym.openenv_compat import openenv_types, serve_openenv
+        from agentgym.serving.openenv import openenv_types, serve_openenv
 
         try:
             openenv_types()
@@ -522,9 +521,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         serve_openenv(args.env_ids[0], env_kwargs, max_sessions=args.max_sessions or 64,
                       max_sessions_per_client=args.max_sessions_per_client, **common)  # fmt: skip
         return 0
-    from agentgym.registry import list_envs
-    from agentgym.server import ClientKey, serve
-    from agentgym.trust import split_allowed_args, split_operator_args
+    from agentgym.contract.registry import list_envs
+    from agentgym.contract.trust import split_allowed_args, split_operator_args
+    from agentgym.serving.server import ClientKey, serve
 
     env_args = _kv(args.env_arg)
     allow: dict[str, list[Any]] = {}

@@ -1,8 +1,8 @@
 """Turn credit from real branches: fork K continuations from the env state and token prefix before chosen turns.
 
-The suite snapshots and restores any env (``agentgym.branching``), so the state before a turn of a training rollout
-can be revisited exactly: restore a spare env to it, give the policy the same token prefix, and sample the rest of
-the episode K times with the same policy (same temperature, stop strings and turn limit). Two estimators use the
+The suite snapshots and restores any env (``agentgym.contract.branching``), so the state before a turn of a training
+rollout can be revisited exactly: restore a spare env to it, give the policy the same token prefix, and sample the rest
+of the episode K times with the same policy (same temperature, stop strings and turn limit). Two estimators use the
 forks (docs/rewards.md, 'Branch credit: vine and tree'):
 
 - ``vine`` (VinePPO): ``V(s_t)`` = the mean return-to-go of the K forks from ``s_t``; a main rollout's turn gets
@@ -42,9 +42,9 @@ from agentgym.baselines.rollout import (
     check_contexts,
     derive_seed,
 )
-from agentgym.branching import restore
-from agentgym.pool import SerialPool
+from agentgym.contract.branching import restore
 from agentgym.rewards.advantages import broadcast_to_tokens, rloo
+from agentgym.running.pool import SerialPool
 
 __all__ = ["BRANCH_TURNS", "BranchSet", "branch_advantages", "choose_turns", "fork_start", "grow_branches",
            "returns_to_go", "run_forks", "tree_advantages", "turn_uncertainty", "vine_advantages"]  # fmt: skip

@@ -34,7 +34,7 @@ class TrainState:
     optimizer: torch.optim.Optimizer
     policy: Any  # the rollout back-end (agentgym.baselines.backends)
     iteration: int = 0  # iterations completed
-    envs: Any = field(default_factory=list)  # rollout envs (a list, or an agentgym.pool.EnvPool), reused
+    envs: Any = field(default_factory=list)  # rollout envs (a list, or an agentgym.running.pool.EnvPool), reused
     eval_envs: list[Any] = field(default_factory=list)
 
     def close(self) -> None:

@@ -28,8 +28,8 @@ import torch
 
 from agentgym.baselines.backends import BACKENDS
 from agentgym.baselines.rollout import RolloutConfig, derive_seed
-from agentgym.pool import POOLS
 from agentgym.rewards.advantages import ESTIMATORS, OUTCOME_ESTIMATORS, TURN_SIGNALS, TurnSignal
+from agentgym.running.pool import POOLS
 
 __all__ = ["ALGOS", "BRANCH_ESTIMATORS", "CRITIC_ESTIMATORS", "LOSS_AGG_MODES", "PRESETS", "SCORERS",
            "SIGNAL_ESTIMATORS", "Seeds", "TrainConfig", "load_config"]  # fmt: skip
@@ -45,7 +45,7 @@ BRANCH_ESTIMATORS = ("vine", "tree")
 #: Post-episode turn scorers of ``agentgym.rewards.information`` the trainer runs with the policy as scorer model.
 SCORERS = ("info_gain", "info_potential", "siop")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "constant")
-#: Where the rollout envs live: ``"list"`` (stepped in the trainer's thread) or an ``agentgym.pool`` kind.
+#: Where the rollout envs live: ``"list"`` (stepped in the trainer's thread) or an ``agentgym.running.pool`` kind.
 ENV_POOLS = ("list", *POOLS)
 
 
@@ -79,7 +79,8 @@ class TrainConfig:
     generation_batch: int | None = None  # rows per batched generation (None: all rollouts of an iteration at once)
     rollout_backend: str = "hf"  # a name of agentgym.baselines.backends.BACKENDS: "hf", "vllm", "remote"
     backend_kwargs: dict[str, Any] = field(default_factory=dict)  # the back-end's arguments (vLLM, remote server)
-    env_pool: str = "list"  # "list" (envs stepped in this thread), or an agentgym.pool kind: "serial", "thread", "ray"
+    # "list" (envs stepped in this thread), or an agentgym.running.pool kind: "serial", "thread", "ray"
+    env_pool: str = "list"
     env_pool_kwargs: dict[str, Any] = field(default_factory=dict)  # the pool's arguments (RayPool: address, num_cpus)
     # algorithm
     algo: str = "grpo"

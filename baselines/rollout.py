@@ -36,11 +36,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentgym.agents.base import normalize_messages
-from agentgym.branching import snapshot
-from agentgym.pool import EnvPool, Outcome, SerialPool, as_pool
+from agentgym.contract.agent import normalize_messages
+from agentgym.contract.branching import snapshot
+from agentgym.contract.trajectory import Trajectory, Turn
+from agentgym.running.pool import EnvPool, Outcome, SerialPool, as_pool
 from agentgym.tools.local_lm import model_input_names
-from agentgym.trajectory import Trajectory, Turn
 
 __all__ = [
     "HFPolicy",
@@ -128,14 +128,15 @@ class Rollout:
     reward_components: list[dict[str, float]] = field(default_factory=list)
     context_lengths: list[int] = field(default_factory=list)  # len(prompt + response) fed to the model per turn
     turn_metrics: list[dict[str, float]] = field(default_factory=list)  # numeric info entries per step (progress)
-    # the text-level episode (for post-episode turn scorers, which work on ``agentgym.trajectory.Trajectory``)
+    # the text-level episode (for post-episode turn scorers, which work on ``agentgym.contract.trajectory.Trajectory``)
     initial_observation: list[dict[str, Any]] = field(default_factory=list)
     reset_info: dict[str, Any] = field(default_factory=dict)
     observations: list[list[dict[str, Any]]] = field(default_factory=list)
     infos: list[dict[str, Any]] = field(default_factory=list)
     scored_rewards: list[float] = field(default_factory=list)  # a trainer's turn-scorer rewards (empty: none)
     error: str | None = None  # a failed env step (an exception, a timeout, a dead actor) ended the episode
-    # the env (with its wrappers) before each turn, ``agentgym.branching.snapshot`` (only with ``snapshots=True``)
+    # the env (with its wrappers) before each turn, ``agentgym.contract.branching.snapshot`` (only with
+    # ``snapshots=True``)
     snapshots: list[Any] = field(default_factory=list)
 
     @property
@@ -169,8 +170,8 @@ class Rollout:
     def record_outcome(
         self, tokens: list[int], logprobs: list[float], action: str, out: Outcome
     ) -> tuple[list[dict[str, Any]], bool, bool]:
-        """:meth:`record_turn` with the step already taken (an ``agentgym.pool.Outcome``). A failed step ends the
-        episode as truncated with ``error`` set (reward 0, no observation)."""
+        """:meth:`record_turn` with the step already taken (an ``agentgym.running.pool.Outcome``). A failed step ends
+        the episode as truncated with ``error`` set (reward 0, no observation)."""
         start = len(self.response_ids)
         self.response_ids += tokens
         self.loss_mask += [1] * len(tokens)
@@ -471,7 +472,7 @@ def run_episodes(
     every episode still running samples in one batched generation (chunks of ``generation_batch`` rows; None =
     all), then the chunk's envs step at once. Episode ``i`` samples with a generator seeded with ``sample_seeds[i]``.
 
-    ``envs`` is a list of envs or an ``agentgym.pool.EnvPool`` (episode ``i`` on slot ``i``; a ``ThreadPool`` or
+    ``envs`` is a list of envs or an ``agentgym.running.pool.EnvPool`` (episode ``i`` on slot ``i``; a ``ThreadPool`` or
     ``RayPool`` steps the envs in parallel). A failed reset raises; a failed step ends its episode with ``error``.
     ``snapshots``: keep each env's state before every turn in ``Rollout.snapshots`` (envs in this process only: a
     list or a ``SerialPool``), what baselines/branches.py forks from."""
@@ -584,8 +585,8 @@ def collect_rollouts(
     goes to the resets of task ``b`` (e.g. ``{"task_index": b}`` to play a split's tasks in order).
 
     All rollouts run in lockstep (:func:`run_episodes`), one env each. Pass ``envs`` (a list, grown with
-    ``env_factory`` as needed and left open) to reuse envs across calls, or an ``agentgym.pool.EnvPool`` of at least
-    ``len(task_seeds) * group_size`` slots (left open); otherwise they are made and closed here."""
+    ``env_factory`` as needed and left open) to reuse envs across calls, or an ``agentgym.running.pool.EnvPool`` of at
+    least ``len(task_seeds) * group_size`` slots (left open); otherwise they are made and closed here."""
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
     n = len(task_seeds) * group_size
@@ -624,7 +625,7 @@ def _numeric(info: dict[str, Any]) -> dict[str, float]:
 def demonstration_agent(env: Any) -> Any | None:
     """The env's demonstration agent (``AgentEnv.demo_agent``: its ``oracle`` unless it names another), or None when
     it has none."""
-    from agentgym.runner import make_agent
+    from agentgym.running.runner import make_agent
 
     try:
         return make_agent(getattr(env.unwrapped, "demo_agent", "oracle"), env)

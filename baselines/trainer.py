@@ -211,7 +211,7 @@ def training_rollouts(state: TrainState, config: TrainConfig, task_seeds: list[i
     """``group_size`` rollouts of each task seed on the training envs (built once, kept in ``state.envs``)."""
     make_env = EnvMaker.of(config)
     if config.env_pool != "list" and isinstance(state.envs, list):
-        from agentgym.pool import make_pool
+        from agentgym.running.pool import make_pool
 
         state.envs = make_pool(config.env_pool, config.env_id, config.batch_tasks * config.group_size,
                                make_env=make_env, **config.env_pool_kwargs)  # fmt: skip

@@ -16,7 +16,6 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from agentgym.agents.base import Agent, AgentError, Message
 from agentgym.agents.tool_calls import (
     ToolFormat,
     calls_message,
@@ -25,6 +24,7 @@ from agentgym.agents.tool_calls import (
     listed_tools,
     to_openai_messages,
 )
+from agentgym.contract.agent import Agent, AgentError, Message
 from agentgym.tools.local_lm import Generation, LocalLM
 from agentgym.tools.named_models import (
     ModelUnavailableError,

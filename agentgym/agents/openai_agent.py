@@ -32,7 +32,6 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from agentgym.agents.base import Agent, AgentError, Message
 from agentgym.agents.tool_calls import (
     ToolFormat,
     check_tool_format,
@@ -40,6 +39,7 @@ from agentgym.agents.tool_calls import (
     listed_tools,
     to_openai_messages,
 )
+from agentgym.contract.agent import Agent, AgentError, Message
 from agentgym.tools.llm import ChatResult, LLMClient, LLMConnectionError, LLMError
 
 #: Message keys forwarded to the server; env-specific extras are dropped.

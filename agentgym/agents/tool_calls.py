@@ -25,7 +25,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from agentgym.parsing import ParseError, ToolCall, loads_untrusted, parse_hermes_tool_calls, parse_tool_turn
+from agentgym.contract.parsing import ParseError, ToolCall, loads_untrusted, parse_hermes_tool_calls, parse_tool_turn
 
 Message = dict[str, Any]
 ToolFormat = Literal["text", "native"]

@@ -2,7 +2,7 @@
 
 Each module imports its trainer lazily, so ``import agentgym`` and these modules work without the trainers installed:
 
-- ``agentgym.baselines.integrations.trl`` (TRL 1.16): ``AgentGymRollout``, a ``GRPOTrainer`` ``rollout_func``;
+- ``agentgym.integrations.trl`` (TRL 1.16): ``AgentGymRollout``, a ``GRPOTrainer`` ``rollout_func``;
   ``tool_environment``, an ``environment_factory`` class for the tool-calling envs.
 - :mod:`agentgym.integrations.skyrl` (skyrl-gym 0.4): a ``BaseTextEnv`` subclass per env, registered with
   ``skyrl_gym.envs.register``.
@@ -11,9 +11,13 @@ Each module imports its trainer lazily, so ``import agentgym`` and these modules
 - :mod:`agentgym.integrations.openrlhf` (OpenRLHF 0.11): ``AgentInstance`` / ``AgentExecutor`` classes for
   ``--train.agent_func_path``.
 
-The TRL adapter drives the reference token-in/token-out rollout (``agentgym.baselines.rollout``), so it lives in the
-baselines layer; the others use only the env contract. :mod:`agentgym.integrations.tasks` holds what they share: a
-JSON-serialisable reference to one task of one env (:class:`~agentgym.integrations.tasks.TaskRef`) and dataset rows.
+All four live here. The TRL adapter drives the reference token-in/token-out rollout (``agentgym.baselines.rollout``),
+so this room sits above the trainer; the others use only the env contract. :mod:`agentgym.integrations.tasks` holds
+what they share: a JSON-serialisable reference to one task of one env (:class:`~agentgym.integrations.tasks.TaskRef`)
+and dataset rows.
+
+May import: agentgym.contract, agentgym.grading, agentgym.agents, agentgym.rewards, agentgym.running,
+agentgym.serving, agentgym.tools, agentgym.baselines.
 """
 
 from agentgym.integrations.tasks import TaskRef, task_rows

@@ -42,7 +42,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from agentgym.agents.base import normalize_messages
+from agentgym.contract.agent import normalize_messages
 from agentgym.integrations.tasks import TaskRef, task_rows
 
 __all__ = ["AgentGymInstance", "ChatText", "agent_classes", "dataset_rows"]
@@ -106,7 +106,7 @@ class AgentGymInstance:
 
     ``tokenizer`` (class attribute) renders the chat template; :func:`agent_classes`' executor sets it to OpenRLHF's
     ``hf_tokenizer``. ``env_kwargs`` (class attribute, the operator's) replace each task's own ``env_kwargs`` (a dataset
-    row: only the arguments an env takes from outside, ``agentgym.trust``)."""
+    row: only the arguments an env takes from outside, ``agentgym.contract.trust``)."""
 
     tokenizer: ClassVar[Any] = None
     env_kwargs: ClassVar[Mapping[str, Any]] = {}

@@ -53,8 +53,8 @@ def env_class(env_id: str) -> type:
 
     Its constructor takes SkyRL's ``(env_config, extras)``: the task is ``extras["extra_info"]["agentgym"]`` (or
     ``extras["agentgym"]``; without one, a task is drawn from the env's task stream), and the env's keyword arguments
-    are the task's own ``env_kwargs`` (a dataset row: only those the env takes from outside, ``agentgym.trust``)
-    updated with ``env_config["env_kwargs"]`` (the operator's)."""
+    are the task's own ``env_kwargs`` (a dataset row: only those the env takes from outside,
+    ``agentgym.contract.trust``) updated with ``env_config["env_kwargs"]`` (the operator's)."""
     if env_id in _CLASSES:
         return _CLASSES[env_id]
     from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput

@@ -23,8 +23,8 @@ from typing import Any
 
 import gymnasium as gym
 
-from agentgym.agents.base import normalize_messages
-from agentgym.trust import checked_kwargs
+from agentgym.contract.agent import normalize_messages
+from agentgym.contract.trust import checked_kwargs
 
 __all__ = ["TaskRef", "task_rows"]
 
@@ -74,7 +74,7 @@ class TaskRef:
 
     def make_env(self, operator_kwargs: Mapping[str, Any] | None = None) -> gym.Env:
         """The task's env. A dataset row is not trusted: its ``env_kwargs`` may hold only arguments the env takes
-        from outside (``agentgym.trust``; ``UntrustedArgumentError`` otherwise), and ``operator_kwargs`` (the
+        from outside (``agentgym.contract.trust``; ``UntrustedArgumentError`` otherwise), and ``operator_kwargs`` (the
         trainer's own configuration: files, URLs, caches) replace the row's."""
         kwargs = checked_kwargs(self.env_id, dict(self.env_kwargs), operator=operator_kwargs, operator_wins=True)
         return gym.make(self.env_id, **kwargs)
@@ -96,7 +96,7 @@ def task_rows(
     ``{"prompt": the env's first messages, "task_id": ..., key: TaskRef(...).to_dict()}``.
 
     The env is built once and reset on each task to read its prompt. Rows are data, not trusted where they are
-    played: give operator-only arguments (``agentgym.trust``) to the adapter's configuration there as well."""
+    played: give operator-only arguments (``agentgym.contract.trust``) to the adapter's configuration there as well."""
     indices = range(tasks) if isinstance(tasks, int) else [int(i) for i in tasks]
     kwargs = dict(env_kwargs or {})
     env = gym.make(env_id, **kwargs)

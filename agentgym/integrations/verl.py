@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from agentgym.agents.base import normalize_messages
+from agentgym.contract.agent import normalize_messages
 from agentgym.integrations.tasks import TaskRef, task_rows
 from agentgym.rewards.advantages import TurnBatch, broadcast_to_tokens_batch, get_estimator
 
@@ -305,8 +305,7 @@ def compute_turn_advantage(
 def register() -> type:
     """Register the ``"agentgym"`` agent loop (verl's ``@register``) and the ``"agentgym_turn"`` estimator
     (``register_adv_est``); idempotent. Returns the agent loop class. Imports verl."""
-    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
-    from verl.experimental.agent_loop.agent_loop import register as register_loop
+    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry, register as register_loop
     from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est
 
     cls = _loop_class()

@@ -7,6 +7,8 @@
 
 See docs/rewards.md for every method's formula, requirements and a runnable example. Names are imported lazily,
 so ``import agentgym.rewards`` stays cheap (no torch until a model-backed scorer is used).
+
+May import: agentgym.contract, agentgym.grading, agentgym.agents, agentgym.tools.
 """
 
 from __future__ import annotations

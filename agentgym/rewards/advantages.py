@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 if TYPE_CHECKING:
-    from agentgym.trajectory import Trajectory
+    from agentgym.contract.trajectory import Trajectory
 
 __all__ = [
     "ESTIMATORS",
@@ -1016,7 +1016,7 @@ class TurnBatch:
         outcome_component: str | None = None,
         signal: TurnSignal | str | None = None,
     ) -> TurnBatch:
-        """Build from ``agentgym.trajectory.Trajectory`` records. Turn rewards are ``turn.reward`` or one named
+        """Build from ``agentgym.contract.trajectory.Trajectory`` records. Turn rewards are ``turn.reward`` or one named
         entry of ``info["reward_components"]`` (absent = 0); ``outcomes`` the sum of ``outcome_component`` over
         the turns (None: the sum of the turn rewards). Group id: ``group_id``, else (env_id, task_id, seed).
         Anchors are the states the actions were taken in (the reset's ``info["anchor"]`` for the first turn, the

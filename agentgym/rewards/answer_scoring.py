@@ -48,9 +48,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from agentgym.agents.base import normalize_messages
+from agentgym.contract.agent import normalize_messages
+from agentgym.contract.trajectory import Trajectory
 from agentgym.rewards.base import ScorerError
-from agentgym.trajectory import Trajectory
 
 if TYPE_CHECKING:
     import torch

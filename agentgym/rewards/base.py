@@ -7,7 +7,7 @@ never a silent 0. ``annotate`` writes the scores into the trajectories, as one m
 turn's ``info["reward_components"]``, and adds them to ``turn.reward``, so the recorded components always
 sum to the total.
 
->>> from agentgym.trajectory import Trajectory, Turn
+>>> from agentgym.contract.trajectory import Trajectory, Turn
 >>> class Constant(TurnScorer):
 ...     name = "constant"
 ...     def score_group(self, group):
@@ -25,7 +25,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from agentgym.trajectory import Trajectory
+from agentgym.contract.trajectory import Trajectory
 
 
 class ScorerError(RuntimeError):

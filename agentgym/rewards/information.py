@@ -34,8 +34,9 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from agentgym.answers import f1_score, normalize_answer
-from agentgym.parsing import ParseError, parse_tag_action
+from agentgym.contract.parsing import ParseError, parse_tag_action
+from agentgym.contract.trajectory import Trajectory
+from agentgym.grading.answers import f1_score, normalize_answer
 from agentgym.rewards.answer_scoring import (
     AnswerScorer,
     CutKind,
@@ -45,7 +46,6 @@ from agentgym.rewards.answer_scoring import (
     render_trajectory,
 )
 from agentgym.rewards.base import TurnScorer, TurnScores
-from agentgym.trajectory import Trajectory
 
 #: IGPO's pseudo answer prompt, appended after the generation prompt; the gold answer follows it.
 IGPO_ANSWER_PROMPT = "<think>I now have enough information to answer.</think>\n<answer> "

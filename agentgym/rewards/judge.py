@@ -26,9 +26,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agentgym.contract.trajectory import Trajectory
 from agentgym.rewards.base import ScorerError, TurnScorer, TurnScores
 from agentgym.tools.llm import LLMClient, LLMError
-from agentgym.trajectory import Trajectory
 
 Message = dict[str, Any]
 

@@ -23,9 +23,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from agentgym.parsing import ParseError, ToolCall, parse_tool_calls
+from agentgym.contract.parsing import ParseError, ToolCall, parse_tool_calls
+from agentgym.contract.trajectory import Trajectory
 from agentgym.rewards.base import TurnScorer, TurnScores
-from agentgym.trajectory import Trajectory
 
 CallLike = ToolCall | Mapping[str, Any]
 Method = Literal["optimal", "greedy", "sinkhorn"]
@@ -188,7 +188,7 @@ def match_calls(
 class ToolCallMatching(TurnScorer):
     """MatchTIR turn rewards: each turn's tool calls matched against gold calls.
 
-    A turn's calls are read in either format (``agentgym.parsing.parse_tool_calls``): Hermes ``<tool_call>``
+    A turn's calls are read in either format (``agentgym.contract.parsing.parse_tool_calls``): Hermes ``<tool_call>``
     blocks, or an OpenAI assistant message with ``tool_calls`` (as JSON text, which is how a dict action is
     recorded).
 
@@ -204,7 +204,7 @@ class ToolCallMatching(TurnScorer):
     An action whose tool calls cannot be parsed (malformed JSON, unclosed tag) is a *wrong* action, not a
     scorer failure: its turn scores 0 (valid), with the parse error in ``extras["parse_errors"]``.
 
-    >>> from agentgym.trajectory import Turn
+    >>> from agentgym.contract.trajectory import Turn
     >>> gold = {"calls": [[{"name": "add", "arguments": {"a": 1}}]]}
     >>> t = Trajectory("e", 0, "t", "a", [], {"gold": gold}, turns=[Turn(
     ...     '<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>', [], 0.0, True, False, {})])

@@ -26,8 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from agentgym.contract.trajectory import Trajectory
 from agentgym.rewards.base import TurnScorer, TurnScores
-from agentgym.trajectory import Trajectory
 
 Outcome = str | Callable[[Trajectory], float]
 
@@ -150,7 +150,7 @@ class ComponentScorer(TurnScorer):
     env's raw ``progress`` level). A turn without the value gets ``missing`` (NaN by default: invalid, never a
     silent 0). ``outcome`` (a component name or a function of the trajectory) feeds gated transforms.
 
-    >>> from agentgym.trajectory import Turn
+    >>> from agentgym.contract.trajectory import Turn
     >>> turns = [Turn("a", [], 0.0, False, False, {"reward_components": {"progress": 0.5}}),
     ...          Turn("b", [], 1.0, True, False, {"reward_components": {"progress": 0.5, "outcome": 1.0}})]
     >>> t = Trajectory("e", 0, "t", "x", [], {}, turns=turns)

@@ -6,7 +6,7 @@ and records the same term under its ``name`` in ``info["reward_components"]``. T
 step always sum to the reward, whatever the stacking order. A term is recorded on every step (0.0 when it
 does not apply), so each component is present on every turn. If the name is already there (e.g. the env's
 own ``format`` penalty), the term is added to it, which keeps the sum exact. Each wrapper names its episode
-state in ``snapshot_attrs``, so ``agentgym.branching`` can snapshot and branch an env through it.
+state in ``snapshot_attrs``, so ``agentgym.contract.branching`` can snapshot and branch an env through it.
 
 * ``PotentialShaping``: F = gamma*Phi(s') - Phi(s) with Phi(terminal) = 0 (Ng et al. 1999): policy-invariant.
 * ``ProgressReward``: the increase of the env's verified progress (``info["progress"]``): a verifiable
@@ -78,7 +78,7 @@ class PotentialShaping(gym.Wrapper, gym.utils.RecordConstructorArgs):
     True
     """
 
-    #: Episode state, for ``agentgym.branching`` (snapshots and branches copy these attributes).
+    #: Episode state, for ``agentgym.contract.branching`` (snapshots and branches copy these attributes).
     snapshot_attrs: ClassVar[tuple[str, ...]] = ("_phi",)
 
     def __init__(
@@ -134,7 +134,7 @@ class ProgressReward(gym.Wrapper, gym.utils.RecordConstructorArgs):
     True
     """
 
-    #: Episode state, for ``agentgym.branching`` (snapshots and branches copy these attributes).
+    #: Episode state, for ``agentgym.contract.branching`` (snapshots and branches copy these attributes).
     snapshot_attrs: ClassVar[tuple[str, ...]] = ("_progress",)
 
     def __init__(self, env: gym.Env, key: str = "progress", scale: float = 1.0, name: str = "progress"):
@@ -170,7 +170,7 @@ class FormatPenalty(gym.Wrapper, gym.utils.RecordConstructorArgs):
     -0.5
     """
 
-    #: Episode state, for ``agentgym.branching`` (snapshots and branches copy these attributes).
+    #: Episode state, for ``agentgym.contract.branching`` (snapshots and branches copy these attributes).
     snapshot_attrs: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, env: gym.Env, penalty: float = 0.1, name: str = "format"):
@@ -195,7 +195,7 @@ class StepCost(gym.Wrapper, gym.utils.RecordConstructorArgs):
     -0.05
     """
 
-    #: Episode state, for ``agentgym.branching`` (snapshots and branches copy these attributes).
+    #: Episode state, for ``agentgym.contract.branching`` (snapshots and branches copy these attributes).
     snapshot_attrs: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, env: gym.Env, cost: float = 0.01, name: str = "step_cost"):
@@ -285,7 +285,7 @@ class NoveltyBonus(gym.Wrapper, gym.utils.RecordConstructorArgs):
     0.1354
     """
 
-    #: Episode state, for ``agentgym.branching`` (snapshots and branches copy these attributes).
+    #: Episode state, for ``agentgym.contract.branching`` (snapshots and branches copy these attributes).
     snapshot_attrs: ClassVar[tuple[str, ...]] = ("_snapshot", "_visits")
 
     def __init__(

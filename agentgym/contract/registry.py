@@ -81,7 +81,7 @@ def list_envs() -> list[str]:
 
 def _is_agent_env(spec: gym.envs.registration.EnvSpec) -> bool:
     """Whether the spec makes an ``AgentEnv`` (a string entry point is imported, except Gymnasium's own)."""
-    from agentgym.core import AgentEnv
+    from agentgym.contract.env import AgentEnv
 
     entry = spec.entry_point
     if isinstance(entry, str):

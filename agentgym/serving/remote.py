@@ -1,9 +1,9 @@
-"""``RemoteEnv``: an agentgym env played on an env server (``agentgym serve``, :mod:`agentgym.server`) over HTTP.
+"""``RemoteEnv``: an agentgym env played over HTTP on an env server (``agentgym serve``, agentgym.serving.server).
 
 It is an ``AgentEnv``: the same observations, rewards, flags and ``info`` as the env built locally with
 ``gymnasium.make(env_id, **env_kwargs)`` (the server builds exactly that), the same errors (a bad reset option
 raises ``ValueError``, ``step`` after the episode ended raises ``RuntimeError``), snapshots and restores through
-the server (``agentgym.branching`` works, across processes too: a pickled ``RemoteEnv`` opens a new session and
+the server (``agentgym.contract.branching`` works, across processes too: a pickled ``RemoteEnv`` opens a new session and
 restores the episode into it), and ``agentgym check`` passes on it.
 
 Failures are one-line errors, never hangs: every request has a deadline (``timeout``, ``connect_timeout``), and a
@@ -11,7 +11,7 @@ server that cannot be reached, stops mid-request, has restarted (and so lost the
 session raises :class:`EnvServerError`, an ``EnvUnavailableError`` that is also a ``ConnectionError``. A request
 that may have reached the server is never retried (a step must not run twice).
 
->>> from agentgym.server import create_app
+>>> from agentgym.serving.server import create_app
 >>> from agentgym.tools.serving import BackgroundServer
 >>> with BackgroundServer(create_app(env_ids=["agentgym/Household-v0"])) as server:
 ...     env = RemoteEnv(server.url, "agentgym/Household-v0")
@@ -33,11 +33,12 @@ from typing import Any
 import gymnasium as gym
 import httpx
 
-from agentgym.core import AgentEnv, EnvUnavailableError, Snapshot, SnapshotError, _rebuild
+from agentgym.contract.env import AgentEnv, EnvUnavailableError, Snapshot, SnapshotError, _rebuild
 
 __all__ = ["EnvServerError", "RemoteEnv", "RemoteSnapshot", "http_client"]
 
-_SERVER_HEADER = "x-agentgym-server"  # agentgym.server.SERVER_HEADER (not imported: the client needs no FastAPI)
+# agentgym.serving.server.SERVER_HEADER (not imported: the client needs no FastAPI)
+_SERVER_HEADER = "x-agentgym-server"
 _JSON = {"content-type": "application/json"}
 #: Actions sent as JSON as they are; any other type is sent by name (the server steps a stand-in of that class).
 _JSON_ACTIONS = (str, dict, type(None), bool, int, float)
@@ -93,7 +94,7 @@ class RemoteEnv(AgentEnv):
         url: the server, ``http://host:port``.
         env_id: a registered env id the server serves (``GET /health`` lists them).
         env_kwargs: constructor arguments, JSON data (as for ``gymnasium.make``): only those the env declares
-            public (``agentgym.trust``); the server refuses others (``ValueError``), its operator gives those.
+            public (``agentgym.contract.trust``); the server refuses others (``ValueError``), its operator gives those.
         token: the server's bearer token (required when it listens beyond loopback).
         timeout: seconds to wait for any answer (an env step included) before raising ``EnvServerError``.
         connect_timeout: seconds to wait for a connection.

@@ -5,8 +5,8 @@ Each episode is replayed on an env built from its ``env_id`` and ``env_kwargs``,
 exactly (compared as canonical JSON: key order never matters), the record's ``task_id`` must be the one the env
 resets to, and an episode recorded without an error must end where the env ends it (no turns missing).
 
-A run's file starts with a run header (``agentgym.trajectory.RunHeader``); replay checks that the records after it
-are exactly the run's planned episodes, each once, in order: episode ``i`` names the run and position ``i``, has
+A run's file starts with a run header (``agentgym.contract.trajectory.RunHeader``); replay checks that the records after
+it are exactly the run's planned episodes, each once, in order: episode ``i`` names the run and position ``i``, has
 the env, arguments and agent label of the header, the seed and options the plan gives position ``i``, and the run
 holds as many episodes as planned (a file cut short is reported). When the header names a built-in agent of the
 env (given by name, e.g. ``heuristic``), replay reruns it with the episode's agent seed and its actions must be
@@ -20,7 +20,7 @@ re-execution catches any edit that changes what the env would do and the run-lev
 or reordered episode. Neither stops someone who rewrites a record's agent label or actions (for an agent replay
 cannot rerun) and recomputes its checksum; signatures do (``key``: records written with ``$AGENTGYM_TRAJECTORY_KEY``
 set carry an HMAC that only a holder of the key can make). In format 4 each signature also covers the run's random
-nonce and the signature of the record before it (``agentgym.trajectory.Seal``), so with the key replay refuses
+nonce and the signature of the record before it (``agentgym.contract.trajectory.Seal``), so with the key replay refuses
 records of two runs of one plan spliced together, and a run's records reordered or dropped from the middle, naming
 the first record that does not follow its run. A format-3 signature vouches for its record alone: the label of an
 agent replay cannot rerun stays unverified in such a run.
@@ -33,7 +33,7 @@ recorded arguments) is reported and replay goes on: nothing in the file makes re
 are made: a record cannot make replay import a module.
 
 >>> import agentgym, tempfile, os
->>> from agentgym.runner import run
+>>> from agentgym.running.runner import run
 >>> path = os.path.join(tempfile.mkdtemp(), "t.jsonl")
 >>> _ = run("agentgym/SearchQA-v0", "heuristic", 2, env_kwargs={"dataset": "tiny"}, out=path, progress=False)
 >>> [(r.ok, r.unverified) for r in replay_file(path)]
@@ -49,9 +49,9 @@ from typing import Any
 
 import gymnasium as gym
 
-from agentgym.agents.base import Agent
-from agentgym.core import AgentEnv
-from agentgym.trajectory import (
+from agentgym.contract.agent import Agent
+from agentgym.contract.env import AgentEnv
+from agentgym.contract.trajectory import (
     KEY_ENV,
     TOO_LARGE,
     Record,
@@ -61,7 +61,7 @@ from agentgym.trajectory import (
     canonical,
     read_records,
 )
-from agentgym.trust import checked_kwargs, operator_args_for
+from agentgym.contract.trust import checked_kwargs, operator_args_for
 
 
 @dataclass
@@ -133,8 +133,8 @@ def _error(e: Exception) -> str:
 
 
 def too_large(traj: Trajectory) -> bool:
-    """Whether ``traj`` is the record of an episode too large to write (``agentgym.runner``): its identity and error
-    only."""
+    """Whether ``traj`` is the record of an episode too large to write (``agentgym.running.runner``): its identity and
+    error only."""
     return (traj.error or "").startswith(f"{TOO_LARGE}:") and not traj.turns and not traj.initial_observation
 
 
@@ -225,7 +225,7 @@ def _agent_diff(
 
 def make_recorded_env(traj: Trajectory, env_args: Mapping[str, Any] | None = None) -> gym.Env:
     """The env a record names, made only if its id is registered and its ``env_kwargs`` are ones an outside caller
-    may set (``agentgym.trust``: a record is not trusted); ``env_args`` are the operator's (``agentgym replay
+    may set (``agentgym.contract.trust``: a record is not trusted); ``env_args`` are the operator's (``agentgym replay
     --env-arg``), which replace the record's. ``ValueError`` says why it cannot be made (``UntrustedArgumentError``
     for a refused argument)."""
     if traj.env_id not in gym.registry:
@@ -429,7 +429,7 @@ class _Replayer:
         if not all(v is None or isinstance(v, bool | int | float | str) for v in h.agent_kwargs.values()):
             run.agent_note = f"the agent {h.agent[:80]!r} has arguments that are not plain values: not rerun"
             return None
-        from agentgym.runner import make_agent
+        from agentgym.running.runner import make_agent
 
         try:
             agent = make_agent(h.agent_name, env, **h.agent_kwargs)

@@ -17,8 +17,8 @@ from typing import Any
 
 import gymnasium as gym
 
-from agentgym.registry import list_envs, unavailable_reason
-from agentgym.runner import builtin_agents, format_table, run_to_file
+from agentgym.contract.registry import list_envs, unavailable_reason
+from agentgym.running.runner import builtin_agents, format_table, run_to_file
 
 #: Per-env constructor arguments used by the bench (the defaults of each env otherwise).
 BENCH_ENV_KWARGS: dict[str, dict[str, Any]] = {}

@@ -1,5 +1,5 @@
 """The env server: agentgym envs played over HTTP, one session per env (``agentgym serve``; the client is
-:class:`agentgym.remote.RemoteEnv`).
+:class:`agentgym.serving.remote.RemoteEnv`).
 
 A session is one env built on the server with ``gymnasium.make(env_id, **env_kwargs)`` (so with the wrappers
 ``make`` adds); the client resets it, steps it, snapshots and restores it, and closes it. Bodies are JSON:
@@ -79,8 +79,9 @@ from fastapi import FastAPI, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from agentgym.branching import restore, snapshot
-from agentgym.core import AgentEnv, EnvUnavailableError, Snapshot, SnapshotError
+from agentgym.contract.branching import restore, snapshot
+from agentgym.contract.env import AgentEnv, EnvUnavailableError, Snapshot, SnapshotError
+from agentgym.contract.trust import UntrustedArgumentError, checked_kwargs, split_allowed_args, split_operator_args
 from agentgym.tools.serving import (
     TOKEN_ENV,
     ConnectionLimits,
@@ -91,7 +92,6 @@ from agentgym.tools.serving import (
     run_uvicorn,
     uvicorn_config,
 )
-from agentgym.trust import UntrustedArgumentError, checked_kwargs, split_allowed_args, split_operator_args
 
 _log = logging.getLogger(__name__)
 
@@ -825,8 +825,9 @@ def create_app(
         env_args: the operator's constructor arguments (``--env-arg``): ``{name: value}`` for every served env that
             takes ``name``, ``{"ENV_ID:name": value}`` for one env. Clients cannot change them.
         allow_env_args: ``{"ENV_ID:name": [values]}``: values clients may pick for an argument of one env besides
-            what the env declares public (``agentgym.trust``), e.g. ``{"agentgym/SearchQA-v0:dataset": ["100k"]}``;
-            a bare ``name`` only when exactly one served env takes it (``agentgym.trust.split_allowed_args``).
+            what the env declares public (``agentgym.contract.trust``), e.g. ``{"agentgym/SearchQA-v0:dataset":
+            ["100k"]}``; a bare ``name`` only when exactly one served env takes it
+            (``agentgym.contract.trust.split_allowed_args``).
         workers: threads env calls run in; the last eighth only for clients with no call running.
         call_timeout: seconds an env call may take (504 beyond; its session is then closed).
         max_calls_per_client: env calls one client may have running, stuck ones included (default a quarter of
@@ -841,7 +842,7 @@ def create_app(
         tokens: more bearer tokens the server accepts besides ``token``: one per client, for ``client_key="token"``.
         clock: the seconds idle sessions are measured in (``time.monotonic``; a test may drive its own).
     """
-    from agentgym.registry import list_envs
+    from agentgym.contract.registry import list_envs
 
     if max_sessions < 1 or max_snapshots < 1 or not idle_timeout > 0 or max_snapshot_bytes < 1:
         raise ValueError("max_sessions, max_snapshots and max_snapshot_bytes must be >= 1 and idle_timeout > 0")
@@ -1076,7 +1077,7 @@ class ServerProcess:
     """An env server in a subprocess on a loopback port, for tests, benchmarks, or a server beside a trainer (out of
     its process: no shared GIL).
 
-    ``target`` (``"module:function"``, default :func:`serve`; e.g. ``"agentgym.openenv_compat:serve_openenv"``) is
+    ``target`` (``"module:function"``, default :func:`serve`; e.g. ``"agentgym.serving.openenv:serve_openenv"``) is
     called with ``port`` and ``kwargs`` (JSON data, sent through the child's stdin, so a token never shows in
     its command line). ``port=None`` picks a free port. ``start`` returns once
     ``GET /health`` answers (sending ``kwargs["token"]`` if any); ``stop`` kills the server as a crash would.
@@ -1085,7 +1086,9 @@ class ServerProcess:
     ...     env = RemoteEnv(server.url, "agentgym/Household-v0")
     """
 
-    def __init__(self, target: str = "agentgym.server:serve", *, port: int | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, target: str = "agentgym.serving.server:serve", *, port: int | None = None, **kwargs: Any
+    ) -> None:
         self.target = target
         self.port = port or _free_port()
         self.kwargs = {"log_level": "warning", **kwargs}

@@ -33,9 +33,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from agentgym.agents.base import Agent
-from agentgym.core import AgentEnv
-from agentgym.registry import list_envs, unavailable_reason
+from agentgym.contract.agent import Agent
+from agentgym.contract.env import AgentEnv
+from agentgym.contract.registry import list_envs, unavailable_reason
+from agentgym.contract.trajectory import Trajectory
 from agentgym.rewards.base import TurnScorer
 from agentgym.rewards.process import ComponentScorer, GatedAccumulation, PRMClip, PRMDelta
 from agentgym.rewards.wrappers import (
@@ -46,8 +47,7 @@ from agentgym.rewards.wrappers import (
     ProgressReward,
     StepCost,
 )
-from agentgym.runner import format_table, make_agent, run_episode
-from agentgym.trajectory import Trajectory
+from agentgym.running.runner import format_table, make_agent, run_episode
 
 #: Per-env constructor arguments used by the reward bench.
 BENCH_ENV_KWARGS: dict[str, dict[str, Any]] = {

@@ -26,7 +26,7 @@ exposes it as a tool), which steps the env with one Hermes ``<tool_call>`` and r
 Example (needs ``pip install trl==1.16.0``)::
 
     from trl import GRPOConfig, GRPOTrainer
-    from agentgym.baselines.integrations.trl import AgentGymRollout, env_return
+    from agentgym.integrations.trl import AgentGymRollout, env_return
 
     rollout = AgentGymRollout("agentgym/SearchQA-v0", env_kwargs={"dataset": "tiny"}, max_turns=3, max_new_tokens=32,
                               stop=("</search>", "</answer>"))

@@ -2,8 +2,8 @@
 
 One JSON object per line, one line per episode, appended and flushed as each episode finishes, so a run
 that dies mid-write loses at most the line being written; ``read_trajectories`` skips a truncated final
-line and reports it, and the next writer cuts it off before appending. A run (``agentgym.runner``) first writes a
-*run header* (``RunHeader``: what was played, by which agent, with which seeds, how many episodes), and each of
+line and reports it, and the next writer cuts it off before appending. A run (``agentgym.running.runner``) first writes
+a *run header* (``RunHeader``: what was played, by which agent, with which seeds, how many episodes), and each of
 its episode records names the run and its position in it, so ``agentgym replay`` checks the file as a whole.
 Each record carries a checksum of its other fields (SHA-256 of the canonical JSON, keys sorted), so an
 accidental change is detected; the checksum is a digest anyone can recompute, not a signature. With the operator's
@@ -623,8 +623,8 @@ def read_records(
     an error; without, it is parsed and ``Record.altered`` says so. A record in an older format than the file's
     first record (a format-1 record without a checksum in a format-3 file) is an error: formats never go down.
     With ``key``, ``Record.signed`` says whether each record's signature is valid; ``Record.seal`` binds a signed
-    format-4 record to its run (checking the chain is the caller's: ``agentgym.replay``). Nothing in the file makes
-    this raise (only a file that cannot be opened does)."""
+    format-4 record to its run (checking the chain is the caller's: ``agentgym.running.replay``). Nothing in the file
+    makes this raise (only a file that cannot be opened does)."""
     with open(path, "rb") as f:
         lineno = 0
         file_version = 0

@@ -15,7 +15,7 @@ All JSON in an action (a ``<tool_call>`` block, an OpenAI message, ``arguments``
 ``loads_untrusted``, which is total: arrays and objects nested more than ``MAX_JSON_DEPTH`` levels, integer literals
 of more than ``MAX_INT_DIGITS`` digits, ``NaN``, ``Infinity`` and numbers out of the float range are a
 ``JSONLimitError`` (checked before decoding, without recursion), and a lone surrogate written as an escape
-(``"\\ud800"``) becomes U+FFFD, as a raw one in the action text does (``agentgym.core.sanitize_action``).
+(``"\\ud800"``) becomes U+FFFD, as a raw one in the action text does (``agentgym.contract.env.sanitize_action``).
 
 >>> parse_tag_action("<think>hmm</think><search> capital of Ovra </search>", ("search", "answer"))
 TagAction(tag='search', content='capital of Ovra')
@@ -345,7 +345,7 @@ def loads_untrusted(text: str, what: str = "The JSON") -> Any:
     >>> loads_untrusted("[" * 100 + "]" * 100, "The list")
     Traceback (most recent call last):
     ...
-    agentgym.parsing.JSONLimitError: The list is nested more than 64 levels deep; use at most 64 levels of arrays ...
+    agentgym.contract.parsing.JSONLimitError: The list is nested more than 64 levels deep; use at most 64 levels ...
     """
     if json_too_deep(text):
         raise JSONLimitError(

@@ -26,22 +26,20 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import difflib
 import math
 import os
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 from tqdm.auto import tqdm
 
-from agentgym.agents.base import Agent, Message
-from agentgym.core import AgentEnv
-from agentgym.trajectory import (
+from agentgym.contract.agent import Agent
+from agentgym.contract.trajectory import (
     KEY_ENV,
     TOO_LARGE,
     RecordTooLarge,
@@ -49,188 +47,27 @@ from agentgym.trajectory import (
     Seal,
     Trajectory,
     TrajectoryWriter,
-    Turn,
     cut_torn_tail,
     normalize,
     read_records,
     trajectory_key,
 )
+from agentgym.running.episode import (
+    GENERIC_AGENTS as GENERIC_AGENTS,  # re-exported: runner was their home before agentgym.running.episode
+    CallableAgent as CallableAgent,
+    Policy,
+    RunAborted,
+    RunSpec,
+    builtin_agents as builtin_agents,
+    env_kwargs_of as env_kwargs_of,
+    error_kind,
+    group_seeds as group_seeds,
+    make_agent,
+    run_episode,
+)
 
 if TYPE_CHECKING:
-    from agentgym.pool import EnvPool
-
-#: Agents that work with any env (they talk to a model, not to env internals).
-GENERIC_AGENTS: dict[str, str] = {
-    "openai": "agentgym.agents.openai_agent:OpenAIAgent",
-    "hf": "agentgym.agents.hf_agent:HFAgent",
-}
-
-#: A policy: an agent name, an ``Agent``, or a callable ``(messages, info) -> str``.
-Policy = str | Agent | Callable[[list[Message], dict[str, Any]], str]
-
-
-class CallableAgent(Agent):
-    """An ``Agent`` around a plain policy function ``(messages, info) -> str``.
-
-    >>> CallableAgent(lambda messages, info: "<answer> 42 </answer>").act([], {})
-    '<answer> 42 </answer>'
-    """
-
-    def __init__(self, fn: Callable[[list[Message], dict[str, Any]], str], name: str | None = None):
-        super().__init__()
-        self.fn = fn
-        self.name = name or getattr(fn, "__name__", type(fn).__name__)
-
-    def act(self, messages: list[Message], info: dict[str, Any]) -> str:
-        return self.fn(messages, info)
-
-
-def builtin_agents(env: gym.Env) -> list[str]:
-    """Names of the env's own built-in agents (e.g. ``oracle``, ``heuristic``, ``random``)."""
-    unwrapped = env.unwrapped
-    return list(unwrapped.agents) if isinstance(unwrapped, AgentEnv) else []
-
-
-def make_agent(agent: Policy, env: gym.Env, **kwargs: Any) -> Agent:
-    """An ``Agent`` for ``agent``: a built-in agent's name (the env's own, or ``openai`` / ``hf``) or an ``Agent``
-    class, built with ``kwargs``; an ``Agent`` object (returned as is); or a policy callable (in ``CallableAgent``)."""
-    if isinstance(agent, Agent):
-        return agent
-    if isinstance(agent, type) and issubclass(agent, Agent):
-        return agent(**kwargs)
-    if callable(agent):
-        return CallableAgent(agent)
-    unwrapped = env.unwrapped
-    env_agents = unwrapped.agents if isinstance(unwrapped, AgentEnv) else {}
-    if agent in env_agents:
-        return env_agents[agent](**kwargs)
-    if agent in GENERIC_AGENTS:
-        import importlib
-
-        module, cls = GENERIC_AGENTS[agent].split(":")
-        return getattr(importlib.import_module(module), cls)(**kwargs)
-    known = sorted({*env_agents, *GENERIC_AGENTS})
-    close = difflib.get_close_matches(str(agent), known, n=1)
-    hint = f"did you mean {close[0]!r}? " if close else ""
-    raise ValueError(f"unknown agent {agent!r} for {env.spec.id if env.spec else env}; {hint}choose from {known}")
-
-
-def env_kwargs_of(env: gym.Env, given: dict[str, Any]) -> dict[str, Any]:
-    """Constructor kwargs that recreate ``env``: the env's own record, overridden by what the user gave."""
-    unwrapped = env.unwrapped
-    own = unwrapped.spec_kwargs() if isinstance(unwrapped, AgentEnv) else {}
-    return {**own, **given}
-
-
-def run_episode(
-    env: gym.Env,
-    agent: Agent,
-    *,
-    seed: int | None,
-    options: dict[str, Any] | None = None,
-    env_id: str | None = None,
-    env_kwargs: dict[str, Any] | None = None,
-    group_id: str | None = None,
-    agent_seed: int | None = None,
-) -> Trajectory:
-    """Play one episode and return its record. An exception of the agent or the env ends the episode with
-    ``error`` set (``"env.reset: ..."`` / ``"env.step: ..."`` for the env's).
-
-    The agent is reset with ``agent_seed`` (default: ``seed``).
-    """
-    traj = Trajectory(
-        env_id=env_id or (env.spec.id if env.spec else type(env.unwrapped).__name__),
-        seed=seed,
-        task_id="",
-        agent=agent.name,
-        initial_observation=[],
-        reset_info={},
-        env_kwargs=env_kwargs_of(env, env_kwargs or {}),
-        options=dict(options or {}),
-        group_id=group_id,
-    )
-    try:
-        obs, info = env.reset(seed=seed, options=options)
-    except Exception as e:  # e.g. an unreachable retrieval server: recorded; the runner stops on repeated failures
-        traj.error = f"env.reset: {type(e).__name__}: {e}"
-        return traj
-    agent.reset(seed=seed if agent_seed is None else agent_seed)
-    traj.task_id, traj.initial_observation, traj.reset_info = str(info.get("task_id", "")), list(obs), info
-    messages = list(obs)
-    while True:
-        try:
-            action = agent.act(messages, info)
-        except Exception as e:  # an agent failure (e.g. a dead endpoint) is recorded, not fatal to the run
-            traj.error = f"{type(e).__name__}: {e}"
-            return traj
-        try:
-            obs, reward, terminated, truncated, info = env.step(action)
-        except Exception as e:
-            traj.error = f"env.step: {type(e).__name__}: {e}"
-            return traj
-        traj.turns.append(Turn(action, list(obs), float(reward), bool(terminated), bool(truncated), info))
-        messages.append({"role": "assistant", "content": action})
-        messages.extend(obs)
-        if terminated or truncated:
-            return traj
-
-
-@dataclass
-class RunSpec:
-    """What ``run`` plays: ``episodes`` episodes of ``env_id``, in groups of ``group_size`` on one task."""
-
-    env_id: str
-    episodes: int
-    seed: int = 0
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    #: ``"sequential"`` plays task g in group g (distinct tasks); ``"random"`` lets the seed pick.
-    tasks: str = "sequential"
-    group_size: int = 1
-
-    def __post_init__(self) -> None:
-        if self.tasks not in ("sequential", "random"):
-            raise ValueError(f"tasks must be 'sequential' or 'random', got {self.tasks!r}")
-        if self.group_size < 1:
-            raise ValueError(f"group_size must be >= 1, got {self.group_size}")
-        if self.episodes % self.group_size:
-            raise ValueError(f"episodes ({self.episodes}) must be a multiple of group_size ({self.group_size})")
-
-    def group(self, i: int) -> int:
-        return i // self.group_size
-
-    def env_seed(self, i: int) -> int:
-        return self.seed + self.group(i)
-
-    def options(self, i: int, num_tasks: int | None) -> dict[str, Any]:
-        if self.tasks == "random":
-            return {}
-        g = self.group(i)
-        return {"task_index": g % num_tasks if num_tasks else g}
-
-    def group_id(self, i: int) -> str | None:
-        return str(self.group(i)) if self.group_size > 1 else None
-
-
-def group_seeds(seed: int, num_groups: int, group_size: int) -> list[int]:
-    """Reset seeds for a vector env of ``num_groups * group_size`` sub-envs in groups of ``group_size``.
-
-    ``envs.reset(seed=group_seeds(s, G, k))`` puts sub-envs ``g*k .. g*k+k-1`` on the same task; after each
-    automatic reset they stay on a common task (see ``AgentEnv.reset``).
-
-    >>> group_seeds(7, 2, 3)
-    [7, 7, 7, 8, 8, 8]
-    """
-    return [seed + g for g in range(num_groups) for _ in range(group_size)]
-
-
-class RunAborted(RuntimeError):
-    """A run stopped early because episodes kept failing the same way (the message says how)."""
-
-
-def error_kind(error: str) -> str:
-    """What makes two episode errors "the same kind": where it happened and the exception type."""
-    head = error.split(":", 2)
-    return ":".join(head[:2]) if head[0].startswith("env.") else head[0]
+    from agentgym.running.pool import EnvPool
 
 
 def iter_episodes(
@@ -258,7 +95,7 @@ def iter_episodes(
     ``4 * max_errors`` episodes failed with the same kind of error, ``RunAborted`` is raised, so a broken setup
     stops in a few episodes instead of failing every one (``None`` never stops).
 
-    With ``pool`` (an ``agentgym.pool.EnvPool`` of ``env_id``, e.g. a ``RayPool``) the episodes run on its slots
+    With ``pool`` (an ``agentgym.running.pool.EnvPool`` of ``env_id``, e.g. a ``RayPool``) the episodes run on its slots
     (``EnvPool.play``: the same records); ``workers``, ``env_kwargs`` and ``make_env`` are then the pool's.
     """
     if pool is not None:
@@ -338,7 +175,7 @@ def run_header(spec: RunSpec, first: Trajectory, agent: Policy, agent_kwargs: di
 def too_large_record(traj: Trajectory, size: int, limit: int) -> Trajectory:
     """The record written instead of ``traj`` when its record (``size`` bytes) is longer than a writer allows
     (``limit``): what identifies the episode (env, seeds, options, task, agent, run and position) and an ``error``
-    saying why, without its observations, turns or infos; ``agentgym.replay`` checks its task and reports it
+    saying why, without its observations, turns or infos; ``agentgym.running.replay`` checks its task and reports it
     unverified."""
     error = (f"{TOO_LARGE}: the episode's record is {size} bytes, over the {limit} allowed; written without its "
              f"observations and its {len(traj.turns)} turn(s) (return {traj.total_reward:g}, success "

@@ -8,7 +8,7 @@ answer and the best score counts.
 The answer parsers of the envs (Clarify's call, TwentyQuestions' name, CodeExec's value) share the reading of free
 text: ``extract_answer`` (the answer without its sentence, markdown, quotes or code fence), ``find_call`` (the one
 ``name(key=value, ...)`` call a text gives) and ``match_choice`` (which allowed value a written value names: any
-time, number or weekday form through ``agentgym.facts``, or a synonym).
+time, number or weekday form through ``agentgym.grading.facts``, or a synonym).
 
 >>> normalize_answer("The  Hemlo-City!")
 'hemlocity'
@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 
-from agentgym.facts import parse_number, parse_time
+from agentgym.grading.facts import parse_number, parse_time
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = frozenset(string.punctuation)

@@ -31,7 +31,7 @@ from dataclasses import replace
 import gymnasium as gym
 from gymnasium.wrappers import OrderEnforcing, PassiveEnvChecker, TimeLimit
 
-from agentgym.core import AgentEnv, Snapshot, SnapshotError
+from agentgym.contract.env import AgentEnv, Snapshot, SnapshotError
 
 #: Episode-state attributes of Gymnasium's wrappers that ``gymnasium.make`` adds.
 GYMNASIUM_WRAPPER_STATE: dict[type, tuple[str, ...]] = {

@@ -1,4 +1,4 @@
-"""``check_env`` for text envs: Gymnasium's checker plus the contract of ``agentgym.core``.
+"""``check_env`` for text envs: Gymnasium's checker plus the contract of ``agentgym.contract.env``.
 
 Checks, in order: Gymnasium's ``check_env``; the ``info`` keys after ``reset`` and ``step``; same seed ->
 identical episode (observations, rewards, flags and info, compared as JSON); ``info`` JSON-serialisable;
@@ -174,8 +174,8 @@ def check(
         env.close()
 
     def branching() -> None:
-        from agentgym.branching import restore, snapshot
-        from agentgym.core import SnapshotError
+        from agentgym.contract.branching import restore, snapshot
+        from agentgym.contract.env import SnapshotError
 
         env = factory()
         actions = _actions(env, seed)
@@ -221,7 +221,7 @@ def check(
 
 def _actions(env: gym.Env, seed: int, n: int = 8) -> list[Any]:
     """Actions for the branching check: a built-in agent's (``random`` if the env has one), else sampled text."""
-    from agentgym.runner import builtin_agents, make_agent
+    from agentgym.running.runner import builtin_agents, make_agent
 
     names = builtin_agents(env)
     if not names:

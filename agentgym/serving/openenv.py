@@ -23,7 +23,7 @@ requires one beyond loopback).
 
 openenv-core is an optional dependency (``pip install 'agentgym[openenv]'``); it is imported on first use::
 
-    from agentgym.openenv_compat import AgentGymEnvClient, serve_openenv
+    from agentgym.serving.openenv import AgentGymEnvClient, serve_openenv
     serve_openenv("agentgym/SearchQA-v0", {"dataset": "tiny"}, port=8001)            # in one process
     with AgentGymEnvClient(base_url="http://127.0.0.1:8001").sync() as client:      # in another
         result = client.reset(seed=0)
@@ -40,12 +40,12 @@ from typing import Any
 
 import gymnasium as gym
 
-from agentgym.server import ClientKey, RequestGuard, env_uvicorn_config
+from agentgym.serving.server import ClientKey, RequestGuard, env_uvicorn_config
 from agentgym.tools.serving import check_bind, run_uvicorn
 
 __all__ = ["EpisodeNotStartedError", "create_openenv_app", "openenv_types", "serve_openenv"]
 
-#: The names this module builds on first use (they subclass openenv-core's classes): ``from agentgym.openenv_compat
+#: The names this module builds on first use (they subclass openenv-core's classes): ``from agentgym.serving.openenv
 #: import AgentGymEnvClient`` works, ``import *`` leaves them out.
 _LAZY = ("AgentGymAction", "AgentGymObservation", "AgentGymState", "AgentGymEnvironment", "AgentGymEnvClient")
 
@@ -217,7 +217,7 @@ def create_openenv_app(
     The env is built once here, so an unknown id or a bad argument fails now rather than in every session; later
     envs are built off the event loop (``AgentGymEnvironment.env``). ``max_sessions``: WebSocket sessions at most
     (one env each); ``max_sessions_per_client``: per client (default a quarter; ``client_key`` as in
-    :class:`agentgym.server.ClientKey`; a handshake beyond is refused with close code 1013); ``idle_timeout``:
+    :class:`agentgym.serving.server.ClientKey`; a handshake beyond is refused with close code 1013); ``idle_timeout``:
     seconds before OpenEnv's reaper closes an unused session (it runs with the app's lifespan, as under
     ``uvicorn``); ``token``: a bearer token required on every request (401) and WebSocket handshake (refused);
     ``max_body_bytes``: largest body (413).
@@ -263,7 +263,7 @@ def serve_openenv(
 
     Binds to loopback by default; any other ``host`` needs a bearer ``token`` (ValueError otherwise, before the
     env is built). WebSocket messages are capped like bodies (``max_body_bytes``, default 1 MiB); connections as
-    in :func:`agentgym.server.env_uvicorn_config`.
+    in :func:`agentgym.serving.server.env_uvicorn_config`.
     """
     check_bind(host, token)
     app = create_openenv_app(env_id, env_kwargs, token=token, **app_kwargs)

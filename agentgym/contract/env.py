@@ -53,11 +53,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
-from agentgym.spaces import Chat, UnicodeText
-from agentgym.trust import Arg, declare, integer, number, one_of
+from agentgym.contract.spaces import Chat, UnicodeText
+from agentgym.contract.trust import Arg, declare, integer, number, one_of
 
 if TYPE_CHECKING:
-    from agentgym.agents.base import Agent
+    from agentgym.contract.agent import Agent
     from agentgym.tools.sandbox import Capabilities
 
 Message = dict[str, Any]
@@ -95,7 +95,7 @@ class Snapshot:
 
     ``env`` and ``spec`` name the env class and its constructor arguments: a snapshot restores into any env
     built the same way, in any process. ``wrappers`` holds the state of the wrappers around the env when the
-    snapshot was taken with ``agentgym.branching.snapshot``.
+    snapshot was taken with ``agentgym.contract.branching.snapshot``.
     """
 
     env: str
@@ -201,8 +201,9 @@ class AgentEnv(gym.Env[list, str]):
     #: Why this env cannot run here (a missing package or data), or None; ``reset`` raises it.
     unavailable_reason: str | None = None
     #: Constructor arguments an outside caller (an env-server client, a trajectory file, a dataset row) may set, and
-    #: the values each may take (``agentgym.trust``); any other argument is the operator's. Each env class declares
-    #: its own (usually ``declare(AgentEnv.public_args, name=...)``): never a file, URL, credential, cache or code.
+    #: the values each may take (``agentgym.contract.trust``); any other argument is the operator's. Each env class
+    #: declares its own (usually ``declare(AgentEnv.public_args, name=...)``): never a file, URL, credential, cache
+    #: or code.
     public_args: ClassVar[Mapping[str, Arg]] = declare(
         max_turns=integer(1, 1000),
         invalid_action_penalty=number(-1e6, 1e6),
@@ -398,7 +399,7 @@ class AgentEnv(gym.Env[list, str]):
         """The current episode state (picklable). ``restore`` puts this or any env of the same spec back in it.
 
         Raises ``SnapshotError`` if the env does not support snapshots. To include the wrappers around an env
-        use ``agentgym.branching.snapshot(env)``.
+        use ``agentgym.contract.branching.snapshot(env)``.
         """
         state = self._snapshot_state() if self._task_index is not None else None
         rngs = tuple(None if g is None else g.bit_generator.state for g in (self._np_random, self._task_rng))

@@ -8,7 +8,8 @@ started (sticky) and its env state never travels. A pool is driven in one of two
   a lockstep rollout steps only its unfinished envs; ``reset_groups`` resets ``k`` slots per task seed (GRPO groups);
 * **asynchronous**: ``submit_reset`` / ``submit_step`` start a call on a slot and ``collect(timeout)`` returns the
   outcomes that have finished (``ray.wait`` semantics), so a slow env never holds back the others. ``play`` runs
-  whole episodes of a text policy this way and yields the same ``Trajectory`` records as ``agentgym.runner.run``.
+  whole episodes of a text policy this way and yields the same ``Trajectory`` records as
+  ``agentgym.running.runner.run``.
 
 Failures are values, not exceptions: a call that raises, that runs past ``step_timeout`` seconds (``ThreadPool``,
 ``RayPool``; resets included) or whose actor died returns an ``Outcome`` with ``error`` set (``"env.step:
@@ -46,9 +47,9 @@ from typing import Any, ClassVar, Self
 
 import gymnasium as gym
 
-from agentgym.agents.base import Agent, Message
-from agentgym.runner import Policy, RunAborted, RunSpec, error_kind, make_agent
-from agentgym.trajectory import Trajectory, Turn
+from agentgym.contract.agent import Agent, Message
+from agentgym.contract.trajectory import Trajectory, Turn
+from agentgym.running.episode import Policy, RunAborted, RunSpec, error_kind, make_agent
 
 __all__ = [
     "EnvFactory",
@@ -397,7 +398,7 @@ class EnvPool(abc.ABC):
         max_errors: int | None = 5,
     ) -> Iterator[Trajectory]:
         """Play episodes ``start .. episodes - 1`` of a text policy on the pool's slots and yield their records in
-        episode order: the same records as ``agentgym.runner.iter_episodes`` with these arguments (episode ``i``
+        episode order: the same records as ``agentgym.running.runner.iter_episodes`` with these arguments (episode ``i``
         reset with ``seed + i // group_size``, its agent with ``seed + i``).
 
         Every slot plays one episode at a time and its steps run as soon as its action is known (``collect``), so
