@@ -39,7 +39,7 @@ from collections import defaultdict
 from typing import Any
 
 import agentgym  # noqa: F401  (registers the envs)
-from agentgym.agents.base import Agent
+from agentgym.contract.agent import Agent
 from agentgym.envs.bfcl import data
 from agentgym.envs.bfcl.agents import OracleAgent, PerturbedOracle, RandomAgent
 from agentgym.envs.bfcl.env import BFCLEnv, gold_replay

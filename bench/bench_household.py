@@ -46,7 +46,7 @@ from agentgym.envs.household.agents import RandomAgent
 from agentgym.envs.household.engine import Engine
 from agentgym.envs.household.env import HouseholdEnv
 from agentgym.envs.household.world import SPLIT_SIZES, SPLITS, generate_task
-from agentgym.runner import run, summarize
+from agentgym.running.runner import run, summarize
 
 Measure = Callable[[float], tuple[int, float, float]]
 SHORT = {"pick_and_place_simple": "simple", "look_at_obj_in_light": "light", "pick_clean_then_place_in_recep": "clean",

@@ -42,8 +42,8 @@ def scripted_trajectory(turns: int, task_index: int) -> Any:
     import gymnasium as gym
 
     import agentgym  # noqa: F401 - registers the envs
-    from agentgym.agents.base import Agent
-    from agentgym.runner import run_episode
+    from agentgym.contract.agent import Agent
+    from agentgym.running.runner import run_episode
 
     class SearchThenAnswer(Agent):
         name = "search_then_answer"

@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 
-from agentgym.trajectory import count_records, read_trajectories
+from agentgym.contract.trajectory import count_records, read_trajectories
 
 
 def rss_mb(pid: int) -> float:
@@ -89,7 +89,7 @@ def main() -> None:
     order_ok = all(t.options["task_index"] == i % 140 for i, t in enumerate(read_trajectories(path)))
     result["final"] = {"records": records, "task_indices_in_order": order_ok, "bytes": os.path.getsize(path)}
     if args.replay:
-        from agentgym.replay import replay_file
+        from agentgym.running.replay import replay_file
 
         head = os.path.join(out, "head.jsonl")  # the run header and the first M episodes: a prefix of the run
         with open(path, "rb") as f, open(head, "wb") as g:

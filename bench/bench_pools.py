@@ -34,8 +34,8 @@ from typing import Any
 import gymnasium as gym
 
 import agentgym  # noqa: F401  (registers the envs)
-from agentgym.core import AgentEnv, StepResult
-from agentgym.pool import EnvPool, RayPool, SerialPool, ThreadPool
+from agentgym.contract.env import AgentEnv, StepResult
+from agentgym.running.pool import EnvPool, RayPool, SerialPool, ThreadPool
 
 HOUSEHOLD_ACTIONS = ["look", "inventory", "go to countertop 1", "examine countertop 1", "go to cabinet 1",
                      "open cabinet 1", "go to fridge 1", "open fridge 1"]  # fmt: skip

@@ -7,7 +7,7 @@ Run by hand (not a test; ``tests/core/test_server.py`` runs a bounded ``load``):
     python bench/bench_server.py load --sessions 500 --processes 5
     python bench/bench_server.py restart
 
-Every part starts its own server, ``agentgym.server.serve`` on a free loopback port in a subprocess (``--url``
+Every part starts its own server, ``agentgym.serving.server.serve`` on a free loopback port in a subprocess (``--url``
 points ``load`` at a running one instead). The policy is each env's built-in ``random`` agent, seeded, so every
 episode can be played again in-process and compared.
 
@@ -41,9 +41,9 @@ from typing import Any
 import gymnasium as gym
 
 import agentgym  # noqa: F401  (registers the envs)
-from agentgym.remote import EnvServerError, RemoteEnv, http_client
-from agentgym.runner import format_table, make_agent
-from agentgym.server import ServerProcess
+from agentgym.running.runner import format_table, make_agent
+from agentgym.serving.remote import EnvServerError, RemoteEnv, http_client
+from agentgym.serving.server import ServerProcess
 
 ENVS: dict[str, tuple[str, dict[str, Any]]] = {
     "Household": ("agentgym/Household-v0", {}),

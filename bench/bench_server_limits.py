@@ -4,11 +4,11 @@ per-client limits: connection caps, fair worker shares, snapshot budgets).
     python bench/bench_server_limits.py --clients 8 --seconds 10
     PYTHONPATH=/path/to/other/tree python bench/bench_server_limits.py ...   # the same against another tree
 
-Starts ``agentgym.server.serve`` (its defaults) in a subprocess on a free loopback port, serving
+Starts ``agentgym.serving.server.serve`` (its defaults) in a subprocess on a free loopback port, serving
 ``agentgym/Chain-v0`` (a cheap env: the server's own cost dominates), then ``--clients`` client processes each play
 episodes through one ``RemoteEnv`` (the built-in ``random`` agent's action, fixed) for ``--seconds``. Prints one
 JSON line: steps (resets not counted), aggregate steps/s, per-request p50/p99 latency in ms, errors, and the
-``agentgym.server`` file that served (which tree). ``--rounds`` repeats the timed part and reports each round.
+``agentgym.serving.server`` file that served (which tree). ``--rounds`` repeats the timed part and reports each round.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ ACTION = "<answer> gold </answer>"
 def client(url: str, seconds: float, start_at: float, out: Any) -> None:
     """One client: episodes through one RemoteEnv until ``seconds`` after ``start_at``."""
     import agentgym  # noqa: F401
-    from agentgym.remote import EnvServerError, RemoteEnv
+    from agentgym.serving.remote import EnvServerError, RemoteEnv
 
     env = RemoteEnv(url, ENV_ID, timeout=60.0)
     while time.time() < start_at:
@@ -79,12 +79,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
-    import agentgym.server
-    from agentgym.server import ServerProcess
+    import agentgym.serving.server
+    from agentgym.serving.server import ServerProcess
 
     with ServerProcess(env_ids=[ENV_ID]) as server:
         rounds = [run_round(server.url, args.clients, args.seconds) for _ in range(args.rounds)]
-    print(json.dumps({"server": agentgym.server.__file__, "clients": args.clients, "seconds": args.seconds,
+    print(json.dumps({"server": agentgym.serving.server.__file__, "clients": args.clients, "seconds": args.seconds,
                       "rounds": rounds}))  # fmt: skip
 
 

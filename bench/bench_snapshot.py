@@ -8,8 +8,8 @@ Run by hand (not a test)::
 For each env, episodes are played with the built-in ``random`` agent to a mid-episode turn (turn 3 of SearchQA,
 turn 20 of Household), then timed, each as the median over ``--reps`` repetitions:
 
-* ``snapshot``: ``agentgym.branching.snapshot(env)`` (the env and its Gymnasium wrappers),
-* ``restore``: ``agentgym.branching.restore(env, snap)`` into the same env,
+* ``snapshot``: ``agentgym.contract.branching.snapshot(env)`` (the env and its Gymnasium wrappers),
+* ``restore``: ``agentgym.contract.branching.restore(env, snap)`` into the same env,
 * ``pickle round trip``: ``pickle.loads(pickle.dumps(snap))`` (what sending a snapshot to another process costs)
   and the pickled size,
 * ``replay from start`` (the naive baseline, what a fork costs without snapshots): ``reset`` with the episode's
@@ -31,8 +31,8 @@ from typing import Any
 import gymnasium as gym
 
 import agentgym  # noqa: F401  (registers the envs)
-from agentgym.branching import restore, snapshot
-from agentgym.runner import format_table, make_agent
+from agentgym.contract.branching import restore, snapshot
+from agentgym.running.runner import format_table, make_agent
 
 ENVS: tuple[tuple[str, str, dict[str, Any], int], ...] = (
     ("SearchQA (small, BM25)", "agentgym/SearchQA-v0", {}, 3),

@@ -51,7 +51,7 @@ def worker(tasks: int, repeats: int = 3) -> dict[str, float]:
     import gymnasium as gym
 
     import agentgym  # noqa: F401  (registers the envs)
-    from agentgym.runner import make_agent
+    from agentgym.running.runner import make_agent
 
     out = {}
     for name, (env_id, kwargs, agent_name, how) in WORKLOADS.items():

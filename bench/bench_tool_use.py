@@ -21,7 +21,7 @@ from agentgym.envs.tool_use.agents import RandomAgent, hermes
 from agentgym.envs.tool_use.env import ToolUseEnv
 from agentgym.envs.tool_use.tasks import build_world, make_task, run_calls
 from agentgym.envs.tool_use.worlds import WORLDS
-from agentgym.runner import format_table
+from agentgym.running.runner import format_table
 
 
 def gold_actions(env: ToolUseEnv, index: int, native: bool) -> list[str]:

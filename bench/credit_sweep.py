@@ -25,8 +25,8 @@ a data point: counted in ``collapsed``, left out of the means and of the pairs.
 
 **Statistics.** Per (env, H, method) against ``grpo`` of the same seeds: the mean difference of final success and
 of training AUC (mean training success over the iterations), each with an exact two-sided paired sign-flip test
-(``agentgym.stats``: all 2^n sign patterns for n <= 20, else a seeded Monte-Carlo whose draw count is stated), and
-Holm's correction within each family: ``--primary`` names the primary family (final success of the named methods
+(``agentgym.running.stats``: all 2^n sign patterns for n <= 20, else a seeded Monte-Carlo whose draw count is stated),
+and Holm's correction within each family: ``--primary`` names the primary family (final success of the named methods
 at the named cells); every other comparison, both endpoints, is the secondary family.
 
 Methods (``METHODS``; the trainer's estimators):
@@ -83,8 +83,8 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from agentgym.stats import MAX_EXACT, holm, sign_flip_test
-from agentgym.trust import checked_kwargs
+from agentgym.contract.trust import checked_kwargs
+from agentgym.running.stats import MAX_EXACT, holm, sign_flip_test
 
 #: Method name -> trainer overrides.
 METHODS: dict[str, dict[str, Any]] = {

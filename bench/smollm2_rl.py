@@ -66,8 +66,8 @@ def peak_rss_gb() -> float:
 
 
 def paired(diffs: list[float]) -> dict[str, Any]:
-    """The exact two-sided paired sign-flip test of ``diffs`` (``agentgym.stats``) as a JSON row."""
-    from agentgym.stats import sign_flip_test
+    """The exact two-sided paired sign-flip test of ``diffs`` (``agentgym.running.stats``) as a JSON row."""
+    from agentgym.running.stats import sign_flip_test
 
     if not diffs:
         return {"n": 0, "mean": None, "p": float("nan")}

@@ -3,7 +3,7 @@
 It is the README's "Writing an environment" example and is not registered by default. Register and run it:
 
 >>> import gymnasium as gym
->>> from agentgym.runner import run
+>>> from agentgym.running.runner import run
 >>> gym.register("example/GuessNumber-v0", entry_point="agentgym.envs.example:GuessNumberEnv")
 >>> [(t.success, len(t.turns)) for t in run("example/GuessNumber-v0", "bisect", episodes=3, progress=False)]
 [(True, 6), (True, 7), (True, 5)]
@@ -13,7 +13,7 @@ import re
 from typing import Any, ClassVar
 
 from agentgym import Agent, AgentEnv, StepResult
-from agentgym.trust import declare, integer
+from agentgym.contract.trust import declare, integer
 
 GUESS = re.compile(r"\s*<guess>\s*(-?\d{1,9})\s*</guess>\s*")
 

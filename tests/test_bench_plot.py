@@ -66,6 +66,6 @@ def check_layout(plot_results, out: Path, monkeypatch) -> None:
 
 
 def test_bench_plot_labels_do_not_overlap(tmp_path, monkeypatch):
-    from agentgym.bench import plot_results
+    from agentgym.running.bench import plot_results
 
     check_layout(plot_results, tmp_path, monkeypatch)

@@ -19,7 +19,7 @@ def all_modules() -> list[str]:
 
 def test_modules_are_found():
     names = all_modules()
-    assert {"agentgym.core", "agentgym.envs.search_qa.env", "agentgym.tools.retrieval.bm25"} <= set(names)
+    assert {"agentgym.contract.env", "agentgym.envs.search_qa.env", "agentgym.tools.retrieval.bm25"} <= set(names)
 
 
 @pytest.mark.parametrize("name", all_modules())

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agentgym.agents.base import Message, normalize_messages
+from agentgym.contract.agent import Message, normalize_messages
 
 if TYPE_CHECKING:
     import torch

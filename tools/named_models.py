@@ -9,7 +9,7 @@ with the tokenizer and chat template, as a safetensors checkpoint in the model c
 
 The cache lives in a directory the operator chooses (``cache_dir=``, else ``$AGENTGYM_MODEL_CACHE``, else
 ``$XDG_CACHE_HOME/agentgym/models``, else ``~/.cache/agentgym/models``), never one a client names
-(``agentgym.trust``). Each entry is ``<name>-<first 12 hex digits of the GGUF's sha256>/``: it is written in a
+(``agentgym.contract.trust``). Each entry is ``<name>-<first 12 hex digits of the GGUF's sha256>/``: it is written in a
 temporary sibling folder and renamed into place once complete (files fsynced, a manifest of file sizes written
 last), so a half-written entry is never used; an entry whose manifest is missing or whose files do not match it is
 rebuilt.

@@ -1,6 +1,6 @@
 """Serving over HTTP safely: loopback unless a bearer token is set, tokens compared in constant time, and uvicorn
 connections with read deadlines and size limits. Shared by the model server (``tools/openai_server.py``) and the
-retrieval server (``tools/retrieval/server.py``); the env server (``agentgym/server.py``) builds on it.
+retrieval server (``tools/retrieval/server.py``); the env server (``agentgym/serving/server.py``) builds on it.
 
 >>> is_loopback("127.0.0.1"), is_loopback("0.0.0.0")
 (True, False)

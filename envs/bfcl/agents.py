@@ -15,7 +15,7 @@ import json
 import re
 from typing import Any, ClassVar
 
-from agentgym.agents.base import Agent
+from agentgym.contract.agent import Agent
 from agentgym.envs.tool_use.agents import OracleAgent, hermes
 
 __all__ = ["PERTURBATIONS", "OracleAgent", "PerturbedOracle", "RandomAgent", "hermes"]

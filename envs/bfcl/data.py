@@ -39,7 +39,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from agentgym.core import EnvUnavailableError
+from agentgym.contract.env import EnvUnavailableError
 from agentgym.envs.tool_use.tools import validate_arguments
 
 BFCL_VERSION = "2026.3.23"

@@ -56,15 +56,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from agentgym.core import AgentEnv, StepResult
+from agentgym.contract.env import AgentEnv, StepResult
+from agentgym.contract.parsing import ParseError, ToolCall, is_blank, parse_tool_turn
+from agentgym.contract.spaces import Chat
+from agentgym.contract.trust import declare, flag, integer, one_of
 from agentgym.envs.bfcl import data
 from agentgym.envs.bfcl.agents import OracleAgent, RandomAgent
 from agentgym.envs.bfcl.data import Task
 from agentgym.envs.tool_use.limits import MAX_OBSERVATION_CHARS, MAX_WORLD_CHARS, cap_observation
 from agentgym.envs.tool_use.tools import ArgumentError
-from agentgym.parsing import ParseError, ToolCall, is_blank, parse_tool_turn
-from agentgym.spaces import Chat
-from agentgym.trust import declare, flag, integer, one_of
 
 #: BFCL's MAXIMUM_STEP_LIMIT (``bfcl_eval/constants/default_prompts.py``): more call steps in one user turn and
 #: BFCL force-quits the task, which then fails.

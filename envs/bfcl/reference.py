@@ -8,7 +8,7 @@ gold was force-terminated and fails; each step is decoded into Python call strin
 is skipped) and ``multi_turn_checker`` judges them, executing them on fresh instances with BFCL's executor. Decoding
 is BFCL's for function-calling models (``convert_to_function_call`` in ``bfcl_eval/model_handler/utils.py``, which
 needs packages the wheel is installed without, so its one format line is :func:`call_string`) after
-``agentgym.parsing.parse_tool_turn`` has read the env's call formats. A turn with more than BFCL's
+``agentgym.contract.parsing.parse_tool_turn`` has read the env's call formats. A turn with more than BFCL's
 ``MAXIMUM_STEP_LIMIT`` decoded steps would have been force-quit by BFCL's inference loop, so it fails too.
 
 >>> call_string("cd", {"folder": "document"}), call_string("close_ticket", {"ticket_id": "ticket_001"})
@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agentgym.contract.parsing import ParseError, parse_tool_turn
 from agentgym.envs.bfcl import data
-from agentgym.parsing import ParseError, parse_tool_turn
 
 UTILS = "bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils"
 PROMPTS = "bfcl_eval.constants.default_prompts"

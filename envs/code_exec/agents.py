@@ -19,7 +19,7 @@ import json
 import re
 from typing import Any
 
-from agentgym.agents.base import Agent, GoldAgent
+from agentgym.contract.agent import Agent, GoldAgent
 from agentgym.envs.tool_use.agents import hermes
 
 Message = dict[str, Any]

@@ -65,14 +65,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from agentgym.core import AgentEnv, EnvUnavailableError, StepResult
+from agentgym.contract.env import AgentEnv, EnvUnavailableError, StepResult
+from agentgym.contract.parsing import NoActionError, ParseError, ToolCall, is_blank, parse_tag_action, parse_tool_turn
+from agentgym.contract.trust import declare, number, one_of
 from agentgym.envs.code_exec.agents import OracleAgent, RandomAgent
 from agentgym.envs.code_exec.tasks import FAMILIES, TASKS_PER_FAMILY, answer_text, check_answer, make_task
 from agentgym.envs.tool_use.tools import ArgumentError, schema_of, tool, tool_names, validate_arguments
-from agentgym.parsing import NoActionError, ParseError, ToolCall, is_blank, parse_tag_action, parse_tool_turn
 from agentgym.tools.sandbox import Capabilities, PoolKey, RunResult, Sandbox, SubprocessSandbox, isolation_refused
 from agentgym.tools.sandbox.local import SHARED
-from agentgym.trust import declare, number, one_of
 
 BACKENDS = ("pool", "subprocess")
 #: ``isolation=``: ``"namespaces"`` (the sandbox's own root, namespaces, a uid or user namespace of its own; the env

@@ -44,8 +44,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from agentgym.answers import extract_answer
-from agentgym.facts import parse_number, parse_time
+from agentgym.grading.answers import extract_answer
+from agentgym.grading.facts import parse_number, parse_time
 
 FAMILIES = ("table", "logs", "numbers")
 #: Tasks per family (indices ``0 .. TASKS_PER_FAMILY - 1``).
@@ -886,7 +886,7 @@ _RANGE = re.compile(r"^(?:between\s+|from\s+)?(.+?)\s*(?:-|–|—|to|until|and)
 
 
 def _number(text: str) -> Fraction | None:
-    """The number the answer ``text`` gives (see ``agentgym.answers.extract_answer`` for the wrapping allowed:
+    """The number the answer ``text`` gives (see ``agentgym.grading.answers.extract_answer`` for the wrapping allowed:
     a sentence, bold, a code fence), or None: digits with or without thousands separators (in groups of three),
     trailing zeros or an exponent, a currency sign and a unit after it (``$``, ``%``, ``bytes``), or a number word.
 
@@ -947,7 +947,7 @@ def check_answer(task: dict[str, Any], submitted: str) -> bool:
     """Whether ``submitted`` (text) answers ``task``.
 
     The answer may be wrapped as people write it: a lead-in ("The answer is", "Answer:"), bold, inline code, a code
-    fence, quotes, a final period (``agentgym.answers.extract_answer``). ``int``: the same integer (``"1,234"``,
+    fence, quotes, a final period (``agentgym.grading.answers.extract_answer``). ``int``: the same integer (``"1,234"``,
     ``"1234.0"``, ``"twelve"``, a unit after it; separators only in groups of three); an hour of the day
     (``HOUR_TEMPLATES``) also as a time of that hour (``"17:00"``, ``"5 pm"``, ``"17:00-17:59"``). ``float``: within
     half a unit of the requested last decimal place of the exact value, plus ``FLOAT_RTOL`` relative (so the

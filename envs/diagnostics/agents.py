@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentgym.agents.base import Agent, GoldAgent
+from agentgym.contract.agent import Agent, GoldAgent
 
 Message = dict[str, Any]
 #: What precedes the option words at the end of every stage's text.

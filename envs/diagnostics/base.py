@@ -53,10 +53,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from agentgym.core import AgentEnv, StepResult
+from agentgym.contract.env import AgentEnv, StepResult
+from agentgym.contract.parsing import ParseError, parse_tag_action
+from agentgym.contract.trust import declare, integer, number, one_of
 from agentgym.envs.diagnostics.agents import OPTIONS_MARK, OracleAgent, RandomAgent
-from agentgym.parsing import ParseError, parse_tag_action
-from agentgym.trust import declare, integer, number, one_of
 
 #: Option vocabularies: each word is one token of the tiny model's (MiniLM WordPiece) vocabulary.
 COLOURS: tuple[str, ...] = ("red", "blue", "green", "yellow", "black", "white", "brown", "pink", "orange", "purple",

@@ -12,7 +12,7 @@ or roll the game back behind the adapter's back, so ``won``, ``progress`` and va
 Adapters construct lazily: when their package, game files or data are missing, construction still succeeds (so
 ``agentgym list`` and ``agentgym bench`` can probe every registered env), the env has no built-in agents and its
 ``unavailable_reason`` says what to install or download, and ``reset`` raises
-``agentgym.core.EnvUnavailableError`` with that message. Game paths given explicitly that do not exist raise at
+``agentgym.contract.env.EnvUnavailableError`` with that message. Game paths given explicitly that do not exist raise at
 construction.
 
 >>> import gymnasium as gym, agentgym
@@ -28,12 +28,12 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from agentgym.core import AgentEnv, StepResult
+from agentgym.contract.env import AgentEnv, StepResult
+from agentgym.contract.parsing import ParseError, TruncatedActionError, parse_tag_action
+from agentgym.contract.trust import declare, flag, number, one_of
 from agentgym.envs.household.agents import OracleAgent, RandomAgent
 from agentgym.envs.household.engine import NOTHING
 from agentgym.envs.household.prompts import PROMPTS, first_message, step_message
-from agentgym.parsing import ParseError, TruncatedActionError, parse_tag_action
-from agentgym.trust import declare, flag, number, one_of
 
 #: Longest command forwarded to a game.
 MAX_COMMAND_CHARS = 200

@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from agentgym.agents.base import Agent, AgentError
+from agentgym.contract.agent import Agent, AgentError
 from agentgym.envs.household import catalog as C
 from agentgym.envs.household.engine import Engine
 from agentgym.envs.household.planner import expert_plan

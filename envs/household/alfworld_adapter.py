@@ -18,9 +18,9 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from agentgym.contract.trust import declare, list_of, one_of
 from agentgym.envs.household import catalog as C
 from agentgym.envs.household.adapters import TextGameEnv
-from agentgym.trust import declare, list_of, one_of
 
 ALFWORLD_SPLITS = {"train": "train", "valid_seen": "valid_seen", "valid_unseen": "valid_unseen"}
 DATA_ENV = "ALFWORLD_DATA"

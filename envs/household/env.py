@@ -33,15 +33,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from agentgym.core import AgentEnv, StepResult
+from agentgym.contract.env import AgentEnv, StepResult
+from agentgym.contract.parsing import ParseError, TruncatedActionError, is_blank, parse_tag_action
+from agentgym.contract.trust import declare, flag, integer, list_of, number, one_of
 from agentgym.envs.household.agents import HeuristicAgent, OracleAgent, RandomAgent
 from agentgym.envs.household.catalog import TASK_TYPES
 from agentgym.envs.household.engine import NOTHING, PUT_STYLES, Engine
 from agentgym.envs.household.planner import PlanKeyer, expert_plan
 from agentgym.envs.household.prompts import PROMPTS, VerlStep, first_message, render_admissible
 from agentgym.envs.household.world import DIFFICULTIES, SPLIT_SIZES, SPLITS, GenConfig, Task, generate_task
-from agentgym.parsing import ParseError, TruncatedActionError, is_blank, parse_tag_action
-from agentgym.trust import declare, flag, integer, list_of, number, one_of
 
 _PLAN_MEMO_LIMIT = 4096
 

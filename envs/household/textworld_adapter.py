@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from agentgym.core import EnvUnavailableError
+from agentgym.contract.env import EnvUnavailableError
 from agentgym.envs.household.adapters import TextGameEnv
 
 GAME_EXTENSIONS = (".z8", ".ulx", ".z5")

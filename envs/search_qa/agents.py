@@ -15,7 +15,7 @@ import re
 from collections import Counter
 from typing import Any
 
-from agentgym.agents.base import Agent, GoldAgent
+from agentgym.contract.agent import Agent, GoldAgent
 
 Message = dict[str, Any]
 

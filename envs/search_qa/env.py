@@ -23,14 +23,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from agentgym.answers import exact_match, f1_score, sub_exact_match
-from agentgym.core import AgentEnv, StepResult
+from agentgym.contract.env import AgentEnv, StepResult
+from agentgym.contract.parsing import MODES, ParseError, parse_tag_action
+from agentgym.contract.trust import declare, integer, list_of, one_of
 from agentgym.envs.search_qa.agents import DemoAgent, HeuristicAgent, OracleAgent, RandomAgent
 from agentgym.envs.search_qa.data import HOP_TYPES, QADataset, QAExample, build_dataset
-from agentgym.parsing import MODES, ParseError, parse_tag_action
+from agentgym.grading.answers import exact_match, f1_score, sub_exact_match
 from agentgym.tools.retrieval import Retriever, make_retriever
 from agentgym.tools.retrieval.base import Hit
-from agentgym.trust import declare, integer, list_of, one_of
 
 ACTION_TAGS = ("search", "answer")
 REWARD_METRICS = ("em", "f1", "subem")

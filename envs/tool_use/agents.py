@@ -14,8 +14,8 @@ import json
 import re
 from typing import Any
 
-from agentgym.agents.base import Agent, GoldAgent
 from agentgym.agents.tool_calls import listed_tools
+from agentgym.contract.agent import Agent, GoldAgent
 
 Message = dict[str, Any]
 _PATH = re.compile(r"/[\w./-]+\w")

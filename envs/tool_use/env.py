@@ -39,7 +39,9 @@ import json
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from agentgym.core import AgentEnv, StepResult
+from agentgym.contract.env import AgentEnv, StepResult
+from agentgym.contract.parsing import ParseError, ToolCall, is_blank, parse_tool_turn
+from agentgym.contract.trust import declare, one_of
 from agentgym.envs.tool_use.agents import OracleAgent, RandomAgent
 from agentgym.envs.tool_use.limits import (
     MAX_CALLS_PER_STEP,
@@ -52,9 +54,7 @@ from agentgym.envs.tool_use.limits import (
 from agentgym.envs.tool_use.tasks import build_world, make_task, replay
 from agentgym.envs.tool_use.tools import ArgumentError, LimitError, ToolError, validate_arguments
 from agentgym.envs.tool_use.worlds import WORLDS, World
-from agentgym.facts import states
-from agentgym.parsing import ParseError, ToolCall, is_blank, parse_tool_turn
-from agentgym.trust import declare, one_of
+from agentgym.grading.facts import states
 
 VARIANTS = ("base", "miss_func", "miss_param")
 #: What the ``variant`` argument accepts: a variant, or ``"mixed"`` (each task plays the one drawn for it).
@@ -85,8 +85,8 @@ def world_state_diff(state: Mapping[str, Any], gold: Mapping[str, Any], world: t
 
 
 def facts_stated(text: str, facts: list[str]) -> bool:
-    """Whether a reply states every fact, each compared by value (``agentgym.facts.states``; its kind read from its
-    canonical form: ``2610.50`` is money, so ``$2,610.5`` states it; ``08:00`` a time, so ``8am`` does; anything
+    """Whether a reply states every fact, each compared by value (``agentgym.grading.facts.states``; its kind read from
+    its canonical form: ``2610.50`` is money, so ``$2,610.5`` states it; ``08:00`` a time, so ``8am`` does; anything
     else a whole phrase, any case)."""
     return all(states(text, f) for f in facts)
 

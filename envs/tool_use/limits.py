@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agentgym.spaces import Chat
+from agentgym.contract.spaces import Chat
 
 _SPACE = Chat()
 #: Worst-case UTF-8 JSON bytes of one character of content (a control character escaped as ``\\u001b``).

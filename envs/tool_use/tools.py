@@ -154,7 +154,7 @@ def schema_of(fn: Callable[..., Any]) -> dict[str, Any]:
     return {"type": "function", "function": {"name": fn.__name__, "description": description, "parameters": parameters}}
 
 
-#: Deepest nesting of arrays and objects an argument may have (as ``agentgym.parsing.MAX_JSON_DEPTH``).
+#: Deepest nesting of arrays and objects an argument may have (as ``agentgym.contract.parsing.MAX_JSON_DEPTH``).
 MAX_ARGUMENT_DEPTH = 64
 #: The range of an ``integer`` argument: a signed 64-bit integer.
 MAX_INTEGER = 2**63 - 1

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentgym.agents.base import Agent, GoldAgent
+from agentgym.contract.agent import Agent, GoldAgent
 from agentgym.envs.user_sim.users import find_word
 
 Message = dict[str, Any]

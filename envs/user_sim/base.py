@@ -30,11 +30,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from agentgym.core import AgentEnv, SnapshotError, StepResult
+from agentgym.contract.env import AgentEnv, SnapshotError, StepResult
+from agentgym.contract.parsing import InvalidToolCallError, NoActionError, ParseError, is_blank, parse_tool_turn
+from agentgym.contract.trust import declare, integer, number, one_of, record
 from agentgym.envs.tool_use.tools import ArgumentError, validate_arguments
 from agentgym.envs.user_sim.users import SimulatorError, User, find_word, split_marker
-from agentgym.parsing import InvalidToolCallError, NoActionError, ParseError, is_blank, parse_tool_turn
-from agentgym.trust import declare, integer, number, one_of, record
 
 CHOICES: tuple[str, ...] = ("action", "search", "answer", "finish")
 #: Scripted-user settings an env's ``user_knobs`` may override for every task (``ScriptedUser``'s arguments).

@@ -35,7 +35,6 @@ import random
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from agentgym.answers import find_call, match_choice
 from agentgym.envs.user_sim.agents import (
     ClarifyHeuristicAgent,
     ClarifyKeywordAgent,
@@ -45,6 +44,7 @@ from agentgym.envs.user_sim.agents import (
 )
 from agentgym.envs.user_sim.base import UserSimEnv
 from agentgym.envs.user_sim.users import ScriptedUser, Slot, User
+from agentgym.grading.answers import find_call, match_choice
 
 DIFFICULTIES = ("easy", "medium", "hard")
 #: difficulty -> (hidden details, volunteer_after, cooperativeness)
@@ -488,10 +488,10 @@ def loose_details(difficulty: str, index: int, slots: tuple[Slot, ...], goal: di
 def parse_call(text: str) -> tuple[str, dict[str, str]] | None:
     """The action call the answer ``text`` gives -> ``(name, {key: value})``; None if it holds no call (or several).
 
-    The call may stand in a sentence, a code fence or bold (``agentgym.answers.find_call``), its values quoted or
-    not. A value that names one of its slot's choices in another form comes back as that choice (lower case):
+    The call may stand in a sentence, a code fence or bold (``agentgym.grading.answers.find_call``), its values quoted
+    or not. A value that names one of its slot's choices in another form comes back as that choice (lower case):
     synonyms of the slot (``pickup`` for ``collected``), any time form (``8pm`` for ``20:00``), number words
-    (``six``), weekday abbreviations (``thu``), the slot's own words (``thin crust``) (``agentgym.answers.
+    (``six``), weekday abbreviations (``thu``), the slot's own words (``thin crust``) (``agentgym.grading.answers.
     match_choice``); any other value comes back as written, in lower case, and is wrong.
 
     >>> parse_call("book_table(cuisine='Thai', people=4)")

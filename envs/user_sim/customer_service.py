@@ -64,10 +64,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from agentgym.agents.base import Agent
-from agentgym.core import StepResult
-from agentgym.envs.tool_use.agents import OracleAgent, hermes
-from agentgym.envs.tool_use.agents import RandomAgent as RandomToolAgent
+from agentgym.contract.agent import Agent
+from agentgym.contract.env import StepResult
+from agentgym.contract.parsing import ParseError, ToolCall, is_blank, loads_untrusted, parse_tool_turn
+from agentgym.contract.trust import declare, integer
+from agentgym.envs.tool_use.agents import OracleAgent, RandomAgent as RandomToolAgent, hermes
 from agentgym.envs.tool_use.limits import (
     MAX_CALLS_PER_STEP,
     MAX_RESULT_CHARS,
@@ -100,8 +101,6 @@ from agentgym.envs.user_sim.service_world import (
     told,
 )
 from agentgym.envs.user_sim.users import STOP, User, split_marker
-from agentgym.parsing import ParseError, ToolCall, is_blank, loads_untrusted, parse_tool_turn
-from agentgym.trust import declare, integer
 
 Message = dict[str, Any]
 #: Calls one agent turn may make (``agentgym.envs.tool_use.limits.MAX_CALLS_PER_STEP``).

@@ -64,8 +64,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from agentgym import trust
-from agentgym.agents.base import Agent, GoldAgent
+from agentgym.contract import trust
+from agentgym.contract.agent import Agent, GoldAgent
 from agentgym.envs.user_sim.agents import RandomInteractAgent
 from agentgym.envs.user_sim.base import UserSimEnv
 from agentgym.envs.user_sim.understanding import INDIRECT, split_clauses

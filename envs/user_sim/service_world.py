@@ -35,7 +35,7 @@ from typing import Any, Literal
 from agentgym.envs.tool_use.tools import ToolError, tool
 from agentgym.envs.tool_use.worlds import World
 from agentgym.envs.user_sim.users import find_word
-from agentgym.facts import states
+from agentgym.grading.facts import states
 
 DIFFICULTIES = ("easy", "medium", "hard")
 TASKS_PER_LEVEL = 10_000
@@ -217,8 +217,9 @@ def order_ids_in(text: str) -> set[str]:
 
 
 def told(alternatives: list[str], text: str) -> bool:
-    """Whether ``text`` states one of a fact's values, compared by value (``agentgym.facts.states``, the kind read
-    from the canonical form: an amount ``161.50``, a date ``2026-05-08``, a card's last four digits, a status word).
+    """Whether ``text`` states one of a fact's values, compared by value (``agentgym.grading.facts.states``, the kind
+    read from the canonical form: an amount ``161.50``, a date ``2026-05-08``, a card's last four digits, a status
+    word).
 
     >>> told(["161.50"], "$161.5 has been refunded"), told(["2026-05-08"], "It was delivered on the 8th of May.")
     (True, True)

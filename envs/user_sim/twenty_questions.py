@@ -91,15 +91,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from agentgym.agents.base import Agent, GoldAgent
-from agentgym.answers import extract_answer, normalize_answer
-from agentgym.core import StepResult
+from agentgym.contract.agent import Agent, GoldAgent
+from agentgym.contract.env import StepResult
+from agentgym.contract.parsing import ParseError
+from agentgym.contract.trust import declare, list_of, number, one_of
 from agentgym.envs.search_qa.data import DatasetConfig
 from agentgym.envs.search_qa.kb import GENRES, INDUSTRIES, KINDS, build_kb, indefinite
 from agentgym.envs.user_sim.base import UserSimEnv, parse_interaction
 from agentgym.envs.user_sim.users import User
-from agentgym.parsing import ParseError
-from agentgym.trust import declare, list_of, number, one_of
+from agentgym.grading.answers import extract_answer, normalize_answer
 
 Message = dict[str, Any]
 Row = Mapping[str, Any]  # one entity: "name", "type" and its attributes (str, or int for number attributes)

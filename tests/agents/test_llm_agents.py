@@ -205,8 +205,8 @@ def test_openai_agent_plays_searchqa_end_to_end_through_the_runner(server, tmp_p
     """`agentgym run ... --agent openai` against a real server: trajectories are complete, the model's
     (random) text is handled by the env's parser, and the same seeds replay identically."""
     from agentgym.cli import main
-    from agentgym.replay import replay_file
-    from agentgym.trajectory import read_trajectories
+    from agentgym.contract.trajectory import read_trajectories
+    from agentgym.running.replay import replay_file
 
     out = tmp_path / "run"
     args = ["run", "agentgym/SearchQA-v0", "--agent", "openai", "--episodes", "3", "--out", str(out), "--quiet",

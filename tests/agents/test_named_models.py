@@ -17,8 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")

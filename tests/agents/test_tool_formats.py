@@ -150,8 +150,8 @@ def test_openai_and_hf_agents_play_tool_use_alike_in_both_formats(tool_server, t
 
 def test_native_runs_through_the_runner_and_replay(tool_server, tmp_path):
     from agentgym.cli import main
-    from agentgym.replay import replay_file
-    from agentgym.trajectory import read_trajectories
+    from agentgym.contract.trajectory import read_trajectories
+    from agentgym.running.replay import replay_file
 
     out = tmp_path / "run"
     args = ["run", "agentgym/ToolUse-v0", "--agent", "openai", "--episodes", "3", "--out", str(out), "--quiet",

@@ -12,8 +12,7 @@ import gymnasium
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 import agentgym  # noqa: F401  (registers the envs)
 from agentgym.baselines.branches import (
@@ -199,7 +198,7 @@ def test_snapshots_are_the_states_before_each_turn(chain_mains):
     for r in mains:
         assert len(r.snapshots) == len(r.turn_spans) >= 1
         env = chain()()
-        from agentgym.branching import restore
+        from agentgym.contract.branching import restore
 
         for t, snap in enumerate(r.snapshots):
             restore(env, snap)
@@ -244,7 +243,7 @@ def test_forks_are_reproducible_whatever_the_batching_and_prefill_sharing(policy
 
 
 def test_snapshots_need_envs_in_this_process(policy):
-    from agentgym.pool import make_pool
+    from agentgym.running.pool import make_pool
 
     with (
         make_pool("thread", "agentgym/Chain-v0", 2, env_kwargs={"horizon": 3}) as pool,

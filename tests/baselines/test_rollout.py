@@ -161,7 +161,7 @@ def test_household_demonstrations_come_from_the_oracle_agent(policy):
 def test_rollouts_step_through_any_pool(policy, rollouts, kind):
     if kind == "ray":
         pytest.importorskip("ray", reason="Ray is not installed (pip install 'agentgym[ray]')")
-    from agentgym.pool import make_pool
+    from agentgym.running.pool import make_pool
 
     options = {"num_cpus": 0.5, "init_kwargs": {"num_cpus": 2, "include_dashboard": False}} if kind == "ray" else {}
     with make_pool(kind, "agentgym/SearchQA-v0", 4, env_kwargs={"dataset": "tiny"}, **options) as pool:

@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from agentgym.baselines.checkpoint import load_checkpoint, save_checkpoint
 from agentgym.baselines.config import load_config

@@ -11,8 +11,7 @@ import gymnasium
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from agentgym.baselines.config import TrainConfig, load_config
 from agentgym.baselines.credit import compute_advantages

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from agentgym.core import AgentEnv, StepResult
+from agentgym.contract.env import AgentEnv, StepResult
 
 
 class BlockingEnv(AgentEnv):

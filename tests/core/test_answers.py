@@ -1,12 +1,11 @@
-"""agentgym.answers: SQuAD normalisation, EM, substring EM, token F1, and extracting the answer from free text."""
+"""agentgym.grading.answers: SQuAD normalisation, EM, substring EM, token F1, and extracting the answer from text."""
 
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
-from agentgym.answers import (
+from agentgym.grading.answers import (
     exact_match,
     extract_answer,
     f1_score,

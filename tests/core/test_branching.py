@@ -9,11 +9,10 @@ from functools import cache
 
 import gymnasium as gym
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
-from agentgym.branching import branch, restore, snapshot
-from agentgym.core import SnapshotError
+from agentgym.contract.branching import branch, restore, snapshot
+from agentgym.contract.env import SnapshotError
 from agentgym.rewards.wrappers import CountTable, NoveltyBonus, PotentialShaping, ProgressReward, StepCost
 
 HOUSEHOLD = ("agentgym/Household-v0", {"split": "train", "expert_plan": True, "max_turns": 30})
@@ -86,7 +85,7 @@ CHILD = """
 import json, pickle, sys
 import gymnasium as gym
 import agentgym
-from agentgym.branching import restore
+from agentgym.contract.branching import restore
 env_id, kwargs, actions = json.loads(sys.argv[1])
 env = gym.make(env_id, **kwargs)
 with open(sys.argv[2], "rb") as f:

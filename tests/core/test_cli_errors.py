@@ -18,13 +18,12 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import agentgym  # noqa: F401  (registers the envs)
 from agentgym import cli
-from agentgym.registry import list_envs
-from agentgym.trajectory import read_records
+from agentgym.contract.registry import list_envs
+from agentgym.contract.trajectory import read_records
 
 BIN = Path(sys.executable).parent / "agentgym"
 COMMAND = [str(BIN)] if BIN.exists() else [sys.executable, "-m", "agentgym.cli"]
@@ -137,8 +136,8 @@ def test_openai_agent_without_a_server_fails_at_once(tmp_path):
 
 
 def test_openai_agent_act_fails_without_retries_when_nothing_listens():
-    from agentgym.agents.base import AgentError
     from agentgym.agents.openai_agent import OpenAIAgent
+    from agentgym.contract.agent import AgentError
 
     agent = OpenAIAgent(f"http://127.0.0.1:{free_port()}/v1", "m", max_retries=50)  # 50 retries would take minutes
     agent.reset(seed=0)

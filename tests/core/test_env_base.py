@@ -6,14 +6,13 @@ from typing import ClassVar
 
 import gymnasium as gym
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from agentgym.checker import check
-from agentgym.core import AgentEnv, EnvUnavailableError, StepResult
+from agentgym.contract.env import AgentEnv, EnvUnavailableError, StepResult
+from agentgym.contract.registry import list_envs
 from agentgym.envs.example import BisectAgent, GuessNumberEnv
-from agentgym.registry import list_envs
-from agentgym.runner import make_agent, run, run_episode
+from agentgym.running.checker import check
+from agentgym.running.runner import make_agent, run, run_episode
 
 ENV_ID = "example/GuessNumber-v0"
 

@@ -1,4 +1,4 @@
-"""agentgym.facts: every common rendering of a value is recognised, and no rendering of a different value is.
+"""agentgym.grading.facts: every common rendering of a value is recognised, and no rendering of a different value is.
 
 The issue's cases (issue 20, "Correct answers scored wrong") are here as examples; the properties draw random
 values, render them in every form the module docstring promises, put each rendering in a sentence, and check the
@@ -11,10 +11,9 @@ import datetime as dt
 from decimal import Decimal
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from agentgym.facts import (
+from agentgym.grading.facts import (
     ClockTime,
     DateMention,
     amounts_in,

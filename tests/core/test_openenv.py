@@ -1,4 +1,4 @@
-"""The OpenEnv bridge (agentgym/openenv_compat.py): agentgym envs served with openenv-core's own server, played by
+"""The OpenEnv bridge (agentgym/serving/openenv.py): agentgym envs served with openenv-core's own server, played by
 openenv-core's own clients.
 
 A real server (``create_openenv_app`` under uvicorn with ``env_uvicorn_config``, as ``serve_openenv`` runs it, in a
@@ -31,10 +31,10 @@ from openenv.core.generic_client import GenericEnvClient
 from starlette.websockets import WebSocketDisconnect
 
 import agentgym  # noqa: F401  (registers the envs)
-from agentgym.core import AgentEnv, StepResult
-from agentgym.openenv_compat import AgentGymEnvClient, create_openenv_app
-from agentgym.runner import make_agent
-from agentgym.server import env_uvicorn_config
+from agentgym.contract.env import AgentEnv, StepResult
+from agentgym.running.runner import make_agent
+from agentgym.serving.openenv import AgentGymEnvClient, create_openenv_app
+from agentgym.serving.server import env_uvicorn_config
 
 SEARCHQA = "agentgym/SearchQA-v0"
 TINY = {"dataset": "tiny"}

@@ -6,10 +6,9 @@ import re
 import time
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from agentgym.parsing import (
+from agentgym.contract.parsing import (
     MAX_INT_DIGITS,
     MAX_JSON_DEPTH,
     EmptyActionError,

@@ -1,4 +1,4 @@
-"""Env pools (agentgym/pool.py): SerialPool, ThreadPool and RayPool give the runner's trajectories and
+"""Env pools (agentgym/running/pool.py): SerialPool, ThreadPool and RayPool give the runner's trajectories and
 byte-identical observations, reset groups alike, keep episodes on one worker, turn failures (exceptions, timeouts,
 killed actors) into errored outcomes with a fresh worker, and overlap slow envs.
 
@@ -29,9 +29,9 @@ import gymnasium as gym
 import pytest
 
 import agentgym  # noqa: F401  (registers the built-in envs)
-from agentgym.core import AgentEnv, StepResult
-from agentgym.pool import EnvPool, Outcome, RayPool, SerialPool, ThreadPool, as_pool, make_pool
-from agentgym.runner import RunAborted, group_seeds, run
+from agentgym.contract.env import AgentEnv, StepResult
+from agentgym.running.pool import EnvPool, Outcome, RayPool, SerialPool, ThreadPool, as_pool, make_pool
+from agentgym.running.runner import RunAborted, group_seeds, run
 
 HAS_RAY = importlib.util.find_spec("ray") is not None
 needs_ray = pytest.mark.skipif(not HAS_RAY, reason="Ray is not installed (pip install 'agentgym[ray]')")
@@ -342,7 +342,7 @@ MULTINODE = """
 import collections, json
 import ray
 from ray.cluster_utils import Cluster
-from agentgym.pool import RayPool
+from agentgym.running.pool import RayPool
 
 cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
 env_node = cluster.add_node(num_cpus=2, resources={"envs": 2})  # a node started with --resources='{"envs": 2}'

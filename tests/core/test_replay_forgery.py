@@ -7,13 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from agentgym.cli import main
-from agentgym.replay import replay_file
-from agentgym.runner import run, run_to_file
-from agentgym.trajectory import KEY_ENV, RunHeader, checksum, read_trajectories, trajectory_key
+from agentgym.contract.trajectory import KEY_ENV, RunHeader, checksum, read_trajectories, trajectory_key
+from agentgym.running.replay import replay_file
+from agentgym.running.runner import run, run_to_file
 
 CHAIN = "agentgym/Chain-v0"
 

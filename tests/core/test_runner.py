@@ -8,10 +8,10 @@ import sys
 import pytest
 
 from agentgym.cli import main
+from agentgym.contract.trajectory import read_trajectories
 from agentgym.envs.search_qa.agents import RandomAgent
-from agentgym.replay import replay_file
-from agentgym.runner import Summary, episode_metrics, format_table, pass_hat_k, run, summarize
-from agentgym.trajectory import read_trajectories
+from agentgym.running.replay import replay_file
+from agentgym.running.runner import Summary, episode_metrics, format_table, pass_hat_k, run, summarize
 
 KW = {"dataset": "tiny"}
 
@@ -90,8 +90,8 @@ def test_console_script_bench_writes_report_and_plots(tmp_path):
     import gymnasium as gym
 
     import agentgym
-    from agentgym.registry import unavailable_reason
-    from agentgym.runner import builtin_agents
+    from agentgym.contract.registry import unavailable_reason
+    from agentgym.running.runner import builtin_agents
 
     for env_id in agentgym.list_envs():  # every available env, each with every one of its built-in agents
         env = gym.make(env_id)

@@ -16,13 +16,13 @@ import gymnasium as gym
 import pytest
 
 from agentgym.cli import main
-from agentgym.core import StepResult
+from agentgym.contract.env import StepResult
+from agentgym.contract.trajectory import FORMAT_VERSION, checksum, count_records, normalize, read_trajectories
 from agentgym.envs.example import GUESS, GuessNumberEnv
 from agentgym.envs.search_qa.env import SearchQAEnv
-from agentgym.replay import replay_file
-from agentgym.runner import RunAborted, iter_episodes, run, run_to_file
+from agentgym.running.replay import replay_file
+from agentgym.running.runner import RunAborted, iter_episodes, run, run_to_file
 from agentgym.tools.retrieval.remote import RemoteRetriever
-from agentgym.trajectory import FORMAT_VERSION, checksum, count_records, normalize, read_trajectories
 
 EXAMPLE = "example/GuessNumber-v0"
 KW = {"dataset": "tiny"}
@@ -75,7 +75,7 @@ def test_memory_stays_flat_in_the_number_of_episodes(tmp_path):
 
 
 def test_the_summary_is_a_running_aggregate_equal_to_summarize(tmp_path):
-    from agentgym.runner import summarize
+    from agentgym.running.runner import summarize
 
     trajs = run("agentgym/SearchQA-v0", "heuristic", 12, env_kwargs=KW, progress=False)
     summary = run_to_file("agentgym/SearchQA-v0", "heuristic", 12, tmp_path / "t.jsonl", env_kwargs=KW, progress=False)

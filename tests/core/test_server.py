@@ -1,4 +1,4 @@
-"""The env server (agentgym/server.py) and RemoteEnv (agentgym/remote.py).
+"""The env server (agentgym/serving/server.py) and RemoteEnv (agentgym/serving/remote.py).
 
 The 4xx answers, idle eviction and the session limit are checked in-process (Starlette's TestClient drives the ASGI
 app, and is also an ``httpx.Client`` that RemoteEnv can use); RemoteEnv against the local env, snapshots, pickling,
@@ -21,12 +21,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 import agentgym  # noqa: F401  (registers the envs)
-from agentgym.branching import restore, snapshot
-from agentgym.checker import check
-from agentgym.core import EnvUnavailableError
-from agentgym.remote import EnvServerError, RemoteEnv
-from agentgym.runner import make_agent
-from agentgym.server import SERVER_HEADER, ServerProcess, create_app, serve
+from agentgym.contract.branching import restore, snapshot
+from agentgym.contract.env import EnvUnavailableError
+from agentgym.running.checker import check
+from agentgym.running.runner import make_agent
+from agentgym.serving.remote import EnvServerError, RemoteEnv
+from agentgym.serving.server import SERVER_HEADER, ServerProcess, create_app, serve
 
 ROOT = Path(__file__).resolve().parents[2]
 HOUSEHOLD = "agentgym/Household-v0"
@@ -245,7 +245,7 @@ def test_snapshot_restore_and_pickle_over_http(server):
     env.reset(seed=4)
     for action in ("look", "inventory"):
         env.step(action)
-    snap = snapshot(env)  # through agentgym.branching, like any env
+    snap = snapshot(env)  # through agentgym.contract.branching, like any env
     reference = [json.dumps(env.step(a)) for a in ("look", "go to countertop 1", "look")]
     restore(env, snap)
     assert env.turn == 2

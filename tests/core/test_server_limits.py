@@ -1,7 +1,8 @@
 """Issue 31, "a server no single client can take": each attack the issue ran, as a test against real servers on
-loopback (``ServerProcess`` runs ``agentgym.server.serve`` as ``agentgym serve`` does; in-process ``BackgroundServer``
-where a test env must block). Distinct clients are distinct loopback source addresses (127.0.0.2-127.0.0.9). Loads
-are bounded in count and time; assertions are on status codes and counts, with generous timeouts.
+loopback (``ServerProcess`` runs ``agentgym.serving.server.serve`` as ``agentgym serve`` does; in-process
+``BackgroundServer`` where a test env must block). Distinct clients are distinct loopback source addresses
+(127.0.0.2-127.0.0.9). Loads are bounded in count and time; assertions are on status codes and counts, with
+generous timeouts.
 
 Each test fails on the tree before the fix (7f71c76): there idle connections filled ``limit_concurrency`` (503 to
 everyone), one client could open every session, four clients could take every worker while ``/health`` said ``ok``,
@@ -26,12 +27,11 @@ import gymnasium as gym
 import httpx
 import pytest
 from blocking_env import BlockingEnv
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import agentgym  # noqa: F401  (registers the envs)
-from agentgym.core import AgentEnv, StepResult
-from agentgym.server import ServerProcess, create_app
+from agentgym.contract.env import AgentEnv, StepResult
+from agentgym.serving.server import ServerProcess, create_app
 from agentgym.tools.serving import BackgroundServer, ConnectionLimits
 
 ROOT = Path(__file__).resolve().parents[2]

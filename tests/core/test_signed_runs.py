@@ -10,16 +10,11 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from agentgym.cli import main
-from agentgym.core import StepResult
-from agentgym.envs.diagnostics.agents import RandomAgent
-from agentgym.envs.example import GuessNumberEnv
-from agentgym.replay import replay_file
-from agentgym.runner import run, run_to_file
-from agentgym.trajectory import (
+from agentgym.contract.env import StepResult
+from agentgym.contract.trajectory import (
     KEY_ENV,
     MAX_RECORD_BYTES,
     Trajectory,
@@ -29,6 +24,10 @@ from agentgym.trajectory import (
     read_trajectories,
     signature,
 )
+from agentgym.envs.diagnostics.agents import RandomAgent
+from agentgym.envs.example import GuessNumberEnv
+from agentgym.running.replay import replay_file
+from agentgym.running.runner import run, run_to_file
 
 CHAIN = "agentgym/Chain-v0"
 KEY = "operator secret"

@@ -1,9 +1,8 @@
 """The Chat observation space and the full-Unicode Text action space."""
 
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
-from agentgym.spaces import Chat, UnicodeText
+from agentgym.contract.spaces import Chat, UnicodeText
 
 
 @given(st.text(max_size=200))

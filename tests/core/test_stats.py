@@ -1,4 +1,4 @@
-"""agentgym.stats: the exact paired sign-flip test and Holm's correction on hand-derived cases, then properties
+"""agentgym.running.stats: the exact paired sign-flip test and Holm's correction on hand-derived cases, then properties
 (brute-force enumeration agrees, symmetry, scale invariance, the Monte-Carlo path agrees with the exact one, Holm
 is monotone and never below the raw p)."""
 
@@ -9,10 +9,9 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from agentgym.stats import holm, sign_flip_test
+from agentgym.running.stats import holm, sign_flip_test
 
 
 def test_three_positive_differences_give_a_quarter():

@@ -4,11 +4,9 @@ import json
 import os
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
-from agentgym.replay import replay_file
-from agentgym.trajectory import (
+from agentgym.contract.trajectory import (
     MAX_RECORD_BYTES,
     RunHeader,
     Trajectory,
@@ -22,6 +20,7 @@ from agentgym.trajectory import (
     read_records,
     read_trajectories,
 )
+from agentgym.running.replay import replay_file
 
 
 def make_traj(i: int) -> Trajectory:
@@ -113,7 +112,7 @@ def test_a_killed_writer_process_leaves_a_readable_file(tmp_path):
 
     path = tmp_path / "t.jsonl"
     code = textwrap.dedent(f"""
-        from agentgym.trajectory import Trajectory, TrajectoryWriter
+        from agentgym.contract.trajectory import Trajectory, TrajectoryWriter
         w = TrajectoryWriter({str(path)!r})
         i = 0
         while True:

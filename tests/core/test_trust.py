@@ -1,5 +1,5 @@
-"""The trust model (agentgym.trust): every constructor argument of every registered env is either declared public,
-with bounded values, or the operator's; a client of the env server and a trajectory file are refused everything
+"""The trust model (agentgym.contract.trust): every constructor argument of every registered env is either declared
+public, with bounded values, or the operator's; a client of the env server and a trajectory file are refused everything
 else, and nothing is touched (no file made, no connection opened). The env server under a hostile client: a
 per-call deadline, a per-client share of the workers, and a health check that tells. Real uvicorn servers on
 loopback, real httpx, real replay; nothing mocked."""
@@ -19,18 +19,24 @@ import gymnasium as gym
 import httpx
 import pytest
 from blocking_env import BlockingEnv
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import agentgym
 from agentgym.cli import main
-from agentgym.core import AgentEnv
-from agentgym.registry import BUILTIN_ENVS
-from agentgym.replay import make_recorded_env
-from agentgym.server import ServerProcess, create_app
+from agentgym.contract.env import AgentEnv
+from agentgym.contract.registry import BUILTIN_ENVS
+from agentgym.contract.trajectory import Trajectory
+from agentgym.contract.trust import (
+    Arg,
+    UntrustedArgumentError,
+    checked_kwargs,
+    constructor_params,
+    env_class,
+    public_args,
+)
+from agentgym.running.replay import make_recorded_env
+from agentgym.serving.server import ServerProcess, create_app
 from agentgym.tools.serving import BackgroundServer
-from agentgym.trajectory import Trajectory
-from agentgym.trust import Arg, UntrustedArgumentError, checked_kwargs, constructor_params, env_class, public_args
 
 ENVS = [env.id for env in BUILTIN_ENVS]  # not list_envs(): other test modules register test-only envs
 DANGEROUS_NAME = re.compile(
@@ -266,7 +272,7 @@ def test_a_crafted_record_is_refused_by_replay_and_touches_nothing(listener, tmp
 
 
 def test_agentgym_replay_refuses_a_crafted_file_in_one_line_and_takes_operator_arguments(tmp_path, capsys):
-    from agentgym.runner import run
+    from agentgym.running.runner import run
 
     cache = tmp_path / "cache"
     path = tmp_path / "t.jsonl"

@@ -8,9 +8,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from agentgym.contract.spaces import Chat, ChatSharedMemory
 from agentgym.envs.example import GuessNumberEnv
-from agentgym.runner import group_seeds
-from agentgym.spaces import Chat, ChatSharedMemory
+from agentgym.running.runner import group_seeds
 
 HOUSEHOLD = {"split": "train", "difficulty": "easy", "expert_plan": True, "max_turns": 12}
 

@@ -12,8 +12,7 @@ import warnings
 
 import gymnasium as gym
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import agentgym  # noqa: F401  (registers the envs)
 from agentgym.envs.bfcl import data
@@ -23,14 +22,14 @@ if data.unavailable_reason() is not None:
 
 from gymnasium.utils.env_checker import check_env
 
-from agentgym.checker import check
-from agentgym.core import EnvUnavailableError
+from agentgym.contract.env import EnvUnavailableError
 from agentgym.envs.bfcl.agents import OracleAgent, RandomAgent, hermes
 from agentgym.envs.bfcl.env import HANG_GUARDS, BFCLEnv, gold_replay, make_instances, state_digest
 from agentgym.envs.bfcl.reference import bfcl_execute, call_string
 from agentgym.envs.tool_use.tools import ArgumentError
 from agentgym.rewards.matching import ToolCallMatching
-from agentgym.runner import run
+from agentgym.running.checker import check
+from agentgym.running.runner import run
 
 ENV_ID = "agentgym/BFCL-v0"
 

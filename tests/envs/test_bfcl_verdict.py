@@ -10,15 +10,14 @@ import random
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from agentgym.envs.bfcl import data
 
 if data.unavailable_reason() is not None:
     pytest.skip(data.unavailable_reason(), allow_module_level=True)
 
-from agentgym.agents.base import Agent
+from agentgym.contract.agent import Agent
 from agentgym.envs.bfcl.agents import READ_ONLY, OracleAgent, PerturbedOracle, RandomAgent, hermes
 from agentgym.envs.bfcl.env import BFCLEnv
 from agentgym.envs.bfcl.reference import Verdict, bfcl_verdict

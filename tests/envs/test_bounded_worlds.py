@@ -12,11 +12,11 @@ from typing import Any
 
 import gymnasium as gym
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import agentgym  # noqa: F401  (registers the envs)
-from agentgym.core import MAX_ACTION_CHARS
+from agentgym.contract.env import MAX_ACTION_CHARS
+from agentgym.contract.spaces import Chat, ChatSharedMemory
 from agentgym.envs.bfcl import data as bfcl_data
 from agentgym.envs.bfcl.env import HANG_GUARDS, MAX_CALLS_PER_STEP, MAX_STATE_DEPTH, BFCLEnv, state_digest
 from agentgym.envs.tool_use import limits
@@ -34,7 +34,6 @@ from agentgym.envs.tool_use.worlds import WORLDS
 from agentgym.envs.user_sim.base import MAX_USER_MESSAGE_CHARS
 from agentgym.envs.user_sim.customer_service import CustomerServiceEnv
 from agentgym.envs.user_sim.service_world import RetailStore
-from agentgym.spaces import Chat, ChatSharedMemory
 
 BFCL_MISSING = bfcl_data.unavailable_reason()
 needs_bfcl = pytest.mark.skipif(BFCL_MISSING is not None, reason=str(BFCL_MISSING))

@@ -9,11 +9,10 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import agentgym  # noqa: F401  (registers the envs)
-from agentgym.checker import check
+from agentgym.contract.parsing import ParseError
 from agentgym.envs.user_sim.agents import (
     ClarifyHeuristicAgent,
     ClarifyKeywordAgent,
@@ -24,8 +23,8 @@ from agentgym.envs.user_sim.agents import (
 from agentgym.envs.user_sim.base import MAX_USER_MESSAGE_CHARS, parse_interaction
 from agentgym.envs.user_sim.clarify import DIFFICULTIES, DOMAINS, ClarifyEnv, make_task, parse_call
 from agentgym.envs.user_sim.users import STOP, ScriptedUser, find_word
-from agentgym.parsing import ParseError
 from agentgym.rewards.advantages import userrl_advantages
+from agentgym.running.checker import check
 
 ENV_ID = "agentgym/Clarify-v0"
 
@@ -282,8 +281,8 @@ def test_the_llm_agents_play_the_user_sim_envs_through_the_runner(tmp_path):
     model's random text is explained by the env) and replay identically."""
     pytest.importorskip("torch")
     pytest.importorskip("fastapi")
-    from agentgym.replay import replay_file
-    from agentgym.runner import run
+    from agentgym.running.replay import replay_file
+    from agentgym.running.runner import run
     from agentgym.tools.openai_server import create_app
     from agentgym.tools.serving import BackgroundServer
     from agentgym.tools.tiny_model import build_tiny_model

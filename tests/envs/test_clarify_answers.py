@@ -5,8 +5,7 @@ malformed call is no call."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from agentgym.envs.user_sim.clarify import DIFFICULTIES, DOMAINS, ClarifyEnv, make_task, parse_call
 

@@ -15,8 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 import agentgym  # noqa: F401  (registers the envs)
 from agentgym.envs.user_sim.clarify import DOMAINS, ClarifyEnv, make_task

@@ -13,17 +13,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import gymnasium as gym
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import agentgym  # noqa: F401  (registers the envs)
-from agentgym.checker import check
 from agentgym.envs.code_exec import tasks as T
 from agentgym.envs.code_exec.agents import OracleAgent, RandomAgent
 from agentgym.envs.code_exec.env import MAX_OUTPUT_CHARS, CodeExecEnv
 from agentgym.envs.code_exec.tasks import FAMILIES, answer_text, check_answer, make_task, template_names
 from agentgym.rewards.matching import ToolCallMatching
-from agentgym.runner import run
+from agentgym.running.checker import check
+from agentgym.running.runner import run
 from agentgym.tools.sandbox import PoolKey
 from agentgym.tools.sandbox.local import SHARED
 

@@ -13,11 +13,9 @@ from typing import Any
 
 import gymnasium as gym
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import agentgym  # noqa: F401  (registers the envs)
-from agentgym.checker import check
 from agentgym.envs.user_sim.customer_service import (
     CustomerServiceEnv,
     CustomerUser,
@@ -36,7 +34,8 @@ from agentgym.envs.user_sim.service_world import (
 )
 from agentgym.envs.user_sim.users import STOP
 from agentgym.rewards.matching import ToolCallMatching
-from agentgym.runner import run
+from agentgym.running.checker import check
+from agentgym.running.runner import run
 
 ENV_ID = "agentgym/CustomerService-v0"
 
@@ -434,7 +433,7 @@ SCRIPT = """
 import json, sys
 import gymnasium as gym
 import agentgym
-from agentgym.runner import make_agent
+from agentgym.running.runner import make_agent
 
 out = []
 for name in ("heuristic", "random", "oracle"):
@@ -633,7 +632,7 @@ def test_card_digits_and_statuses():
 def test_every_fact_kind_the_generator_makes_is_covered():
     """Walk the task generator: amounts (money), delivery dates, card digits (numbers) and statuses (text), each
     tested above."""
-    from agentgym.facts import kind_of
+    from agentgym.grading.facts import kind_of
 
     kinds = {kind_of(f[0]) for level in DIFFICULTIES for i in range(300) for g in make_task(level, i)["goals"]
              for f in g["facts"]}  # fmt: skip

@@ -13,8 +13,7 @@ import itertools
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from agentgym.envs.user_sim.customer_service import CustomerUser, details_asked
 from agentgym.envs.user_sim.service_world import DIFFICULTIES, make_task, order_ids_in

@@ -11,19 +11,18 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 import agentgym  # noqa: F401  (registers the built-in envs)
-from agentgym.checker import check
 from agentgym.envs.diagnostics.agents import OracleAgent, RandomAgent
 from agentgym.envs.diagnostics.base import COLOURS, DiagnosticEnv, _parse_choice, parse_choice
 from agentgym.envs.diagnostics.chain import ChainEnv
 from agentgym.envs.diagnostics.key_door import DOOR, KeyDoorEnv
 from agentgym.envs.diagnostics.umbrella import UmbrellaEnv
-from agentgym.replay import replay_file
 from agentgym.rewards.wrappers import PotentialShaping, ProgressReward
-from agentgym.runner import run
+from agentgym.running.checker import check
+from agentgym.running.replay import replay_file
+from agentgym.running.runner import run
 
 ENVS: dict[str, type[DiagnosticEnv]] = {
     "agentgym/Chain-v0": ChainEnv,
@@ -36,7 +35,7 @@ HORIZONS = (1, 2, 4, 8, 16)
 
 @pytest.fixture(scope="module", autouse=True)
 def registered():
-    """Register the ids (until agentgym.registry lists them) and leave the registry as it was."""
+    """Register the ids (until agentgym.contract.registry lists them) and leave the registry as it was."""
     added = [i for i in ENVS if i not in gym.registry]
     for env_id in added:
         gym.register(env_id, entry_point=f"{ENVS[env_id].__module__}:{ENVS[env_id].__name__}")

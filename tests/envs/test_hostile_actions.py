@@ -12,14 +12,13 @@ from typing import Any
 
 import gymnasium as gym
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import agentgym
 from agentgym.agents.tool_calls import listed_tools
-from agentgym.core import sanitize_action
-from agentgym.parsing import MAX_INT_DIGITS, MAX_JSON_DEPTH, JSONLimitError, ParseError, parse_tool_turn
-from agentgym.registry import BUILTIN_ENVS, unavailable_reason
+from agentgym.contract.env import sanitize_action
+from agentgym.contract.parsing import MAX_INT_DIGITS, MAX_JSON_DEPTH, JSONLimitError, ParseError, parse_tool_turn
+from agentgym.contract.registry import BUILTIN_ENVS, unavailable_reason
 
 ENV_IDS = [env.id for env in BUILTIN_ENVS]  # not list_envs(): other test modules register test-only envs
 RESET_EVERY = 10
@@ -235,7 +234,7 @@ def test_arguments_of_any_depth_parse_exactly_or_name_the_depth_limit(value, wra
 def test_readme_and_docs_state_the_checkers_count_of_malformed_actions():
     from pathlib import Path
 
-    from agentgym.checker import MALFORMED_ACTIONS
+    from agentgym.running.checker import MALFORMED_ACTIONS
 
     root = Path(__file__).resolve().parents[2]
     for doc in ("README.md", "docs/architecture.md"):

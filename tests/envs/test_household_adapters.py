@@ -11,11 +11,11 @@ import gymnasium as gym
 import pytest
 
 import agentgym
-from agentgym.checker import check
-from agentgym.core import EnvUnavailableError
+from agentgym.contract.env import EnvUnavailableError
 from agentgym.envs.household.adapters import meta_command, sendable
 from agentgym.envs.household.alfworld_adapter import ALFWorldEnv, find_alfworld_games, task_type_of_path
-from agentgym.runner import builtin_agents, run
+from agentgym.running.checker import check
+from agentgym.running.runner import builtin_agents, run
 
 HAS_TEXTWORLD = importlib.util.find_spec("textworld") is not None
 HAS_ALFWORLD = importlib.util.find_spec("alfworld") is not None
@@ -92,7 +92,7 @@ def test_alfworld_adapter_explains_what_is_missing(monkeypatch, tmp_path):
 
 def test_bench_probes_adapters_without_failing(tmp_path):
     """``agentgym bench`` builds every registered env: unavailable adapters construct and contribute no rows."""
-    from agentgym.bench import bench
+    from agentgym.running.bench import bench
 
     result = bench(episodes=1, envs=["agentgym/ALFWorld-v0", "agentgym/TextWorld-v0"], out=tmp_path, progress=False)
     assert result.rows == []

@@ -8,18 +8,17 @@ import sys
 
 import gymnasium as gym
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import agentgym
-from agentgym.checker import check
 from agentgym.envs.household import catalog as C
 from agentgym.envs.household.engine import CLEAN, COOL, HOT
 from agentgym.envs.household.env import HouseholdEnv
 from agentgym.envs.household.prompts import render_admissible
-from agentgym.replay import replay_file
 from agentgym.rewards.wrappers import ProgressReward
-from agentgym.runner import run, summarize
+from agentgym.running.checker import check
+from agentgym.running.replay import replay_file
+from agentgym.running.runner import run, summarize
 
 ENV_ID = "agentgym/Household-v0"
 
@@ -151,7 +150,7 @@ def test_same_seed_byte_identical_trajectories_and_replay(tmp_path):
 def test_identical_across_processes_and_hash_seeds(tmp_path):
     """No dependence on Python's per-process hash randomisation: two interpreters write the same bytes."""
     code = (
-        "import sys; from agentgym.runner import run;"
+        "import sys; from agentgym.running.runner import run;"
         "run('agentgym/Household-v0', sys.argv[2], 6, seed=11, env_kwargs={'split': 'valid_unseen', 'prompt': 'verl',"
         " 'expert_plan': True}, out=sys.argv[1], progress=False)"
     )

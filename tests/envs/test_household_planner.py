@@ -9,7 +9,7 @@ from agentgym.envs.household import catalog as C
 from agentgym.envs.household.engine import Engine
 from agentgym.envs.household.planner import AbstractProblem, PlanKeyer, exhaustive_plan_length, expert_plan
 from agentgym.envs.household.world import SPLITS, GenConfig, generate_task
-from agentgym.runner import run
+from agentgym.running.runner import run
 
 SMALL = (
     GenConfig(max_receptacles=5, distractors=(0, 2), target_instances=(1, 3), closed_prob=0.7),

@@ -12,11 +12,9 @@ import sys
 
 import gymnasium as gym
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import agentgym  # noqa: F401  (registers the envs)
-from agentgym.checker import check
 from agentgym.envs.user_sim.preference import (
     DIFFICULTIES,
     DOMAINS,
@@ -40,7 +38,8 @@ from agentgym.envs.user_sim.preference import (
     search,
 )
 from agentgym.envs.user_sim.users import VOLUNTEER, find_word
-from agentgym.runner import run
+from agentgym.running.checker import check
+from agentgym.running.runner import run
 
 ENV_ID = "agentgym/Preference-v0"
 

@@ -14,11 +14,11 @@ from collections import Counter, defaultdict
 import numpy as np
 import pytest
 
-from agentgym.answers import normalize_answer
 from agentgym.envs.search_qa.data import HOP_TYPES, DatasetConfig, QADataset, QAExample, build_dataset
 from agentgym.envs.search_qa.flashrag import FlashRAGFormatError, load_flashrag, load_saved
 from agentgym.envs.search_qa.kb import TEMPLATE_WORDS, build_kb
 from agentgym.envs.search_qa.names import REAL_NAMES, invented_words
+from agentgym.grading.answers import normalize_answer
 
 
 @pytest.fixture(scope="module")

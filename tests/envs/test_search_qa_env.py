@@ -7,14 +7,13 @@ from fractions import Fraction
 import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import agentgym
-from agentgym.checker import check
 from agentgym.envs.search_qa.data import QADataset, build_dataset
 from agentgym.envs.search_qa.env import PROMPT, SearchQAEnv
-from agentgym.runner import run, summarize
+from agentgym.running.checker import check
+from agentgym.running.runner import run, summarize
 from agentgym.tools.retrieval import make_retriever
 
 

@@ -7,17 +7,16 @@ from typing import Literal
 
 import gymnasium as gym
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import agentgym  # noqa: F401  (registers the envs)
-from agentgym.checker import check
 from agentgym.envs.tool_use.agents import OracleAgent, RandomAgent
 from agentgym.envs.tool_use.env import VARIANTS, ToolUseEnv
 from agentgym.envs.tool_use.tools import ArgumentError, ToolError, schema_of, validate_arguments
 from agentgym.envs.tool_use.worlds import WORLDS, Bank
 from agentgym.rewards.matching import ToolCallMatching
-from agentgym.runner import run
+from agentgym.running.checker import check
+from agentgym.running.runner import run
 
 ENV_ID = "agentgym/ToolUse-v0"
 
@@ -338,7 +337,7 @@ def test_bank_amounts_stay_finite():
 
 
 def test_escaped_lone_surrogate_in_a_path_is_echoed_as_replacement_character_and_the_episode_is_written(tmp_path):
-    from agentgym.trajectory import read_trajectories
+    from agentgym.contract.trajectory import read_trajectories
 
     cat = _call("cat", '{"path": "a\\ud800b"}')
     path = tmp_path / "t.jsonl"

@@ -1,5 +1,5 @@
 """ToolUse-v0's facts check (issue 20, "Facts told"): a reply states a fact when it states its value in any common
-form (``agentgym.facts``), and a wrong value in any form still fails.
+form (``agentgym.grading.facts``), and a wrong value in any form still fails.
 
 Each case plays a real task through the env (the gold calls, then the reply under test) and reads
 ``info["state_check"]["facts_told"]``; tasks are found by what their facts are, not by index."""
@@ -15,7 +15,7 @@ import pytest
 
 from agentgym.envs.tool_use.env import ToolUseEnv
 from agentgym.envs.tool_use.tasks import make_task
-from agentgym.facts import kind_of
+from agentgym.grading.facts import kind_of
 
 
 def find(world: str, pred: Callable[[str], bool]) -> tuple[int, int, str]:

@@ -18,8 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from agentgym.envs.tool_use.agents import hermes
 from agentgym.envs.tool_use.env import MAX_CALLS_PER_TURN, ToolUseEnv

@@ -12,11 +12,9 @@ import time
 
 import gymnasium as gym
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import agentgym  # noqa: F401  (registers the env)
-from agentgym.checker import check
 from agentgym.envs.user_sim.twenty_questions import (
     ATTRIBUTES,
     CANT,
@@ -34,7 +32,8 @@ from agentgym.envs.user_sim.twenty_questions import (
     read_table,
 )
 from agentgym.envs.user_sim.users import find_word
-from agentgym.runner import run_episode
+from agentgym.running.checker import check
+from agentgym.running.runner import run_episode
 
 ENV_ID = "agentgym/TwentyQuestions-v0"
 AGENTS = TwentyQuestionsEnv.agents
@@ -178,7 +177,7 @@ EPISODE_SCRIPT = """
 import json, sys
 import gymnasium as gym, agentgym
 from agentgym.envs.user_sim.twenty_questions import TwentyQuestionsEnv
-from agentgym.runner import run_episode
+from agentgym.running.runner import run_episode
 out = []
 for name, seed in (("heuristic", 7), ("random", 3), ("sequential", 11)):
     env = gym.make("agentgym/TwentyQuestions-v0")

@@ -12,8 +12,7 @@ from collections import Counter
 from collections.abc import Callable
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from agentgym.envs.user_sim.twenty_questions import (
     CANT,

@@ -40,7 +40,7 @@ ADAPTERS = [
     "agentgym.integrations.skyrl",
     "agentgym.integrations.verl",
     "agentgym.integrations.openrlhf",
-    "agentgym.baselines.integrations.trl",
+    "agentgym.integrations.trl",
 ]
 
 

@@ -13,14 +13,14 @@ pytest.importorskip("datasets")
 pytestmark = pytest.mark.filterwarnings("ignore:.*gradient_checkpointing.*:FutureWarning")
 
 import agentgym  # noqa: E402,F401
-from agentgym.baselines.integrations.trl import (  # noqa: E402
+from agentgym.integrations.tasks import TaskRef  # noqa: E402
+from agentgym.integrations.trl import (  # noqa: E402
     AgentGymRollout,
     discounted_return,
     env_return,
     tool_environment,
     tool_schemas,
 )
-from agentgym.integrations.tasks import TaskRef  # noqa: E402
 from agentgym.tools.tiny_model import build_tiny_model  # noqa: E402
 
 

@@ -8,9 +8,9 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
+from agentgym.contract.trajectory import Trajectory, Turn
 from agentgym.rewards import advantages as adv_mod
 from agentgym.rewards.advantages import (
     ESTIMATORS,
@@ -42,7 +42,6 @@ from agentgym.rewards.advantages import (
     userrl_trajectory_score,
     userrl_turn_credits,
 )
-from agentgym.trajectory import Trajectory, Turn
 
 EPS = 1e-6
 FAST = settings(max_examples=40, deadline=None, derandomize=True)  # reproducible; the file runs in ~15 s

@@ -16,7 +16,7 @@ pytest.importorskip("uvicorn")
 import gymnasium as gym  # noqa: E402
 
 import agentgym  # noqa: E402, F401 - registers the envs
-from agentgym.agents.base import Agent  # noqa: E402
+from agentgym.contract.agent import Agent  # noqa: E402
 from agentgym.rewards.answer_scoring import (  # noqa: E402
     LocalAnswerScorer,
     RemoteAnswerScorer,
@@ -26,7 +26,7 @@ from agentgym.rewards.answer_scoring import (  # noqa: E402
     render_trajectory,
 )
 from agentgym.rewards.base import ScorerError  # noqa: E402
-from agentgym.runner import run, run_episode  # noqa: E402
+from agentgym.running.runner import run, run_episode  # noqa: E402
 from agentgym.tools.llm import LLMClient  # noqa: E402
 from agentgym.tools.openai_server import create_app  # noqa: E402
 from agentgym.tools.serving import BackgroundServer  # noqa: E402

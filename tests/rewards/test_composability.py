@@ -10,7 +10,7 @@ import agentgym  # noqa: F401
 from agentgym.rewards.advantages import TurnBatch, get_estimator
 from agentgym.rewards.base import annotate
 from agentgym.rewards.wrappers import FormatPenalty, PotentialShaping, ProgressReward
-from agentgym.runner import make_agent, run_episode
+from agentgym.running.runner import make_agent, run_episode
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")

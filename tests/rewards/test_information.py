@@ -9,8 +9,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -18,7 +17,7 @@ pytest.importorskip("transformers")
 import gymnasium as gym
 
 import agentgym  # noqa: F401 - registers the envs
-from agentgym.agents.base import Agent
+from agentgym.contract.agent import Agent
 from agentgym.rewards.answer_scoring import (
     AnswerScorer,
     LocalAnswerScorer,
@@ -39,7 +38,7 @@ from agentgym.rewards.information import (
     infopo_fuse,
     observation_support,
 )
-from agentgym.runner import run, run_episode
+from agentgym.running.runner import run, run_episode
 from agentgym.tools.tiny_model import build_tiny_model
 
 ENV = "agentgym/SearchQA-v0"

@@ -8,10 +8,10 @@ import gymnasium as gym
 import pytest
 
 import agentgym  # noqa: F401  (registers the envs)
-from agentgym.agents.base import Agent
+from agentgym.contract.agent import Agent
 from agentgym.rewards.base import ScorerError, annotate
 from agentgym.rewards.judge import JudgeScorer, conversation_until, parse_score, render_conversation
-from agentgym.runner import make_agent, run_episode
+from agentgym.running.runner import make_agent, run_episode
 from agentgym.tools.llm import LLMClient, LLMHTTPError
 
 fastapi = pytest.importorskip("fastapi")

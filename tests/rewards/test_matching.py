@@ -5,13 +5,12 @@ import json
 import math
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from agentgym.parsing import ToolCall
+from agentgym.contract.parsing import ToolCall
+from agentgym.contract.trajectory import Trajectory, Turn
 from agentgym.rewards.base import annotate
 from agentgym.rewards.matching import ToolCallMatching, call_similarity, match_calls, similarity_matrix
-from agentgym.trajectory import Trajectory, Turn
 
 SETTINGS = settings(max_examples=100, deadline=None)
 VALUES = st.one_of(st.integers(0, 2), st.booleans(), st.sampled_from(["x", "y"]), st.none())

@@ -21,8 +21,7 @@ import math
 import gymnasium
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 import agentgym  # noqa: F401  (registers the envs)
 from agentgym.envs.diagnostics.agents import OPTIONS_MARK

@@ -9,10 +9,10 @@ import math
 import gymnasium as gym
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 import agentgym  # noqa: F401  (registers the built-in envs)
+from agentgym.contract.trajectory import Trajectory, Turn
 from agentgym.envs.diagnostics.chain import ChainEnv
 from agentgym.rewards.advantages import (
     TURN_SIGNALS,
@@ -25,8 +25,7 @@ from agentgym.rewards.advantages import (
     observation_anchors,
     observation_key,
 )
-from agentgym.runner import make_agent
-from agentgym.trajectory import Trajectory, Turn
+from agentgym.running.runner import make_agent
 
 FAST = settings(max_examples=60, deadline=None, derandomize=True)
 R2, R3 = math.sqrt(2.0), math.sqrt(3.0)

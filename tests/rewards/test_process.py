@@ -5,8 +5,7 @@ import math
 
 import gymnasium as gym
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 import agentgym  # noqa: F401  (registers the envs)
 from agentgym.rewards.base import ScorerError, TurnScorer, TurnScores, annotate
@@ -21,7 +20,7 @@ from agentgym.rewards.process import (
     outcome_of,
 )
 from agentgym.rewards.wrappers import ProgressReward
-from agentgym.runner import make_agent, run_episode
+from agentgym.running.runner import make_agent, run_episode
 
 SETTINGS = settings(max_examples=200, deadline=None)
 FLOATS = st.floats(-10, 10, allow_nan=False, allow_infinity=False)
@@ -103,7 +102,7 @@ def trajs():
 
 
 def fresh(trajs):
-    from agentgym.trajectory import Trajectory
+    from agentgym.contract.trajectory import Trajectory
 
     return [Trajectory.from_dict(t.to_dict()) for t in trajs]
 

@@ -6,10 +6,9 @@ import json
 import math
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from agentgym.reward_bench import COLUMNS, SHAPERS, mann_whitney_auc, reward_bench, table
+from agentgym.running.reward_bench import COLUMNS, SHAPERS, mann_whitney_auc, reward_bench, table
 
 
 def brute_force_auc(scores, labels):

@@ -9,11 +9,10 @@ import warnings
 import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import agentgym  # noqa: F401  (registers the envs)
-from agentgym.agents.base import Agent
+from agentgym.contract.agent import Agent
 from agentgym.rewards.wrappers import (
     CountTable,
     FormatPenalty,
@@ -23,7 +22,7 @@ from agentgym.rewards.wrappers import (
     StepCost,
     add_component,
 )
-from agentgym.runner import make_agent, run_episode
+from agentgym.running.runner import make_agent, run_episode
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 FLOATS = st.floats(-5, 5, allow_nan=False, allow_infinity=False)

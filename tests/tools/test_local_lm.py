@@ -3,7 +3,7 @@ scoring against one plain forward pass; and the chat-message normalisation it sh
 
 import pytest
 
-from agentgym.agents.base import normalize_messages
+from agentgym.contract.agent import normalize_messages
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from agentgym.tools.retrieval import Document, Hit, make_retriever
 from agentgym.tools.retrieval.bm25 import (

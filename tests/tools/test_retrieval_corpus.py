@@ -16,15 +16,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from agentgym.envs.search_qa.flashrag import FlashRAGFormatError, load_corpus
 from agentgym.tools.retrieval import corpus as corpus_mod
 from agentgym.tools.retrieval.base import Document
 from agentgym.tools.retrieval.corpus import CorpusFile, CorpusFormatError, parse_row
-from agentgym.tools.retrieval.synthetic import main as synthetic_main
-from agentgym.tools.retrieval.synthetic import word_of_rank, write_corpus, write_queries
+from agentgym.tools.retrieval.synthetic import main as synthetic_main, word_of_rank, write_corpus, write_queries
 
 SMALL = {"vocab_size": 3000, "progress": False}
 

@@ -131,7 +131,7 @@ FAIL_OPEN = """
 import json, os, sys
 import gymnasium as gym
 import agentgym
-from agentgym.core import EnvUnavailableError
+from agentgym.contract.env import EnvUnavailableError
 from agentgym.tools.sandbox import PooledSandbox, SubprocessSandbox
 marker = sys.argv[1]
 code = f"open({marker!r}, 'w').write('ran unisolated')\\nprint('RAN')"

@@ -12,8 +12,7 @@ import threading
 import time
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from agentgym.tools.sandbox import Limits, PooledSandbox, SubprocessSandbox
 from agentgym.tools.sandbox.base import check_files
