@@ -4,7 +4,10 @@ groups, and determinism and permutation equivariance on any batch), plus a worke
 computed by hand or by an independent numpy formula)."""
 
 import doctest
+import importlib
 import math
+import pkgutil
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,6 +17,8 @@ from agentgym.contract.trajectory import Trajectory, Turn
 from agentgym.rewards import advantages as adv_mod
 from agentgym.rewards.advantages import (
     ESTIMATORS,
+    OUTCOME_ESTIMATORS,
+    EstimatorSpec,
     TurnBatch,
     a2tgpo_advantages,
     adaptive_clip_scale,
@@ -31,6 +36,7 @@ from agentgym.rewards.advantages import (
     matchtir_dual,
     normalize_turn_returns,
     place_turn_rewards,
+    registry,
     rloo,
     siop_advantages,
     token_gae,
@@ -101,8 +107,10 @@ def check_zscored(x, z, eps=EPS):
 
 
 def test_module_docstring_examples_run():
-    failures, tried = doctest.testmod(adv_mod)
-    assert tried > 20 and failures == 0
+    """The examples of the package and of every module in it (one module per method family) run."""
+    names = [adv_mod.__name__] + [f"{adv_mod.__name__}.{m.name}" for m in pkgutil.iter_modules(adv_mod.__path__)]
+    results = [doctest.testmod(importlib.import_module(name)) for name in names]
+    assert sum(r.attempted for r in results) > 20 and sum(r.failed for r in results) == 0
 
 
 # --- GRPO, Dr. GRPO, RLOO (docs/rewards.md, 'GRPO, Dr. GRPO, RLOO') --------------------------------------------
@@ -695,6 +703,23 @@ def test_registry_names_and_unknown_name():
         get_estimator("ppo2")
     with pytest.raises(TypeError):
         ESTIMATORS["mine"] = lambda b: []  # read-only
+
+
+def test_registry_is_collected_from_every_estimator_module():
+    """``ESTIMATORS`` is exactly the union of the ``REGISTERED`` tuples of the package's modules: a module that
+    registers an estimator but is missing from ``registry.MODULES`` fails here, as does a name registered twice."""
+    modules = [importlib.import_module(f"{adv_mod.__name__}.{m.name}") for m in pkgutil.iter_modules(adv_mod.__path__)]
+    registering = {m.__name__ for m in modules if hasattr(m, "REGISTERED")}
+    assert registering == {m.__name__ for m in registry.MODULES}
+    specs = [spec for m in registry.MODULES for spec in m.REGISTERED]
+    assert all(isinstance(spec, EstimatorSpec) for spec in specs)
+    assert [spec.name for spec in specs] == list(ESTIMATORS)
+    assert all(ESTIMATORS[spec.name] is spec.fn for spec in specs)
+    assert tuple(spec.name for spec in specs if spec.outcome_only) == OUTCOME_ESTIMATORS
+    assert set(OUTCOME_ESTIMATORS) == {"grpo", "dr_grpo", "rloo", "mt_grpo"}
+    twice = SimpleNamespace(__name__="twice", REGISTERED=(EstimatorSpec("grpo", ESTIMATORS["rloo"]),))
+    with pytest.raises(ValueError, match=r"'grpo' is registered by \S+\.group and twice"):
+        registry.collect_specs([*registry.MODULES, twice])
 
 
 @pytest.mark.parametrize("name", NAMES)

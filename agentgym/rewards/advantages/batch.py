@@ -1,0 +1,131 @@
+"""``TurnBatch``: the ragged batch every registered estimator reads (``fn(batch, **params)``)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from agentgym.rewards.advantages.base import ArrayLike, _keys, _ragged, _vec
+from agentgym.rewards.advantages.signals import TurnSignal, _signal_rows, observation_anchors
+
+if TYPE_CHECKING:
+    from agentgym.contract.trajectory import Trajectory
+
+
+@dataclass
+class TurnBatch:
+    """A batch of trajectories for the turn-level estimators: per-trajectory arrays of per-turn rewards and the
+    group ids, plus what some estimators need: ``outcomes`` (per trajectory; default the sum of the turn
+    rewards), ``anchors`` (GiGPO, per turn: the env's state anchor, hashable or None), ``values`` (turn-PPO critic,
+    ``T`` or ``T + 1`` per trajectory), ``turn_lengths`` (policy tokens per turn, UserRL's weighting),
+    ``observations`` (``gigpo_obs``, per turn: a hashable key of what the agent observed, see
+    :func:`observation_anchors`), ``turn_signals`` (``mt_grpo``, per turn: a verified signal or None)."""
+
+    turn_rewards: Sequence[ArrayLike]
+    group_ids: ArrayLike
+    outcomes: ArrayLike | None = None
+    anchors: Sequence[Sequence[Hashable | None]] | None = None
+    values: Sequence[ArrayLike] | None = None
+    turn_lengths: Sequence[ArrayLike] | None = None
+    observations: Sequence[Sequence[Hashable]] | None = None
+    turn_signals: Sequence[Sequence[float | bool | None]] | None = None
+
+    def __post_init__(self) -> None:
+        self.turn_rewards = _ragged(self.turn_rewards, "turn_rewards")
+        n = len(self.turn_rewards)
+        self.group_ids = _keys(self.group_ids, n)
+        if self.outcomes is not None:
+            self.outcomes = _vec(self.outcomes, "outcomes")
+            if self.outcomes.size != n:
+                raise ValueError(f"{self.outcomes.size} outcomes for {n} trajectories")
+        if self.anchors is not None:
+            self.anchors = [list(a) for a in self.anchors]
+            if [len(a) for a in self.anchors] != self.lengths:
+                raise ValueError("anchors must have one entry per turn")
+        if self.values is not None:
+            self.values = _ragged(self.values, "values")
+            if len(self.values) != n:
+                raise ValueError(f"{len(self.values)} value rows for {n} trajectories")
+        if self.turn_lengths is not None:
+            self.turn_lengths = _ragged(self.turn_lengths, "turn_lengths")
+            if [t.size for t in self.turn_lengths] != self.lengths:
+                raise ValueError("turn_lengths must have one entry per turn")
+        if self.observations is not None:
+            self.observations = [list(o) for o in self.observations]
+            if [len(o) for o in self.observations] != self.lengths:
+                raise ValueError("observations must have one entry per turn")
+        if self.turn_signals is not None:
+            self.turn_signals = _signal_rows(self.turn_signals, "turn_signals")
+            if [len(s) for s in self.turn_signals] != self.lengths:
+                raise ValueError("turn_signals must have one entry per turn")
+
+    @property
+    def lengths(self) -> list[int]:
+        return [r.size for r in self.turn_rewards]  # type: ignore[union-attr]
+
+    @property
+    def outcome_array(self) -> np.ndarray:
+        """``outcomes``, or the sum of each trajectory's turn rewards when not given."""
+        if self.outcomes is not None:
+            return self.outcomes  # type: ignore[return-value]
+        return np.array([math.fsum(r) for r in self.turn_rewards], dtype=np.float64)
+
+    def permuted(self, order: Sequence[int]) -> TurnBatch:
+        """The same batch with trajectories reordered (``new[j] = old[order[j]]``)."""
+
+        def pick(x):
+            return None if x is None else [x[i] for i in order]
+
+        return TurnBatch(
+            pick(self.turn_rewards),
+            pick(self.group_ids),
+            None if self.outcomes is None else np.asarray(self.outcomes)[list(order)],
+            pick(self.anchors),
+            pick(self.values),
+            pick(self.turn_lengths),
+            pick(self.observations),
+            pick(self.turn_signals),
+        )
+
+    @classmethod
+    def from_trajectories(
+        cls,
+        trajectories: Sequence[Trajectory],
+        *,
+        reward_component: str | None = None,
+        outcome_component: str | None = None,
+        signal: TurnSignal | str | None = None,
+    ) -> TurnBatch:
+        """Build from ``agentgym.contract.trajectory.Trajectory`` records. Turn rewards are ``turn.reward`` or one named
+        entry of ``info["reward_components"]`` (absent = 0); ``outcomes`` the sum of ``outcome_component`` over
+        the turns (None: the sum of the turn rewards). Group id: ``group_id``, else (env_id, task_id, seed).
+        Anchors are the states the actions were taken in (the reset's ``info["anchor"]`` for the first turn, the
+        previous step's after that; None where absent), observations the keys of what the agent saw before each
+        action (:func:`observation_anchors`); turn lengths from ``token_spans`` when every turn has them;
+        ``turn_signals`` read by ``signal`` (a :class:`TurnSignal`, or an info key read as it is) when given."""
+
+        def rew(turn, name):
+            return turn.reward if name is None else float(turn.info.get("reward_components", {}).get(name, 0.0))
+
+        rewards = [[rew(t, reward_component) for t in tr.turns] for tr in trajectories]
+        gids = [tr.group_id if tr.group_id is not None else (tr.env_id, tr.task_id, tr.seed) for tr in trajectories]
+        outcomes = None
+        if outcome_component is not None:
+            outcomes = [math.fsum(rew(t, outcome_component) for t in tr.turns) for tr in trajectories]
+        # a turn's anchor is the state its action was taken in: the reset's for the first turn, else the last step's
+        anchors = [[(tr.turns[k - 1].info if k else tr.reset_info).get("anchor") for k in range(len(tr.turns))]
+                   for tr in trajectories]  # fmt: skip
+        lengths = None
+        if all(t.token_spans is not None for tr in trajectories for t in tr.turns):
+            lengths = [[sum(e - s for s, e in t.token_spans) for t in tr.turns] for tr in trajectories]
+        observations = [observation_anchors(tr.initial_observation, [t.observation for t in tr.turns])
+                        for tr in trajectories]  # fmt: skip
+        signals = None
+        if signal is not None:
+            src = TurnSignal(signal) if isinstance(signal, str) else signal
+            signals = [src.read(tr.reset_info, [t.info for t in tr.turns]) for tr in trajectories]
+        return cls(rewards, gids, outcomes, anchors, None, lengths, observations, signals)

@@ -1,0 +1,117 @@
+"""What the turn-level estimators read from trajectories besides rewards: the verified per-turn signal each env
+reports (:class:`TurnSignal`, ``TURN_SIGNALS``; ``mt_grpo``) and the keys of what the agent observed
+(:func:`observation_key`, :func:`observation_anchors`; ``gigpo_obs``). docs/rewards.md, 'Multi-turn GRPO' and
+'GiGPO'.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Literal
+
+import numpy as np
+
+from agentgym.rewards.advantages.base import _numpy
+
+SignalMode = Literal["value", "delta"]
+
+
+def _signal_rows(rows: Any, name: str) -> list[list[float | None]]:
+    """Ragged per-turn signals: a number (a bool counts as 0/1) or None (no verified signal at that turn)."""
+    out: list[list[float | None]] = []
+    for i, row in enumerate(_numpy(rows)):
+        row = _numpy(row)
+        items = row.tolist() if isinstance(row, np.ndarray) else list(row)
+        clean: list[float | None] = []
+        for t, x in enumerate(items):
+            if x is None:
+                clean.append(None)
+                continue
+            if not isinstance(x, (int, float, np.number)):  # bool is an int
+                raise ValueError(f"{name}[{i}][{t}]: a signal is a number, a bool or None, got {x!r}")
+            v = float(x)
+            if not math.isfinite(v):
+                raise ValueError(f"{name}[{i}][{t}]: {v} (a turn without a signal is None, never NaN)")
+            clean.append(v)
+        out.append(clean)
+    return out
+
+
+@dataclass(frozen=True)
+class TurnSignal:
+    """Where an env reports a verified per-turn signal: ``info[key]`` after each step, read as it is (``"value"``:
+    a per-step verdict such as the diagnostics' ``correct``) or as its change over the step (``"delta"``: for a
+    cumulative key such as SearchQA's ``supporting_recall``; the state before the first step is the reset's)."""
+
+    key: str
+    mode: SignalMode = "value"
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("value", "delta"):
+            raise ValueError(f"signal mode must be 'value' or 'delta', got {self.mode!r}")
+
+    def read(self, reset_info: Mapping[str, Any], step_infos: Sequence[Mapping[str, Any]]) -> list[float | None]:
+        """One signal per step (None: the step's info has no number under ``key``, or, for ``"delta"``, no earlier
+        state had one). A bool counts as 0/1; a non-finite or non-numeric value raises ``ValueError``.
+
+        >>> TurnSignal("recall", "delta").read({"recall": 0.0}, [{"recall": 0.5}, {}, {"recall": 1.0}])
+        [0.5, None, 0.5]
+        """
+
+        def number(x: Any, where: str) -> float | None:
+            if x is None:
+                return None
+            if not isinstance(x, (int, float, np.number)) or not math.isfinite(float(x)):
+                raise ValueError(f"{where}[{self.key!r}] must be a finite number, a bool or None, got {x!r}")
+            return float(x)
+
+        prev = number(reset_info.get(self.key), "reset info")
+        out: list[float | None] = []
+        for k, info in enumerate(step_infos):
+            x = number(info.get(self.key), f"step {k} info")
+            if self.mode == "value" or x is None:
+                out.append(x)
+                continue
+            out.append(None if prev is None else x - prev)
+            prev = x
+        return out
+
+
+#: The verified per-turn signal each built-in env reports (what :func:`mt_grpo` reads by default in the reference
+#: trainer). Household reports ``progress`` only with ``expert_plan=True``; envs not listed report none.
+TURN_SIGNALS: Mapping[str, TurnSignal] = MappingProxyType(
+    {
+        # the step's choice was right (True/False); None on a distractor stage
+        "agentgym/Chain-v0": TurnSignal("correct"),
+        "agentgym/Umbrella-v0": TurnSignal("correct"),
+        "agentgym/KeyDoor-v0": TurnSignal("correct"),
+        # the share of the task's supporting documents retrieved so far: its increase is the step's new hits
+        "agentgym/SearchQA-v0": TurnSignal("supporting_recall", "delta"),
+        # 1 - (expert plan length) / (initial plan length): its increase is the step's plan progress (< 0: a detour)
+        "agentgym/Household-v0": TurnSignal("progress", "delta"),
+    }
+)
+
+
+def observation_key(messages: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """A hashable key of exactly what an observation showed the agent: each message as canonical JSON (sorted keys,
+    non-JSON values by ``str``). Two observations share a key only if every message is identical.
+
+    >>> observation_key([{"role": "user", "content": "Turn 2/2. Options: a b."}])
+    ('{"content": "Turn 2/2. Options: a b.", "role": "user"}',)
+    """
+    return tuple(json.dumps(dict(m), sort_keys=True, ensure_ascii=False, default=str) for m in messages)
+
+
+def observation_anchors(
+    initial_observation: Sequence[Mapping[str, Any]], observations: Sequence[Sequence[Mapping[str, Any]]]
+) -> list[tuple[str, ...]]:
+    """Per turn, the :func:`observation_key` of the observation its action answered: the reset's for the first
+    turn, the previous step's after that (``observations`` holds one observation per step, so one anchor each).
+    GiGPO's observation anchors (``gigpo_obs``): unlike an env's state anchor they carry nothing the agent did
+    not see."""
+    return [observation_key(o) for o in [initial_observation, *observations][: len(observations)]]
