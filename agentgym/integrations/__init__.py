@@ -16,8 +16,8 @@ so this room sits above the trainer; the others use only the env contract. :mod:
 what they share: a JSON-serialisable reference to one task of one env (:class:`~agentgym.integrations.tasks.TaskRef`)
 and dataset rows.
 
-May import: agentgym.contract, agentgym.grading, agentgym.agents, agentgym.rewards, agentgym.running,
-agentgym.serving, agentgym.tools, agentgym.baselines.
+May import: agentgym (the package root, which registers the envs), agentgym.contract, agentgym.grading,
+agentgym.agents, agentgym.rewards, agentgym.running, agentgym.serving, agentgym.tools, agentgym.baselines.
 """
 
 from agentgym.integrations.tasks import TaskRef, task_rows

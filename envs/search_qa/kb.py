@@ -34,7 +34,7 @@ from agentgym.envs.search_qa.names import invented_words
 from agentgym.tools.retrieval.base import Document
 
 if TYPE_CHECKING:
-    from agentgym.envs.search_qa.data import DatasetConfig
+    from agentgym.envs.search_qa.config import DatasetConfig
 
 KINDS: tuple[str, ...] = ("person", "city", "company", "film", "river", "country")
 

@@ -1,6 +1,6 @@
 """How a scripted user reads an agent's message: which details each question is about, and what kind of question.
 
-Deterministic and lexical (no model): each slot declares a *lexicon* (``users.Slot``: its ``aliases``, paraphrase
+Deterministic and lexical (no model): each slot declares a *lexicon* (``Slot``: its ``aliases``, paraphrase
 ``cues``, its ``choices`` and their ``synonyms``), and ``Lexicon.read(message)`` returns one ``Reading`` per
 (clause, slot) the message is about.
 
@@ -33,11 +33,38 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from dataclasses import dataclass, field
+from typing import Literal
 
-if TYPE_CHECKING:
-    from agentgym.envs.user_sim.users import Slot
+
+@dataclass(frozen=True)
+class Slot:
+    """One kind of detail a user may hold, with its *lexicon* (what ``Lexicon`` reads questions with).
+
+    A slot declares:
+
+    * ``name``; ``aliases``: the words that name it in a question ("crust", "base");
+    * ``choices``: the values it can take (a question or statement that says one is *about* this slot);
+    * ``says``: the sentences the user states a value with (each with a ``{value}`` field; a generic pool when empty);
+    * ``cues``: paraphrases that ask about it without its name ("how large", "where * going": ``*`` stands for up to
+      four words; ``"from {value}"`` binds a value several slots share to this one);
+    * ``synonyms``: other ways to say a value (``{"collected": ("pick it up", "pickup")}``); number words, weekday
+      abbreviations and 12-hour times are added for every slot (``understanding.value_forms``);
+    * ``hints``: partial answers, each a sentence naming no value, with the values it fits
+      (``{"Something spicy.": ("thai", "indian", "mexican")}``), given for a detail the user holds loosely.
+
+    Terms must be specific: where terms of two slots overlap in a question the longest wins, so a generic word of
+    one slot ("time", "how much") loses to a longer cue of another ("how much time", "how much memory").
+    """
+
+    name: str
+    aliases: tuple[str, ...]
+    choices: tuple[str, ...]
+    says: tuple[str, ...] = ()
+    cues: tuple[str, ...] = ()
+    synonyms: Mapping[str, tuple[str, ...]] = field(default_factory=dict, compare=False)
+    hints: Mapping[str, tuple[str, ...]] = field(default_factory=dict, compare=False)
+
 
 Kind = Literal["open", "values", "confirm", "assume", "mention"]
 
@@ -207,7 +234,7 @@ class Lexicon:
 
     @classmethod
     def of(cls, slots: Iterable[Slot]) -> Lexicon:
-        """The lexicon of ``slots`` (see ``users.Slot`` for what each declares)."""
+        """The lexicon of ``slots`` (see ``Slot`` for what each declares)."""
         terms: list[Term] = []
         order: list[str] = []
         for slot in slots:

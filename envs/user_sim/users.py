@@ -24,7 +24,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agentgym.envs.user_sim.understanding import Kind, Lexicon, Reading
+from agentgym.envs.user_sim.understanding import Kind, Lexicon, Reading, Slot as Slot
 
 Message = dict[str, Any]
 
@@ -69,35 +69,6 @@ class User:
 
 
 # -- scripted users ------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Slot:
-    """One kind of detail a user may hold, with its *lexicon* (what ``understanding.Lexicon`` reads questions with).
-
-    A slot declares:
-
-    * ``name``; ``aliases``: the words that name it in a question ("crust", "base");
-    * ``choices``: the values it can take (a question or statement that says one is *about* this slot);
-    * ``says``: the sentences the user states a value with (each with a ``{value}`` field; a generic pool when empty);
-    * ``cues``: paraphrases that ask about it without its name ("how large", "where * going": ``*`` stands for up to
-      four words; ``"from {value}"`` binds a value several slots share to this one);
-    * ``synonyms``: other ways to say a value (``{"collected": ("pick it up", "pickup")}``); number words, weekday
-      abbreviations and 12-hour times are added for every slot (``understanding.value_forms``);
-    * ``hints``: partial answers, each a sentence naming no value, with the values it fits
-      (``{"Something spicy.": ("thai", "indian", "mexican")}``), given for a detail the user holds loosely.
-
-    Terms must be specific: where terms of two slots overlap in a question the longest wins, so a generic word of
-    one slot ("time", "how much") loses to a longer cue of another ("how much time", "how much memory").
-    """
-
-    name: str
-    aliases: tuple[str, ...]
-    choices: tuple[str, ...]
-    says: tuple[str, ...] = ()
-    cues: tuple[str, ...] = ()
-    synonyms: Mapping[str, tuple[str, ...]] = field(default_factory=dict, compare=False)
-    hints: Mapping[str, tuple[str, ...]] = field(default_factory=dict, compare=False)
-
-
 GENERIC_SAYS = ("It's {value}.", "{value}, please.", "That would be {value}.", "I'd like {value}.")
 YES = ("Yes.", "Yes, that's right.", "Correct.")
 NO = ("No.", "No, it isn't.", "That's not it.")

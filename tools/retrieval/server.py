@@ -251,8 +251,8 @@ def serve_retriever(
         raise ValueError(
             f"workers, index_dir, max_memory and options need retriever='bm25:disk' or 'faiss', not {retriever!r}"
         )
-    from . import make_retriever
     from .base import load_corpus_jsonl
+    from .factory import make_retriever
 
     corpus = load_corpus_jsonl(corpus_path)
     kwargs: dict[str, Any] = {"cache_dir": cache_dir} if cache_dir is not None else {}
@@ -305,7 +305,7 @@ def _serve_disk(
     app_kwargs: dict[str, Any],
     connections: list[int | None],
 ) -> None:
-    from . import make_retriever, resolve_disk_dirs
+    from .factory import make_retriever, resolve_disk_dirs
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
     scratch = tempfile.mkdtemp(prefix="agentgym-bm25disk-") if index_dir is None and cache_dir is None else None
@@ -460,7 +460,7 @@ def _worker_main() -> int:
     did), serve the inherited socket until SIGTERM / SIGINT."""
     import uvicorn
 
-    from . import make_retriever
+    from .factory import make_retriever
 
     config = json.loads(sys.stdin.buffer.read())
     _die_with_parent(int(config["parent"]))
