@@ -1,6 +1,6 @@
 """Generalised advantage estimation: token-level PPO GAE (:func:`token_gae`, not registered: it works on token
 arrays), PPO's :func:`masked_whiten`, and turn-level GAE with a critic at turn boundaries (``turn_ppo``).
-docs/rewards.md, 'Token-level PPO GAE and broadcasting' and 'turn-PPO'."""
+docs/rewards.md, 'Token-level PPO GAE and broadcasting' and 'Turn-level returns: GTPO, turn-PPO'."""
 
 from __future__ import annotations
 

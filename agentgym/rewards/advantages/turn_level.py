@@ -1,5 +1,6 @@
-"""Turn-level estimators built on per-turn returns (docs/rewards.md, 'GTPO', 'IGPO', 'SIOP', 'A^2TGPO'): z-score the
-turn rewards or returns over the group (or per turn-index cell), then take the reward-to-go."""
+"""Turn-level estimators built on per-turn returns: z-score the turn rewards or returns over the group (or per
+turn-index cell), then take the reward-to-go. docs/rewards.md, 'Turn-level returns', 'IGPO and SIOP advantages' and
+'A^2TGPO'."""
 
 from __future__ import annotations
 
