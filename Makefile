@@ -13,7 +13,7 @@ ARGS ?=
 # CUDA builds of torch (multi-GB), pass PyTorch's CPU wheel index, e.g. `make test TORCH_INDEX=<url>`.
 TORCH_INDEX ?=
 
-.PHONY: setup bench test test-fast lint format clean distclean
+.PHONY: setup bench test test-fast typecheck lint format clean distclean
 
 setup: $(VENV)/.installed
 	@echo 'agentgym is installed in $(VENV). Run it as $(VENV)/bin/agentgym list, or activate the venv first:'
@@ -40,6 +40,17 @@ test: setup
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
+
+# typecheck: mypy on the core and the trainer ([tool.mypy] in pyproject.toml). mypy has no package-dir mapping, so
+# build/typecheck/agentgym links the tree as it installs (the folders of [tool.setuptools.package-dir]); the report
+# names the real files.
+typecheck: setup
+	rm -rf build/typecheck && mkdir -p build/typecheck/agentgym
+	for f in agentgym/*; do case $$f in */__pycache__) ;; *) ln -s ../../../$$f build/typecheck/agentgym/ ;; esac; done
+	for d in envs tools baselines; do ln -s ../../../$$d build/typecheck/agentgym/$$d; done
+	@$(VENV)/bin/mypy > build/typecheck.log 2>&1; rc=$$?; \
+		sed -e 's#^build/typecheck/agentgym/\(envs\|tools\|baselines\)/#\1/#' -e 's#^build/typecheck/##' build/typecheck.log; \
+		exit $$rc
 
 lint: setup
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
