@@ -3,9 +3,21 @@
 import os
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+# Hypothesis without its clocks: Hypothesis's own "ci" profile (loaded by default here, not only where a CI variable
+# is set) has no per-example deadline (200 ms by default) and no too_slow health check, so a loaded machine cannot
+# fail a test that a quiet one passes; it derandomizes (every run tries the same examples, so a pass or failure
+# depends on the code only, and no example database is shared between parallel workers) and prints the blob that
+# replays a failure. "explore" (HYPOTHESIS_PROFILE=explore, or --hypothesis-profile=explore) draws fresh examples
+# each run and keeps failures in .hypothesis/, for hunting bugs by hand. A test's own @settings sets max_examples.
+settings.register_profile(
+    "explore", deadline=None, derandomize=False, print_blob=True, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(scope="session", autouse=True)

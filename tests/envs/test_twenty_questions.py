@@ -332,19 +332,22 @@ def test_grammar_refuses(text, reason):
 
 
 def test_parser_is_fast_on_long_adversarial_input():
+    # ~130k characters each: linear parsing takes ~0.3 s for all of them, a quadratic or backtracking parser hours,
+    # so the bound is a hang guard that a loaded machine still passes.
+    n = 8
     start = time.perf_counter()
     texts = [
-        "Is it" + " " * 16_000 + "x",
-        ", is it" * 2_300,
-        "Is its birth year between " + "1," * 8_000,
-        "Is it one of " + "Droltru, " * 1_700 + "Krabas",
-        "is it " + ", " * 8_000,
-        "- " * 8_000 + "is it a",
+        "Is it" + " " * 16_000 * n + "x",
+        ", is it" * 2_300 * n,
+        "Is its birth year between " + "1," * 8_000 * n,
+        "Is it one of " + "Droltru, " * 1_700 * n + "Krabas",
+        "is it " + ", " * 8_000 * n,
+        "- " * 8_000 * n + "is it a",
     ]
     for text in texts:
         with contextlib.suppress(QuestionError):
             parse_question(text, VOCAB)
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < 30.0
 
 
 def test_question_semantics_and_text_round_trip():

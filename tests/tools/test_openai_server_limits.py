@@ -55,9 +55,14 @@ def assert_error(resp, status, needle):
     assert needle in err["message"] and err["code"] == status, err
 
 
+#: Seconds a 2-token request may take after an abuse: ~0.05 s when the server is free, a minute or more when a
+#: request left running holds the model. Generous, so a loaded machine passes.
+SMALL_REQUEST = 15.0
+
+
 def time_to_serve_a_small_request(url):
     t0 = time.monotonic()
-    resp = post(url, "/v1/completions", {"prompt": PROMPT, "max_tokens": 2}, timeout=5)
+    resp = post(url, "/v1/completions", {"prompt": PROMPT, "max_tokens": 2}, timeout=30)
     assert resp.status_code == 200, resp.text
     return time.monotonic() - t0
 
@@ -98,11 +103,11 @@ def test_a_request_abandoned_by_its_client_stops_and_frees_the_server(url):
     # 8 x 2000 greedy tokens: about a minute of generation if it were left running.
     with pytest.raises(httpx.ReadTimeout):
         post(url, "/v1/completions", {"prompt": PROMPT, "max_tokens": 2000, "n": 8, "temperature": 0}, timeout=0.5)
-    assert time_to_serve_a_small_request(url) < 2.0
+    assert time_to_serve_a_small_request(url) < SMALL_REQUEST
     chat = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": 2000, "n": 8}
     with pytest.raises(httpx.ReadTimeout):
         post(url, "/v1/chat/completions", chat, timeout=0.5)
-    assert time_to_serve_a_small_request(url) < 2.0
+    assert time_to_serve_a_small_request(url) < SMALL_REQUEST
 
 
 def test_a_request_abandoned_while_queued_never_runs(url, lm):
@@ -111,7 +116,7 @@ def test_a_request_abandoned_while_queued_never_runs(url, lm):
         with pytest.raises(httpx.ReadTimeout):
             post(url, "/v1/completions", long, timeout=0.5)
         time.sleep(0.2)
-    assert time_to_serve_a_small_request(url) < 2.0
+    assert time_to_serve_a_small_request(url) < SMALL_REQUEST
 
 
 # ---------------------------------------------------------------------------- 3c: huge bodies are not read
@@ -134,17 +139,18 @@ def connect(url):
     return socket.create_connection((host, int(port)), timeout=5)
 
 
-def test_an_announced_huge_body_is_refused_before_it_is_sent(url):
-    with connect(url) as sock:
+def test_an_announced_huge_body_is_refused_before_it_is_sent(tiny):
+    app = create_app(*tiny, model_name="tiny", max_request_bytes=1_000_000)
+    with BackgroundServer(app, body_timeout=60.0) as server, connect(server.url) as sock:
         t0 = time.monotonic()
         head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         sock.sendall(f"{head}Content-Length: 400000000\r\n\r\n".encode() + b'{"prompt": "')
-        answer = read_response(sock)
+        answer = read_response(sock, limit=90.0)
         elapsed = time.monotonic() - t0
-    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
-    assert b"exceeds the limit of 1000000" in answer and b"connection: close" in answer.lower()
-    assert elapsed < 0.9  # answered at once, well before the 1 s body deadline
-    assert time_to_serve_a_small_request(url) < 2.0
+        assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+        assert b"exceeds the limit of 1000000" in answer and b"connection: close" in answer.lower()
+        assert elapsed < 30.0  # answered at once, not at the 60 s body deadline
+        assert time_to_serve_a_small_request(server.url) < SMALL_REQUEST
 
 
 def test_a_chunked_body_is_refused_once_it_passes_the_limit(url):
@@ -166,7 +172,7 @@ def test_a_chunked_body_is_refused_once_it_passes_the_limit(url):
     assert sent < 32 * 2**20, f"the server read {sent / 2**20:.0f} MiB before refusing"
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
     assert b"exceeds the limit of 1000000 bytes" in answer
-    assert time_to_serve_a_small_request(url) < 2.0
+    assert time_to_serve_a_small_request(url) < SMALL_REQUEST
 
 
 # ---------------------------------------------------------------------------- 3d: over-long prompts, no lock taken
@@ -176,15 +182,15 @@ def test_a_prompt_too_long_for_the_context_is_refused_without_the_model_lock(url
     cap = lm.max_length * 32
     with lm.lock:  # a long generation holds the model: the refusal must not wait for it
         t0 = time.monotonic()
-        resp = post(url, "/v1/completions", {"prompt": "a" * (cap + 1), "max_tokens": 1}, timeout=3)
+        resp = post(url, "/v1/completions", {"prompt": "a" * (cap + 1), "max_tokens": 1}, timeout=30)
         assert_error(resp, 400, f"The prompt has {cap + 1} characters")
         assert "maximum context of 2048 tokens" in resp.json()["error"]["message"]
-        batch = post(url, "/v1/completions", {"prompt": ["ok", "a" * (cap + 1)], "max_tokens": 1}, timeout=3)
+        batch = post(url, "/v1/completions", {"prompt": ["ok", "a" * (cap + 1)], "max_tokens": 1}, timeout=30)
         assert_error(batch, 400, "characters")
         messages = [{"role": "system", "content": "a" * cap}, {"role": "user", "content": "hi"}]
-        chat = post(url, "/v1/chat/completions", {"messages": messages}, timeout=3)
+        chat = post(url, "/v1/chat/completions", {"messages": messages}, timeout=30)
         assert_error(chat, 400, "characters")
-        assert time.monotonic() - t0 < 3.0
+        assert time.monotonic() - t0 < 30.0  # a refusal that waited for the lock would never come
     # Under the bound the prompt is tokenised as before (one WordPiece [UNK] here) and served.
     ok = post(url, "/v1/completions", {"prompt": "a" * (cap - 10), "max_tokens": 1})
     assert ok.status_code == 200 and len(ok.json()["choices"][0]["prompt_token_ids"]) == 1
@@ -201,10 +207,10 @@ def test_partial_headers_and_slow_bodies_are_cut_off(url):
         sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
     t0 = time.monotonic()
     for sock in slow:
-        read_response(sock, limit=max(0.01, t0 + 3.0 - time.monotonic()))  # one budget for all of them
+        read_response(sock, limit=max(0.01, t0 + 15.0 - time.monotonic()))  # one budget for all of them
         sock.close()
-    assert time.monotonic() - t0 < 2.5
-    assert time_to_serve_a_small_request(url) < 2.0
+    assert time.monotonic() - t0 < 10.0  # cut at the 0.5 s / 1 s deadlines, with room for a loaded machine
+    assert time_to_serve_a_small_request(url) < SMALL_REQUEST
 
 
 def test_bearer_token(tiny):

@@ -170,11 +170,11 @@ def test_streamed_body_over_the_limit_is_refused(http: httpx.Client) -> None:
 
 
 def test_client_raises_the_server_message_on_4xx(server: ServerThread) -> None:
-    remote = RemoteRetriever(server.url, retries=3, backoff=5.0)  # 4xx must not be retried (no sleeping here)
+    remote = RemoteRetriever(server.url, retries=3, backoff=60.0)  # 4xx must not be retried (no sleeping here)
     t0 = time.monotonic()
     with pytest.raises(RetrievalServerError, match=r"HTTP 422.*topk must be between 1 and 50") as info:
         remote.search("ovra", 51)
-    assert info.value.status_code == 422 and time.monotonic() - t0 < 4
+    assert info.value.status_code == 422 and time.monotonic() - t0 < 30
     assert remote.search("ovra", 0) == [] and remote.batch_search([], 3) == []
     remote.close()
 
