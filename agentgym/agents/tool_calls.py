@@ -124,7 +124,7 @@ def to_openai_messages(messages: Sequence[Message]) -> list[Message]:
                 pending = [c["id"] for c in structured]
                 continue
         if role == "assistant" and msg.get("tool_calls"):
-            pending = [c.get("id") for c in msg["tool_calls"] if isinstance(c, dict) and c.get("id")]
+            pending = [c["id"] for c in msg["tool_calls"] if isinstance(c, dict) and c.get("id")]
         if role == "tool":
             msg = dict(msg)
             if msg.get("tool_call_id") in pending:

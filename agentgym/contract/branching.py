@@ -49,7 +49,7 @@ def _chain(env: gym.Env) -> list[gym.Env]:
     return chain
 
 
-def _state_attrs(wrapper: gym.Wrapper) -> tuple[str, ...]:
+def _state_attrs(wrapper: gym.Env) -> tuple[str, ...]:
     declared = getattr(type(wrapper), "snapshot_attrs", None)
     if declared is not None:
         return tuple(declared)

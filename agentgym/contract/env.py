@@ -157,8 +157,8 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, dict):
         if not all(isinstance(k, str) for k in value):
             return _NOT_JSON
-        items = {k: _jsonable(v) for k, v in value.items()}
-        return _NOT_JSON if any(v is _NOT_JSON for v in items.values()) else items
+        fields = {k: _jsonable(v) for k, v in value.items()}
+        return _NOT_JSON if any(v is _NOT_JSON for v in fields.values()) else fields
     if value is None or isinstance(value, str | bool | int):
         return value
     if isinstance(value, float):
@@ -187,15 +187,17 @@ class AgentEnv(gym.Env[list, str]):
         render_mode: ``None`` or ``"ansi"`` (``render`` returns the transcript as text).
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
+    # A class attribute, as gymnasium uses it (gym.Env annotates it without ClassVar).
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}  # type: ignore[misc]
     #: Built-in agents for this env: name -> factory, called as ``factory(**agent_kwargs) -> Agent``
     #: (an ``Agent`` subclass is such a factory).
     agents: ClassVar[Mapping[str, Callable[..., Agent]]] = {}
     #: The agent whose episodes trainers imitate in supervised warm starts: a built-in agent's name or an ``Agent``
     #: class (``agentgym.baselines.rollout.demonstration_episode``).
     demo_agent: ClassVar[str | type[Agent]] = "oracle"
-    #: ``reset`` options this env accepts besides ``task_index`` and ``task_id``.
-    reset_options: ClassVar[tuple[str, ...]] = ()
+    #: ``reset`` options this env accepts besides ``task_index`` and ``task_id`` (a class or instance attribute:
+    #: ``RemoteEnv`` reads its own from the server).
+    reset_options: tuple[str, ...] = ()
     #: How many tasks ``reset`` can play; subclasses set it (a class or instance attribute, or a property).
     num_tasks: int
     #: Why this env cannot run here (a missing package or data), or None; ``reset`` raises it.
@@ -211,11 +213,14 @@ class AgentEnv(gym.Env[list, str]):
         render_mode=one_of("ansi", optional=True),
     )
 
+    #: The outermost constructor call's (args, kwargs): ``spec_kwargs`` and pickling recreate the env from them.
+    _init_call: tuple[tuple[Any, ...], dict[str, Any]]
+    _spec_json: str | None
+
     def __new__(cls, *args: Any, **kwargs: Any) -> AgentEnv:
         self = super().__new__(cls)
-        # The outermost constructor call's arguments: ``spec_kwargs`` and pickling recreate the env from them.
         self._init_call = (args, kwargs)
-        self._spec_json: str | None = None
+        self._spec_json = None
         return self
 
     def __init__(

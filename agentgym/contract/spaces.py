@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -114,7 +114,7 @@ class Chat(spaces.Space[list]):
         text = UnicodeText(max_length=min(self.max_chars, 64), seed=self.np_random)
         return [{"role": str(self.np_random.choice(self.roles)), "content": text.sample()} for _ in range(n)]
 
-    def to_jsonable(self, sample_n: Sequence[list]) -> list:
+    def to_jsonable(self, sample_n: Iterable[list]) -> list:
         return [list(s) for s in sample_n]
 
     def from_jsonable(self, sample_n: Sequence[list]) -> list:

@@ -561,17 +561,17 @@ def _parse(line: str | bytes, key: bytes | None) -> Parsed:
 def _seal_of(d: dict[str, Any], version: int) -> Seal | None:
     """The seal of a record's fields: None for an unsigned one or one older than format 4 (whose signature binds
     it to nothing); ``ValueError`` for a format-4 one with a part of it missing or mistyped."""
-    parts = [d.get(k) for k in ("nonce", "prev", "mac")]
+    nonce, prev, mac = (d.get(k) for k in ("nonce", "prev", "mac"))
     if version < 4:
         if "nonce" in d or "prev" in d:
             raise ValueError(f"unknown field(s) {sorted({'nonce', 'prev'} & set(d))} for format {version}")
         return None
     if not {"nonce", "prev", "mac"} & set(d):
         return None
-    if not all(isinstance(p, str) for p in parts):
+    if not (isinstance(nonce, str) and isinstance(prev, str) and isinstance(mac, str)):
         raise ValueError("a signed record holds its run's nonce, the signature before it (prev) and its own (mac), "
                          "all strings")  # fmt: skip
-    return Seal(*parts)
+    return Seal(nonce, prev, mac)
 
 
 @dataclass(frozen=True)

@@ -217,7 +217,7 @@ def env_class(env_id: str) -> type | None:
     spec = gym.registry.get(env_id)
     if spec is None:
         return None
-    entry = spec.entry_point
+    entry: object = spec.entry_point
     if isinstance(entry, str):
         try:
             entry = gym.envs.registration.load_env_creator(entry)
@@ -231,8 +231,11 @@ def constructor_signature(entry: Callable[..., Any]) -> tuple[dict[str, inspect.
     function), the function that declares each, and whether it still takes any keyword (``**kwargs`` at the top)."""
     params: dict[str, inspect.Parameter] = {}
     owners: dict[str, Callable] = {}
-    inits = [k.__dict__["__init__"] for k in entry.__mro__ if k is not object and "__init__" in k.__dict__]
-    for fn in inits if isinstance(entry, type) else [entry]:
+    if isinstance(entry, type):
+        inits = [k.__dict__["__init__"] for k in entry.__mro__ if k is not object and "__init__" in k.__dict__]
+    else:
+        inits = [entry]
+    for fn in inits:
         own = inspect.signature(fn).parameters
         for name, p in own.items():
             if name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name not in params:

@@ -98,10 +98,11 @@ def _numerals(text: str) -> list[Number]:
         out.append(Number(value, m.start(), m.end()))
     for m in _NUMBER_WORD.finditer(text):
         if m.group("small"):
-            value = _WORD_VALUE[m.group("small").lower()]
+            word_value = _WORD_VALUE[m.group("small").lower()]
         else:
-            value = _TENS[m.group("tens").lower()] + (_WORD_VALUE[m.group("unit").lower()] if m.group("unit") else 0)
-        out.append(Number(Decimal(value), m.start(), m.end(), word=True))
+            unit = _WORD_VALUE[m.group("unit").lower()] if m.group("unit") else 0
+            word_value = _TENS[m.group("tens").lower()] + unit
+        out.append(Number(Decimal(word_value), m.start(), m.end(), word=True))
     return sorted(out, key=lambda n: n.start)
 
 

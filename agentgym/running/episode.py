@@ -29,8 +29,8 @@ GENERIC_AGENTS: dict[str, str] = {
     "hf": "agentgym.agents.hf_agent:HFAgent",
 }
 
-#: A policy: an agent name, an ``Agent``, or a callable ``(messages, info) -> str``.
-Policy = str | Agent | Callable[[list[Message], dict[str, Any]], str]
+#: A policy: an agent name, an ``Agent`` or ``Agent`` class, or a callable ``(messages, info) -> str``.
+Policy = str | Agent | type[Agent] | Callable[[list[Message], dict[str, Any]], str]
 
 
 class CallableAgent(Agent):
@@ -43,7 +43,7 @@ class CallableAgent(Agent):
     def __init__(self, fn: Callable[[list[Message], dict[str, Any]], str], name: str | None = None):
         super().__init__()
         self.fn = fn
-        self.name = name or getattr(fn, "__name__", type(fn).__name__)
+        self.name = name or str(getattr(fn, "__name__", type(fn).__name__))
 
     def act(self, messages: list[Message], info: dict[str, Any]) -> str:
         return self.fn(messages, info)
@@ -60,8 +60,10 @@ def make_agent(agent: Policy, env: gym.Env, **kwargs: Any) -> Agent:
     class, built with ``kwargs``; an ``Agent`` object (returned as is); or a policy callable (in ``CallableAgent``)."""
     if isinstance(agent, Agent):
         return agent
-    if isinstance(agent, type) and issubclass(agent, Agent):
-        return agent(**kwargs)
+    if isinstance(agent, type):
+        if issubclass(agent, Agent):
+            return agent(**kwargs)
+        raise TypeError(f"an agent class must subclass agentgym.contract.agent.Agent, got {agent.__qualname__}")
     if callable(agent):
         return CallableAgent(agent)
     unwrapped = env.unwrapped

@@ -138,6 +138,8 @@ class EnvFactory:
     def __call__(self) -> gym.Env:
         if self.make_env is not None:
             return self.make_env()
+        if self.env_id is None:
+            raise ValueError("an EnvFactory needs env_id or make_env")
         if self.env_id not in gym.registry and self.spec is not None:
             gym.registry[self.env_id] = self.spec
         return gym.make(self.env_id, **self.env_kwargs)

@@ -169,8 +169,11 @@ def play(
     kwargs = dict(env_kwargs or {})
     base = gym.make(env_id, **kwargs)
     try:
+        unwrapped = base.unwrapped
+        if not isinstance(unwrapped, AgentEnv):
+            raise TypeError(f"{env_id} is not an AgentEnv: the reward bench plays its tasks by task_index")
         _, info = base.reset(seed=seed)
-        available = {k for k in ("progress", "anchor") if k in info}
+        available: set[str] = {k for k in ("progress", "anchor") if k in info}
         names = list(agents) if agents is not None else _default_agents(base)
         if not names:
             raise ValueError(f"{env_id} has no non-privileged built-in agents; pass agents=")
@@ -180,7 +183,7 @@ def play(
         trajs: list[Trajectory] = []
         for i in range(episodes):
             group = [
-                run_episode(env, agent, seed=seed + i, options={"task_index": i % base.unwrapped.num_tasks},
+                run_episode(env, agent, seed=seed + i, options={"task_index": i % unwrapped.num_tasks},
                             env_id=env_id, env_kwargs=kwargs, group_id=f"{env_id}:{i}")
                 for agent in players
             ]  # fmt: skip

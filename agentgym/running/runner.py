@@ -126,14 +126,14 @@ def iter_episodes(
             env_kwargs=spec.env_kwargs, group_id=spec.group_id(i), agent_seed=spec.seed + i,
         )  # fmt: skip
 
-    pool = ThreadPoolExecutor(max_workers=workers)
+    threads = ThreadPoolExecutor(max_workers=workers)
     pending: dict[int, Future[Trajectory]] = {}
     submitted = start
     recent: deque[str | None] = deque(maxlen=4 * max_errors if max_errors else 1)
     try:
         for i in range(start, episodes):
             while submitted < episodes and len(pending) < 2 * workers:
-                pending[submitted] = pool.submit(play, submitted)
+                pending[submitted] = threads.submit(play, submitted)
                 submitted += 1
             traj = pending.pop(i).result()
             yield traj
@@ -144,7 +144,7 @@ def iter_episodes(
                     f"kind of error; the last (episode {i}): {traj.error}"
                 )
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        threads.shutdown(wait=True, cancel_futures=True)
         for env, ag in made:
             if ag is not agent:  # the caller's own Agent object stays theirs to close
                 ag.close()
@@ -465,9 +465,9 @@ class Summary:
             if len(self._trial_successes) == self.group_size:
                 c, n = sum(self._trial_successes), self.group_size
                 for group in groups:
-                    sums = self._pass_sums.setdefault(group, [0.0] * n)
+                    pass_sums = self._pass_sums.setdefault(group, [0.0] * n)
                     for j in range(1, n + 1):
-                        sums[j - 1] += pass_hat_k(c, n, j)
+                        pass_sums[j - 1] += pass_hat_k(c, n, j)
                     self._pass_counts[group] = self._pass_counts.get(group, 0) + 1
                 self._trial_successes = []
 
