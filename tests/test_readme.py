@@ -1,10 +1,15 @@
-"""The README's examples are true: every ```python block of README.md runs, and prints what its comments say.
+"""The README is a true front page, and the numbers of the README and the docs are what their commands print.
 
-Each block runs on its own, in a fresh module namespace (a reader copies one block, not the whole README), in a
-temporary working directory, offline. A block fenced ```python no-run is skipped: only for examples that need a
-GPU, a remote endpoint, a network or data downloaded separately. A ``print(...)  # text`` line's comment is the
-output it shows: the block's output must contain each such text, in order, with ``...`` standing for anything
-(whitespace is compared collapsed).
+Every ```python block of README.md runs, and prints what its comments say. Each block runs on its own, in a fresh
+module namespace (a reader copies one block, not the whole README), in a temporary working directory, offline. A
+block fenced ```python no-run is skipped: only for examples that need a GPU, a remote endpoint, a network or data
+downloaded separately. A ``print(...)  # text`` line's comment is the output it shows: the block's output must
+contain each such text, in order, with ``...`` standing for anything (whitespace is compared collapsed).
+
+The README is at most 300 lines, its links resolve, and it links to the pages for benchmarking an agent, training
+with a dense reward and writing an env. Every results table of the README or of a docs page names the command that
+prints it (or the committed results it reads), and the tests below check each number against it, wherever the
+table lives.
 """
 
 from __future__ import annotations
@@ -16,19 +21,28 @@ import json
 import re
 import shlex
 import sys
-import tokenize
 import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_docs import Block, code_blocks  # tests/ is on sys.path (pytest's default rootdir-relative import)
+from test_docs import (  # tests/ is on sys.path (pytest's default rootdir-relative import)
+    DOC_FILES,
+    NEEDS_TORCH,
+    Block,
+    check_printed,
+    code_blocks,
+    headings,
+    printed_comments,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 BLOCKS = code_blocks(README.read_text(encoding="utf-8"))
 RUNNABLE = [b for b in BLOCKS if b.runs]
+#: The README's most lines: a front page, not the manual.
+MAX_README_LINES = 300
 
 
 def quickstart() -> Block:
@@ -37,34 +51,12 @@ def quickstart() -> Block:
     return next(b for b in BLOCKS[first_bash + 1 :] if b.is_python)
 
 
-def printed_comments(source: str) -> list[tuple[int, str]]:
-    """``(line, comment text)`` of every ``print(...)  # comment`` line of ``source``."""
-    found = []
-    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-        if tok.type == tokenize.COMMENT:
-            code = tok.line[: tok.start[1]].strip()
-            if code.startswith("print(") and code.endswith(")"):
-                found.append((tok.start[0], tok.string[1:].strip()))
-    return found
-
-
-def check_printed(output: str, expected: list[tuple[int, str]], where: str) -> None:
-    """Each expected text occurs in ``output`` after the previous one (``...`` matches anything)."""
-    flat = " ".join(output.split())
-    pos = 0
-    for line, text in expected:
-        pattern = ".*?".join(re.escape(" ".join(part.split())) for part in text.split("..."))
-        m = re.compile(pattern, re.DOTALL).search(flat, pos)
-        assert m is not None, f"{where}, line {line}: the output does not show {text!r}; it is:\n{output}"
-        pos = m.end()
-
-
 def run_block(block: Block) -> tuple[dict, str]:
     """Run one block in a fresh module namespace; returns (its namespace, what it printed). Envs it leaves open
     (vector envs own worker processes) are closed."""
     import gymnasium as gym
 
-    if re.search(r"\b(torch|tiny_model|LocalAnswerScorer)\b", block.source):
+    if NEEDS_TORCH.search(block.source):
         pytest.importorskip("torch")
         pytest.importorskip("transformers")
     name = f"readme_block_{block.line}"
@@ -119,10 +111,63 @@ def test_quickstart_answers_correctly(sandbox):
     assert ns["info"]["metrics"]["em"] == 1.0
 
 
-# -- README figures -------------------------------------------------------------------------------------------------
-# Every results table of the README names the command that prints it (in backticks just before the table); these
-# tests run that command and check each number of the table against what it printed, to the decimals shown. Tables
-# that take a minute or more on 2 cores are marked slow (CI still runs them).
+# -- the front page -------------------------------------------------------------------------------------------------
+
+#: Relative Markdown links ``[text](target)`` (external ``scheme://`` links and bare ``#anchor`` links excluded).
+LINK = re.compile(r"\]\((?![a-z][a-z0-9+.-]*:)([^)#\s]+)(?:#([^)\s]+))?\)")
+
+
+def anchors_of(path: Path) -> set[str]:
+    """The anchors of a Markdown file's headings, as the docs site (and GitHub, for these headings) makes them."""
+    from markdown.extensions.toc import slugify
+
+    return {slugify(h, "-") for h in headings(path)}
+
+
+def test_readme_is_a_front_page():
+    """At most MAX_README_LINES lines: the detail lives in the docs site."""
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= MAX_README_LINES, f"README.md has {len(lines)} lines; move detail into docs/"
+
+
+def test_readme_links_resolve():
+    """Every relative link of the README names a file of the repository and, with ``#anchor``, one of its headings."""
+    pytest.importorskip("markdown")
+    bad = []
+    for target, anchor in LINK.findall(README.read_text(encoding="utf-8")):
+        path = ROOT / target
+        if not path.exists():
+            bad.append(f"{target}: no such file")
+        elif anchor and anchor not in anchors_of(path):
+            bad.append(f"{target}#{anchor}: no such heading")
+    assert not bad, "README.md links that do not resolve:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize(
+    ("topic", "page"),
+    [
+        ("benchmarking an agent", "docs/cli.md"),
+        ("training with a dense reward", "docs/rewards.md"),
+        ("training with a dense reward", "docs/trainer.md"),
+        ("writing an env", "docs/writing-an-env.md"),
+    ],
+)
+def test_readme_links_to_the_guide(topic, page):
+    """The front page's quick starts lead into the docs: each links to the page that goes on where it stops."""
+    targets = {target for target, _ in LINK.findall(README.read_text(encoding="utf-8"))}
+    assert page in targets, f"README.md does not link to {page} ({topic})"
+    assert (ROOT / page).is_file()
+
+
+def test_the_link_pattern():
+    text = "[a](docs/x.md) [b](docs/y.md#z-1) [c](https://e.org/p.md) [d](#local) ![i](img/p.png)"
+    assert LINK.findall(text) == [("docs/x.md", ""), ("docs/y.md", "z-1"), ("img/p.png", "")]
+
+
+# -- figures of the README and the docs ------------------------------------------------------------------------------
+# Every results table of the README or a docs page names the command that prints it (in backticks just before the
+# table); these tests run that command and check each number of the table against what it printed, to the decimals
+# shown. Tables that take a minute or more on 2 cores are marked slow (CI still runs them).
 
 #: A cell ``a / b / c`` holds these categories in order (the user-simulation envs' levels).
 LEVELS = ("easy", "medium", "hard")
@@ -239,14 +284,23 @@ def split_row(line: str) -> list[str]:
     return [c.strip() for c in line.strip().strip("|").split("|")]
 
 
-def readme_table(command: str, text: str | None = None) -> list[dict[str, str]]:
-    """The table that follows the README's one mention of `command` (within a few lines), as dicts by header."""
-    text = README.read_text(encoding="utf-8") if text is None else text
+def documents() -> dict[str, str]:
+    """README.md and every page under docs/, by path relative to the repository: where results tables live."""
+    return {str(p.relative_to(ROOT)): p.read_text(encoding="utf-8") for p in (README, *DOC_FILES)}
+
+
+def table_after(command: str, text: str | None = None) -> list[dict[str, str]]:
+    """The table that follows the one mention of `command` in the README or a docs page (within a few lines), as
+    dicts by header; ``text``: look in that text instead."""
+    texts = documents() if text is None else {"text": text}
     mention = f"`{command}`"
-    assert text.count(mention) == 1, f"README.md should name {mention} once, before its table"
-    lines = text[text.index(mention) :].splitlines()
+    where = [name for name, body in texts.items() if mention in body]
+    count = sum(texts[name].count(mention) for name in where)
+    assert count == 1, f"the README and docs/ should name {mention} once, before its table (found {count}: {where})"
+    body = texts[where[0]]
+    lines = body[body.index(mention) :].splitlines()
     start = next((i for i, line in enumerate(lines[:12]) if line.startswith("|")), None)
-    assert start is not None, f"README.md: no table right after {mention}"
+    assert start is not None, f"{where[0]}: no table right after {mention}"
     block = list(itertools.takewhile(lambda line: line.startswith("|"), lines[start:]))
     header = split_row(block[0])
     return [dict(zip(header, split_row(line), strict=True)) for line in block[2:]]
@@ -271,12 +325,12 @@ def agrees(actual: float, shown: float, decimals: int) -> bool:
 
 def test_figure_helpers():
     text = "x `agentgym a`:\n\n| agent | m |\n|---|---:|\n| `oracle` (privileged) | **0.30** / 1,000 / - |\n\nmore"
-    assert readme_table("agentgym a", text) == [{"agent": "`oracle` (privileged)", "m": "**0.30** / 1,000 / -"}]
+    assert table_after("agentgym a", text) == [{"agent": "`oracle` (privileged)", "m": "**0.30** / 1,000 / -"}]
     assert shown_values("**0.30**") == [(0.30, 2)] and shown_values("1,000 / 4.5") == [(1000.0, 0), (4.5, 1)]
     assert shown_values("-") is None
     assert agrees(4.225, 4.22, 2) and agrees(4.225, 4.23, 2) and not agrees(4.226, 4.22, 2)
     with pytest.raises(AssertionError, match="once"):
-        readme_table("agentgym b", text)
+        table_after("agentgym b", text)
 
 
 @pytest.fixture(scope="module")
@@ -304,7 +358,7 @@ def command_runs(tmp_path_factory):
     "figure", [pytest.param(f, marks=[pytest.mark.slow] if f.slow else []) for f in FIGURES], ids=lambda f: f.command
 )
 def test_readme_figure_is_what_its_command_prints(figure, command_runs):
-    table = readme_table(figure.command)
+    table = table_after(figure.command)
     _, results = command_runs(figure.command, figure.results)
     label = next(iter(table[0]))
     assert set(table[0]) - {label} == set(figure.columns), "every column of the table is checked"
@@ -323,8 +377,8 @@ def test_readme_figure_is_what_its_command_prints(figure, command_runs):
                 assert len(match) == 1, f"`{figure.command}` has no single row for {key} / {cat}"
                 actual = match[0][metric]
                 if not agrees(actual, value, decimals):
-                    wrong.append(f"{name} / {header} / {cat}: README {value}, the command {actual:.{decimals + 2}f}")
-    assert not wrong, f"README.md's table after `{figure.command}` differs from what it prints:\n" + "\n".join(wrong)
+                    wrong.append(f"{name} / {header} / {cat}: shown {value}, the command {actual:.{decimals + 2}f}")
+    assert not wrong, f"the table after `{figure.command}` differs from what it prints:\n" + "\n".join(wrong)
 
 
 def test_bench_trials_prints_every_pass_k_column(command_runs):
@@ -342,7 +396,7 @@ def test_searchqa_preset_table_counts(preset):
     corpus has 446 docs, the 100k one 111,178: the table said 448 and 111,210)."""
     from agentgym.envs.search_qa.data import build_dataset
 
-    table = readme_table("python bench/bench_search_qa.py --preset NAME")
+    table = table_after("python bench/bench_search_qa.py --preset NAME")
     row = next(r for r in table if r["preset"].startswith(f"`{preset}`"))
     ds = build_dataset(preset)
     assert shown_values(row["docs"]) == [(len(ds.corpus), 0)]
@@ -351,15 +405,15 @@ def test_searchqa_preset_table_counts(preset):
 
 @pytest.mark.slow
 def test_searching_the_question_rarely_finds_the_last_hop():
-    """The README's share of bridge and 3-4-hop test questions (``small``) whose last supporting document is in the
-    top 3 when the agent searches the question itself."""
+    """The stated share of bridge and 3-4-hop test questions (``small``) whose last supporting document is in the top 3
+    when the agent searches the question itself (SearchQA's page)."""
     import gymnasium as gym
 
     import agentgym  # noqa: F401  (registers the envs)
 
-    text = " ".join(README.read_text(encoding="utf-8").split())
+    text = " ".join(" ".join(documents().values()).split())
     claim = re.search(r"last hop's document in the top 3 for only ([\d.]+)% of bridge and ([\d.]+)% of 3-4-hop", text)
-    assert claim is not None, "README.md no longer states the shares"
+    assert claim is not None, "neither the README nor docs/ states the shares any more"
     env = gym.make("agentgym/SearchQA-v0").unwrapped
     hits = {"bridge": 0, "multihop": 0}
     totals = dict.fromkeys(hits, 0)
@@ -377,10 +431,17 @@ def test_searching_the_question_rarely_finds_the_last_hop():
         assert agrees(100 * hits[kind] / totals[kind], float(shown), decimals), (kind, hits[kind], shown)
 
 
-def _table_at(text: str, header_start: str) -> list[dict[str, str]]:
-    """The README table whose header line starts with ``header_start``, as dicts by header."""
-    lines = text.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(header_start))
+def _table_at(header_start: str) -> list[dict[str, str]]:
+    """The one table of the README or docs/ whose header line starts with ``header_start``, as dicts by header."""
+    found = [
+        (name, lines, i)
+        for name, body in documents().items()
+        for lines in [body.splitlines()]
+        for i, line in enumerate(lines)
+        if line.startswith(header_start)
+    ]
+    assert len(found) == 1, f"one table should start {header_start!r} in the README and docs/, found {len(found)}"
+    _, lines, start = found[0]
     block = list(itertools.takewhile(lambda line: line.startswith("|"), lines[start:]))
     header = split_row(block[0])
     return [dict(zip(header, split_row(line), strict=True)) for line in block[2:]]
@@ -410,8 +471,7 @@ def test_readme_credit_primary_tables_are_the_committed_sweep(
     by = {(r["seed"], r["method"]): r for r in runs if r["env"] == env and r["horizon"] == 16}
     results = json.loads((out / "results.json").read_text())
     cells = {c["method"]: c for c in results["cells"] if (c["env"], c["horizon"]) == (env, 16)}
-    text = README.read_text(encoding="utf-8")
-    rows = _table_at(text, f"| {seed_column} | warm start |")
+    rows = _table_at(f"| {seed_column} | warm start |")
     assert [m.strip("`") for m in rows[0] if m.startswith("`")] == methods
     seeds = [int(row[seed_column]) for row in rows if row[seed_column].isdigit()]
     assert seeds == sorted({s for s, m in by if m == "grpo"}), "the table has every paired seed, nothing else"
@@ -423,14 +483,14 @@ def test_readme_credit_primary_tables_are_the_committed_sweep(
             method = "grpo" if column == "warm start" else column.strip("`")
             if cell == "collapsed":  # a run the trainer stopped: shown as such, never as a number
                 if not by[(int(row[seed_column]), method)]["collapsed"]:
-                    wrong.append(f"seed {row[seed_column]} / {column}: README collapsed, the run finished")
+                    wrong.append(f"seed {row[seed_column]} / {column}: shown collapsed, the run finished")
                 continue
             value, decimals = _number(cell)
             if row[seed_column].isdigit():
                 run = by[(int(row[seed_column]), method)]
                 actual = run["before"] if column == "warm start" else run["after"]
                 if actual is None or (column != "warm start" and run["collapsed"]):
-                    wrong.append(f"seed {row[seed_column]} / {column}: README {cell}, the run collapsed")
+                    wrong.append(f"seed {row[seed_column]} / {column}: shown {cell}, the run collapsed")
                     continue
             elif row[seed_column] == "mean":
                 actual = cells[method]["before_mean" if column == "warm start" else "after_mean"]
@@ -442,9 +502,9 @@ def test_readme_credit_primary_tables_are_the_committed_sweep(
                 else:
                     actual = cells[method]["turn_acc_mean"]
             if not agrees(actual, value, decimals):
-                wrong.append(f"seed {row[seed_column]} / {column}: README {cell}, recorded {actual:.5f}")
+                wrong.append(f"seed {row[seed_column]} / {column}: shown {cell}, recorded {actual:.5f}")
     tests = {t["method"]: t for t in results["tests"] if t["family"] == "primary"}
-    for row in _table_at(text, f"| {diff_column} |"):
+    for row in _table_at(f"| {diff_column} |"):
         t = tests[row[diff_column].strip("`")]
         mean, sd = (_number(x) for x in row["mean ± sd"].split("±"))
         pairs = [(by[(s, t["method"])], by[(s, "grpo")]) for s in seeds]
@@ -453,9 +513,9 @@ def test_readme_credit_primary_tables_are_the_committed_sweep(
         checks = [(t["mean"], mean), (t["sd"], sd), (t["p"], _number(row["p (exact)"])),
                   (t["p_holm"], _number(row["Holm p"])), (sum(a > b for a, b in pairs), (float(ahead), 0)),
                   (len(pairs), (float(of), 0)), (t["n"], (float(of), 0))]  # fmt: skip
-        wrong += [f"{t['method']}: README {shown}, recorded {actual}" for actual, shown in checks
+        wrong += [f"{t['method']}: shown {shown}, recorded {actual}" for actual, shown in checks
                   if not agrees(actual, *shown)]  # fmt: skip
-    assert not wrong, f"README.md's credit tables differ from {folder}:\n" + "\n".join(wrong)
+    assert not wrong, f"the credit tables differ from {folder}:\n" + "\n".join(wrong)
 
 
 @pytest.mark.parametrize(
@@ -473,7 +533,7 @@ def test_readme_credit_table_of_every_cell_is_the_committed_sweep(folder: str, h
     results = json.loads((ROOT / "bench" / "results" / "credit_round2" / folder / "results.json").read_text())
     cells = {(c["env"], c["horizon"], c["method"]): c for c in results["cells"]}
     tests = {(t["env"], t["horizon"], t["method"], t["endpoint"]): t for t in results["tests"]}
-    rows = _table_at(README.read_text(encoding="utf-8"), header)
+    rows = _table_at(header)
     env_column = split_row(header)[0] if header.startswith("| env") else None
     keys = [(r[env_column] if env_column else "Chain", int(r["H"]), r["method"].strip("`")) for r in rows]
     assert set(keys) == set(cells) and len(keys) == len(cells)  # every cell once, nothing else
@@ -486,20 +546,19 @@ def test_readme_credit_table_of_every_cell_is_the_committed_sweep(folder: str, h
                                           "auc": ("AUC − `grpo`", "AUC p", "AUC Holm p")}.items():  # fmt: skip
             t = tests.get((*key, endpoint))
             if t is None:
-                assert key[2] == "grpo" and not row[diff], f"{key}: no {endpoint} test recorded, README {row[diff]}"
+                assert key[2] == "grpo" and not row[diff], f"{key}: no {endpoint} test recorded, shown {row[diff]}"
                 continue
             shown_holm = row[holm].removesuffix(" (primary)")
             assert (shown_holm != row[holm]) == (t["family"] == "primary"), f"{key} {endpoint}: family"
             checks += [(t["mean"], _number(row[diff])), (t["p"], _number(row[p])), (t["p_holm"], _number(shown_holm))]
-        wrong += [f"{key}: README {shown}, recorded {actual}" for actual, shown in checks if not agrees(actual, *shown)]
-    assert not wrong, f"README.md's table of every credit cell differs from {folder}/results.json:\n" + "\n".join(wrong)
+        wrong += [f"{key}: shown {shown}, recorded {actual}" for actual, shown in checks if not agrees(actual, *shown)]
+    assert not wrong, f"the table of every credit cell differs from {folder}/results.json:\n" + "\n".join(wrong)
 
 
 def test_readme_smollm2_tables_are_the_committed_runs():
     """The real-model section's per-seed table and paired tests are bench/smollm2_rl.py's committed results.json."""
     results = json.loads((ROOT / "bench" / "results" / "smollm2_rl" / "results.json").read_text())
-    text = README.read_text(encoding="utf-8")
-    rows = _table_at(text, "| SmolLM2 seed | before |")
+    rows = _table_at("| SmolLM2 seed | before |")
     methods = [c.removesuffix(" after").strip("`") for c in rows[0] if c.endswith(" after")]
     assert methods == ["grpo", "mt_grpo"]
     shown_runs = {f"{m}-s{row['SmolLM2 seed']}" for row in rows for m in methods}
@@ -510,10 +569,10 @@ def test_readme_smollm2_tables_are_the_committed_runs():
             run = results["runs"][f"{m}-s{row['SmolLM2 seed']}"]
             for actual, cell in ((run["before"], row["before"]), (run["after"], row[f"`{m}` after"])):
                 if not agrees(actual, *_number(cell)):
-                    wrong.append(f"{m} seed {row['SmolLM2 seed']}: README {cell}, recorded {actual}")
-    for row in _table_at(text, "| SmolLM2 paired test |"):
+                    wrong.append(f"{m} seed {row['SmolLM2 seed']}: shown {cell}, recorded {actual}")
+    for row in _table_at("| SmolLM2 paired test |"):
         t = results["tests"][row["SmolLM2 paired test"].replace("`", "")]
         checks = [(t["n"], (float(row["seeds"]), 0)), (t["mean"], _number(row["mean"])), (t["p"], _number(row["p"]))]
-        wrong += [f"{row['SmolLM2 paired test']}: README {shown}, recorded {actual}" for actual, shown in checks
+        wrong += [f"{row['SmolLM2 paired test']}: shown {shown}, recorded {actual}" for actual, shown in checks
                   if not agrees(actual, *shown)]  # fmt: skip
-    assert not wrong, "README.md's SmolLM2 tables differ from bench/results/smollm2_rl:\n" + "\n".join(wrong)
+    assert not wrong, "the SmolLM2 tables differ from bench/results/smollm2_rl:\n" + "\n".join(wrong)
