@@ -104,18 +104,42 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
+def _base_name(env_id: str) -> str:
+    """The part of an env id that a typo is judged on: no namespace, no ``-vN`` version, lower case."""
+    name = env_id.rsplit("/", 1)[-1]
+    stem, dash, version = name.rpartition("-v")
+    return (stem if dash and version.isdigit() else name).lower()
+
+
 def check_env_id(env_id: str) -> None:
-    """An env id that is not registered is a ``UserError`` naming the closest registered id."""
+    """An env id that is not registered is a ``UserError``. It names a registered id only when that one is close:
+    the same namespace (or none given) and a name within a typo of it, or the whole id within a typo. An id in a
+    namespace nothing registers gets how plugins register their envs instead of a far-fetched guess."""
     import gymnasium as gym
+
+    from agentgym.contract.registry import ENTRY_POINT_GROUP
 
     if env_id in gym.registry:
         return
-    ids = list(gym.registry)
-    by_name = {i.split("/", 1)[-1]: i for i in ids}  # "Chian-v0" finds "agentgym/Chain-v0" too
-    close = difflib.get_close_matches(env_id, ids, n=1, cutoff=0.6)
-    close = close or [by_name[m] for m in difflib.get_close_matches(env_id.split("/", 1)[-1], by_name, n=1)]
-    hint = f"; did you mean {close[0]}?" if close else ""
-    raise UserError(f"unknown env id {env_id!r}{hint} (agentgym list shows them all)")
+    namespace = env_id.rsplit("/", 1)[0] if "/" in env_id else None
+    namespaces = {spec.namespace for spec in gym.registry.values()}
+    close: list[str] = []
+    if namespace is None or namespace in namespaces:
+        same = [i for i in gym.registry if namespace is None or gym.registry[i].namespace == namespace]
+        by_name: dict[str, str] = {}
+        for i in sorted(same, reverse=True):  # the newest version of a name wins
+            by_name.setdefault(_base_name(i), i)
+        close = [by_name[m] for m in difflib.get_close_matches(_base_name(env_id), by_name, n=1, cutoff=0.75)]
+    if not close:
+        lowered = {i.lower(): i for i in gym.registry}
+        close = [lowered[m] for m in difflib.get_close_matches(env_id.lower(), lowered, n=1, cutoff=0.85)]
+    if close:
+        raise UserError(f"unknown env id {env_id!r}; did you mean {close[0]}? (agentgym list shows them all)")
+    if namespace is not None and namespace not in namespaces:
+        raise UserError(f"unknown env id {env_id!r}: no installed package registers envs in the namespace "
+                        f"{namespace!r} (a plugin registers its envs from a callable in the entry-point group "
+                        f"{ENTRY_POINT_GROUP}; is its package installed in this Python?)")  # fmt: skip
+    raise UserError(f"unknown env id {env_id!r} (agentgym list shows them all)")
 
 
 def _type_text(tp: Any) -> str:
@@ -221,15 +245,46 @@ def check_env_kwargs(env_id: str, env_kwargs: Mapping[str, Any]) -> None:
 
 
 def _make_env(env_id: str, env_kwargs: dict[str, Any]) -> Any:
-    """``gymnasium.make``, with an unknown id or a bad constructor argument turned into a ``UserError``."""
+    """``gymnasium.make``, with an unknown id or a mistake in the constructor arguments turned into a ``UserError``:
+    a bad value (``TypeError``, ``ValueError``), a file that is missing or unreadable (``OSError``), or an env that
+    cannot run with them (``EnvUnavailableError``). The original exception is the ``UserError``'s cause, which
+    ``$AGENTGYM_DEBUG=1`` shows as a traceback."""
     import gymnasium as gym
+
+    from agentgym.contract.env import EnvUnavailableError
 
     check_env_id(env_id)
     check_env_kwargs(env_id, env_kwargs)
     try:
         return gym.make(env_id, **env_kwargs)
+    except EnvUnavailableError as e:  # its message names the env and says what to do
+        raise UserError(" ".join(str(e).split())) from e
+    except OSError as e:
+        where = f" {e.filename}" if e.filename else ""
+        why = f"{e.strerror or type(e).__name__}:{where}" if e.strerror else " ".join(str(e).split())
+        raise UserError(f"cannot make {env_id} with {_args_text(env_kwargs)}: {why}") from e
     except (gym.error.Error, TypeError, ValueError) as e:
-        raise UserError(f"cannot make {env_id} with {env_kwargs}: {' '.join(str(e).split())}") from None
+        raise UserError(f"cannot make {env_id} with {_args_text(env_kwargs)}: {' '.join(str(e).split())}") from e
+
+
+def _first_reset(env: Any, env_id: str, env_kwargs: Mapping[str, Any], seed: int) -> None:
+    """Reset ``env`` once, so that what its arguments name but only an episode opens (a game file that is no game,
+    an unreadable data file) is a ``UserError`` now rather than an error in every episode or check."""
+    from agentgym.contract.env import EnvUnavailableError
+
+    try:
+        env.reset(seed=seed)
+    except EnvUnavailableError as e:
+        raise UserError(" ".join(str(e).split())) from e
+    except (OSError, ValueError, TypeError) as e:
+        why = " ".join(str(e).split()) or type(e).__name__
+        raise UserError(f"cannot start an episode of {env_id} with {_args_text(env_kwargs)}: {why}") from e
+
+
+def _args_text(env_kwargs: Mapping[str, Any]) -> str:
+    """``--env-arg`` values as the user typed them: ``game_file=g.z8 max_turns=5`` (or ``its default arguments``)."""
+    shown = " ".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in env_kwargs.items())
+    return shown or "its default arguments"
 
 
 def _prepare_out(
@@ -267,7 +322,7 @@ DEFAULT_REWARDS_OUT = "reports/rewards"
 #: What ``run`` writes into its output folder.
 RUN_OUTPUTS = ("trajectories.jsonl", "summary.json")
 #: What ``bench`` writes into its output folder.
-BENCH_OUTPUTS = ("report.md", "results.json", "*.png", "trajectories/*.jsonl")
+BENCH_OUTPUTS = ("report.md", "results.json", "progress.json", "*.png", "trajectories/*.jsonl")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -282,6 +337,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         if reason := unavailable_reason(probe):  # e.g. TextWorld without game_file=: say that, not "unknown agent"
             raise UserError(" ".join(reason.split()))
+        _first_reset(probe, args.env_id, env_kwargs, args.seed)
         agent = make_agent(args.agent, probe, **agent_kwargs)
         try:
             agent.preflight()  # e.g. nothing listens at the openai agent's base_url: say so now, not after retries
@@ -344,6 +400,8 @@ def _bench_selection(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             check_env_kwargs(env_id, env_kwargs)
         except UserError as e:
             raise UserError(f"{e}; --env-arg goes to every env of the bench: pick envs with --env") from None
+    for env_id in env_ids if env_kwargs else ():  # a missing file or a bad value: one line, before anything runs
+        _make_env(env_id, env_kwargs).close()
     known = {a for env_id in env_ids for a in getattr(_entry_point(env_id), "agents", {})}
     for agent in args.agent:
         if agent not in known:
@@ -365,15 +423,28 @@ def cmd_bench(args: argparse.Namespace) -> int:
         )  # fmt: skip
         _print_report(reward_table(rewards.rows), rewards.skipped, rewards.report_path, rewards.plots)
         return 0
-    from agentgym.running.bench import bench, table
+    from agentgym.running.bench import bench, bench_settings, read_progress, table
 
-    _prepare_out(Path(args.out or DEFAULT_BENCH_OUT), BENCH_OUTPUTS, named=args.out is not None,
-                 overwrite=args.overwrite)  # fmt: skip
-    result = bench(
-        episodes=args.episodes, seed=args.seed, out=args.out or DEFAULT_BENCH_OUT, envs=list(selection),
-        agents=args.agent or None, workers=args.workers, progress=not args.quiet, trials=args.trials,
-        env_kwargs=selection,
-    )  # fmt: skip
+    out = Path(args.out or DEFAULT_BENCH_OUT)
+    settings = bench_settings(episodes=args.episodes, seed=args.seed, envs=list(selection), agents=args.agent or None,
+                              trials=args.trials, env_kwargs=selection)  # fmt: skip
+    earlier = None if args.overwrite else read_progress(out)
+    resume = earlier is not None and not earlier.get("complete") and earlier.get("settings") == settings
+    if earlier is not None and not earlier.get("complete") and not resume and args.out is not None:
+        raise UserError(f"{out} holds an unfinished bench with other options; rerun its own command to finish it, "
+                        "pass --overwrite to replace it, or choose another --out")  # fmt: skip
+    _prepare_out(out, BENCH_OUTPUTS, named=args.out is not None, overwrite=args.overwrite, keep=resume)
+    if resume and earlier is not None:
+        done = _finished_played(earlier)
+        print(f"agentgym bench: continuing the interrupted bench in {out} ({len(done)} of {len(selection)} envs "
+              "finished; they are not played again)", flush=True)  # fmt: skip
+    try:
+        result = bench(
+            episodes=args.episodes, seed=args.seed, out=out, envs=list(selection), agents=args.agent or None,
+            workers=args.workers, progress=not args.quiet, trials=args.trials, env_kwargs=selection, resume=resume,
+        )  # fmt: skip
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(_bench_interrupted(out, len(selection))) from None
     _print_report(table(result.rows), result.skipped, result.report_path, result.plots)
     if not result.rows:
         print("agentgym bench: nothing ran (every selected env was skipped: see above)", file=sys.stderr)
@@ -381,11 +452,44 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _finished_played(progress: Mapping[str, Any]) -> list[str]:
+    """The envs of a bench's progress that finished with rows (not skipped)."""
+    from agentgym.running.bench import finished_envs
+
+    return [e for e in finished_envs(dict(progress)) if not progress["envs"][e].get("skipped")]
+
+
+def _bench_interrupted(out: Path, total: int) -> str:
+    """What an interrupted bench kept, and how to go on (``main`` prints it after ``interrupted``)."""
+    from agentgym.running.bench import read_progress
+
+    progress = read_progress(out)
+    how = "rerun the same command to continue from there, or add --overwrite to start over"
+    if progress is None:
+        return f"nothing was kept in {out}; {how}"
+    done = _finished_played(progress)
+    skipped = [e for e, entry in progress["envs"].items() if entry.get("skipped")]
+    text = f"kept in {out}: {len(done)} of {total} envs finished" + (f" ({', '.join(done)})" if done else "")
+    text += f", {len(skipped)} skipped as unavailable" if skipped else ""
+    for env_id, entry in progress["envs"].items():
+        played = [a for a in entry.get("agents", []) if a in entry.get("rows", {})]
+        if env_id not in done and not entry.get("skipped"):
+            text += f"; {env_id} was interrupted" + (f" after {', '.join(played)}" if played else "")
+    return f"{text}; {how}"
+
+
 def cmd_check(args: argparse.Namespace) -> int:
+    from agentgym.contract.registry import unavailable_reason
     from agentgym.running.checker import check
 
     env_kwargs = _kv(args.env_arg)
-    _make_env(args.env_id, env_kwargs).close()  # an unknown id or argument is a usage error, not a failed check
+    env = _make_env(args.env_id, env_kwargs)  # an unknown id or argument is a usage error, not a failed check
+    try:
+        if reason := unavailable_reason(env):  # e.g. TextWorld without game_file=: what it needs, not five failures
+            raise UserError(" ".join(reason.split()))
+        _first_reset(env, args.env_id, env_kwargs, args.seed)
+    finally:
+        env.close()
     report = check(args.env_id, env_kwargs=env_kwargs, seed=args.seed)
     print(report)
     return 0 if report.ok else 1
@@ -788,15 +892,22 @@ def run_plugin(ep: EntryPoint, argv: Sequence[str]) -> int:
     return int(command(list(argv)) or 0)
 
 
+#: Set to 1 to see a user error's traceback (what raised it) instead of its one line.
+DEBUG_ENV = "AGENTGYM_DEBUG"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command. A ``UserError`` (from any command, plugins included) is one line and exit 2; Ctrl-C is one
-    line and exit 130: ``interrupted``, plus what the command had written when it re-raises ``KeyboardInterrupt``
-    with a note (``agentgym run``: how many records, and how to continue)."""
+    """Run one command. A ``UserError`` (from any command, plugins included) is one line and exit 2 (a traceback with
+    ``$AGENTGYM_DEBUG=1``); Ctrl-C is one line and exit 130: ``interrupted``, plus what the command had written when
+    it re-raises ``KeyboardInterrupt`` with a note (``agentgym run``, ``agentgym bench``: what was kept, and how to
+    continue)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     name = f"agentgym {argv[0]}" if argv[:1] and not argv[0].startswith("-") else "agentgym"
     try:
         return _dispatch(argv)
     except UserError as e:
+        if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+            raise  # the traceback, with the exception the user error came from
         print(f"{name}: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:

@@ -1,5 +1,6 @@
 """`agentgym bench`'s PNG plots stay legible: x tick labels (task categories) do not run into each other, into the
-legend, or off the figure. Household's task types (``pick_clean_then_place_in_recep``, ...) are the long ones."""
+legend, or off the figure. Household's task types (``pick_clean_then_place_in_recep``, ...) are the long ones. The
+title of a one-category plot is not cut, and the bars' value labels of five or six agents do not overlap."""
 
 from __future__ import annotations
 
@@ -69,3 +70,72 @@ def test_bench_plot_labels_do_not_overlap(tmp_path, monkeypatch):
     from agentgym.running.bench import plot_results
 
     check_layout(plot_results, tmp_path, monkeypatch)
+
+
+AGENTS6 = {"oracle": 1.0, "heuristic": 0.75, "keyword": 0.5, "natural": 0.5, "focused": 0.25, "random": 0.0}
+
+
+def drawn_figures(plot_results, rows_, out: Path, monkeypatch) -> list[dict]:
+    """Plot ``rows_`` and return, per saved figure, the page box and the boxes of its title, value labels and legend."""
+    from matplotlib.figure import Figure
+
+    drawn = []
+    save = Figure.savefig
+
+    def record(fig, *args, **kwargs):
+        result = save(fig, *args, **kwargs)
+        renderer = fig.canvas.get_renderer()
+        [ax] = fig.axes
+        drawn.append(
+            {
+                "page": fig.bbox,
+                "title": ax.title.get_window_extent(renderer),
+                "title_text": ax.title.get_text(),
+                "values": [(t.get_text(), t.get_window_extent(renderer)) for t in ax.texts if t.get_text()],
+                "legends": [legend.get_window_extent(renderer) for legend in fig.legends],
+            }
+        )
+        return result
+
+    monkeypatch.setattr(Figure, "savefig", record)
+    plot_results(rows_, out)
+    return drawn
+
+
+def inside(page, box) -> bool:
+    return page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1
+
+
+@pytest.mark.parametrize("agents", [2, 5, 6])
+def test_a_one_category_plot_keeps_its_whole_title(agents, tmp_path, monkeypatch):
+    from agentgym.running.bench import plot_results
+
+    env_id = "agentgym/TwentyQuestions-v0"  # the longest id: its title is wider than a one-category plot
+    plotted = [
+        {"env": env_id, "agent": a, "category": "all", "episodes": 10, "success": s}
+        for a, s in list(AGENTS6.items())[:agents]
+    ]
+    [fig] = drawn_figures(plot_results, plotted, tmp_path, monkeypatch)
+    assert env_id in fig["title_text"].replace("\n", " ")
+    assert inside(fig["page"], fig["title"]), f"title {fig['title']} is cut by the page {fig['page']}"
+    for legend in fig["legends"]:
+        assert inside(fig["page"], legend), "the legend runs off the figure"
+
+
+@pytest.mark.parametrize("agents", [5, 6])
+def test_value_labels_of_many_agents_do_not_overlap(agents, tmp_path, monkeypatch):
+    from agentgym.running.bench import plot_results
+
+    plotted = [
+        {"env": "agentgym/Household-v0", "agent": a, "category": c, "episodes": 10, "success": s}
+        for a, s in list(AGENTS6.items())[:agents]
+        for c in ["all", *HOUSEHOLD_TYPES]
+    ]
+    [fig] = drawn_figures(plot_results, plotted, tmp_path, monkeypatch)
+    values = fig["values"]
+    assert len(values) == agents * (1 + len(HOUSEHOLD_TYPES))  # one label per bar
+    for (ta, a), (tb, b) in itertools.combinations(values, 2):
+        assert not overlaps(a, b), f"value labels {ta!r} and {tb!r} overlap"
+    for text, box in values:
+        assert inside(fig["page"], box), f"value label {text!r} runs off the figure"
+        assert not overlaps(box, fig["title"]), f"value label {text!r} runs into the title"

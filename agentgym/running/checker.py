@@ -7,8 +7,8 @@ whitespace, 1 MB, invalid Unicode, unbalanced and nested tags, thousands of tags
 10,000 deep, integers of 400 and 4,301 digits, NaN, escaped lone surrogates, binary junk, non-strings) raises
 nothing, yields a valid observation (valid Unicode throughout) and, where invalid, ``action_valid=False`` with a
 ``parse_error`` message; branching: a snapshot taken mid-episode, restored into the same env and into
-a fresh one, and the env pickled and unpickled, all continue the episode identically (envs without snapshot
-support pass with a note; they must still pickle between episodes).
+a fresh one, and the env pickled and unpickled, all continue the episode identically (for an env without snapshot
+support this check is skipped, with one line saying so; it must still pickle between episodes).
 
 >>> import agentgym
 >>> report = check("agentgym/SearchQA-v0", env_kwargs={"dataset": "tiny"})
@@ -71,7 +71,7 @@ class CheckReport:
     env_id: str
     passed: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
-    #: What passed with a caveat (e.g. an env that does not support snapshots).
+    #: Checks that do not apply to this env, each with why (e.g. an env that does not support snapshots).
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -82,8 +82,12 @@ class CheckReport:
         lines = [f"check {self.env_id}: {'OK' if self.ok else 'FAILED'}"]
         lines += [f"  pass  {p}" for p in self.passed]
         lines += [f"  FAIL  {f}" for f in self.failed]
-        lines += [f"  note  {n}" for n in self.notes]
+        lines += [f"  skip  {n}" for n in self.notes]
         return "\n".join(lines)
+
+
+class _Skip(Exception):
+    """A check that does not apply to the env: ``check`` lists it as skipped, with the message as why."""
 
 
 def _canonical(x: Any) -> str:
@@ -116,6 +120,8 @@ def check(
         try:
             fn()
             report.passed.append(name)
+        except _Skip as e:
+            report.notes.append(str(e))
         except Exception as e:
             report.failed.append(f"{name}: {type(e).__name__}: {e}")
 
@@ -186,9 +192,9 @@ def check(
         try:
             snap = snapshot(env)
         except SnapshotError as e:
-            pickle.loads(pickle.dumps(factory()))
-            report.notes.append(f"branching: {e}")
-            return
+            pickle.loads(pickle.dumps(factory()))  # between episodes it must still pickle
+            why = "" if "does not support snapshots" in str(e) else f": {' '.join(str(e).split())}"
+            raise _Skip(f"snapshot/restore: {env_id} does not support snapshots{why}") from None
         pickle.loads(pickle.dumps(snap))
 
         def rest(e: gym.Env) -> list[str]:

@@ -7,6 +7,7 @@ the class is closed by a test over every subcommand with a garbage argument and 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -184,6 +185,100 @@ def test_train_into_a_folder_that_holds_a_run_needs_resume_or_overwrite(tmp_path
     assert_one_line_error(both, "give one")
 
 
+@pytest.mark.parametrize("command", ["run", "check", "bench"])
+def test_a_game_file_not_made_yet_is_one_line_naming_it(command, tmp_path):
+    """TextWorld's ``game_file=`` that does not exist was a 25-line traceback (exit 1) from the env's constructor."""
+    args = {"run": ["run", "agentgym/TextWorld-v0", "--agent", "random"], "check": ["check", "agentgym/TextWorld-v0"],
+            "bench": ["bench", "--env", "agentgym/TextWorld-v0"]}[command]  # fmt: skip
+    res = agentgym_cli(*args, "--env-arg", "game_file=games/g.z8", "--out" if command != "check" else "--seed",
+                       "o" if command != "check" else "0", cwd=tmp_path)  # fmt: skip
+    assert_one_line_error(res, f"agentgym {command}: error:", "game file 'games/g.z8' does not exist")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_that_is_no_game_is_one_line_before_any_episode(tmp_path):
+    pytest.importorskip("textworld")
+    (tmp_path / "notes.txt").write_text("not a game\n", encoding="utf-8")
+    for args in (
+        ["run", "agentgym/TextWorld-v0", "--agent", "random", "--out", "o"],
+        ["check", "agentgym/TextWorld-v0"],
+    ):
+        res = agentgym_cli(*args, "--env-arg", "game_file=notes.txt", cwd=tmp_path)
+        assert_one_line_error(res, "cannot start an episode of agentgym/TextWorld-v0 with game_file=notes.txt")
+    assert not (tmp_path / "o").exists()
+
+
+def test_check_of_textworld_without_a_game_says_what_it_needs(tmp_path):
+    res = agentgym_cli("check", "agentgym/TextWorld-v0", cwd=tmp_path)
+    assert_one_line_error(res, "needs game_file=", "tw-make")
+    assert "FAIL" not in res.stdout
+
+
+def test_a_bad_constructor_value_is_one_line_and_debug_shows_the_traceback(tmp_path):
+    res = agentgym_cli("check", "agentgym/SearchQA-v0", "--env-arg", "dataset=nope", cwd=tmp_path)
+    assert_one_line_error(res, "cannot make agentgym/SearchQA-v0 with dataset=nope", "unknown preset 'nope'")
+    argv = [*COMMAND, "check", "agentgym/SearchQA-v0", "--env-arg", "dataset=nope"]
+    environ = {**os.environ, cli.DEBUG_ENV: "1"}
+    debug = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT, env=environ)
+    assert debug.returncode != 0 and "Traceback" in debug.stderr and "ValueError" in debug.stderr
+
+
+def test_make_env_turns_a_missing_or_unreadable_file_into_one_line(tmp_path, monkeypatch):
+    """``OSError`` from a constructor (a data file missing or unreadable) is the user's, with the file named."""
+
+    class NeedsFile(gym.Env):
+        def __init__(self, path: str = "x") -> None:
+            open(path, encoding="utf-8").close()
+
+    gym.register(id="agentgym_test/NeedsFile-v0", entry_point=NeedsFile, disable_env_checker=True)
+    try:
+        with pytest.raises(cli.UserError, match=r"with path=absent\.json: No such file or directory: absent\.json"):
+            cli._make_env("agentgym_test/NeedsFile-v0", {"path": "absent.json"})
+    finally:
+        del gym.registry["agentgym_test/NeedsFile-v0"]
+
+
+@pytest.mark.parametrize(
+    ("env_id", "expected"),
+    [
+        ("mypkg/Foo-v0", None),  # a namespace nothing registers: how plugins register, no far-fetched guess
+        ("agentgym/Foo-v0", None),
+        ("agentgym/Chian-v0", "agentgym/Chain-v0"),
+        ("agentgim/Chain-v0", "agentgym/Chain-v0"),
+        ("Chian-v0", "agentgym/Chain-v0"),
+        ("searchqa", "agentgym/SearchQA-v0"),
+        ("agentgym/TwentyQuestion-v0", "agentgym/TwentyQuestions-v0"),
+    ],
+)
+def test_an_unknown_env_id_gets_only_a_close_suggestion(env_id, expected, tmp_path):
+    res = agentgym_cli("run", env_id, "--agent", "random", cwd=tmp_path)
+    line = assert_one_line_error(res, f"unknown env id {env_id!r}")
+    if expected is None:
+        assert "did you mean" not in line
+    else:
+        assert f"did you mean {expected}?" in line
+    if env_id.startswith("mypkg/"):
+        assert "namespace 'mypkg'" in line and "entry-point group agentgym.envs" in line
+
+
+def test_check_of_an_env_without_snapshots_says_skip_once(tmp_path):
+    """The checker printed "pass snapshot/restore ..." and then a note that the env does not support snapshots."""
+    code = (
+        "import sys, gymnasium as gym\n"
+        "from agentgym.envs.example import GuessNumberEnv\n"
+        "class NoSnapshots(GuessNumberEnv):\n"
+        "    def _snapshot_state(self):\n"
+        "        return super(GuessNumberEnv, self)._snapshot_state()\n"
+        "gym.register(id='agentgym/NoSnapshots-v0', entry_point=NoSnapshots)\n"
+        "from agentgym.cli import main\n"
+        "sys.exit(main(['check', 'agentgym/NoSnapshots-v0']))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT)
+    assert res.returncode == 0, res.stdout + res.stderr
+    snapshot_lines = [line.strip() for line in res.stdout.splitlines() if "snapshot" in line]
+    assert snapshot_lines == ["skip  snapshot/restore: agentgym/NoSnapshots-v0 does not support snapshots"], res.stdout
+
+
 # ----------------------------------------------------------------------------------- Ctrl-C
 
 
@@ -247,6 +342,87 @@ def test_ctrl_c_on_run_is_one_line_and_the_run_continues_with_append(tmp_path):
     fresh = ["run", "agentgym/Chain-v0", "--agent", "random", "--episodes", str(len(done)), "--quiet", "--out", "f"]
     assert agentgym_cli(*fresh, cwd=tmp_path).returncode == 0
     assert _episodes(_lines(tmp_path / "f/trajectories.jsonl")) == done
+
+
+def _capped_bench(caps: dict[str, int], args: Sequence[str]) -> list[str]:
+    """The real ``agentgym bench`` in its own Python, with per-env episode caps (``BENCH_MAX_EPISODES``) so that the
+    first env finishes in a moment and the second plays until interrupted."""
+    code = (
+        "import sys; from agentgym.running import bench; from agentgym.cli import main; "
+        f"bench.BENCH_MAX_EPISODES.update({caps!r}); sys.exit(main(sys.argv[1:]))"
+    )
+    return ["-c", code, *args]
+
+
+def _start_python(args: Sequence[str], cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+
+
+def _finished(out: Path) -> list[str]:
+    from agentgym.running.bench import finished_envs, read_progress
+
+    progress = read_progress(out)
+    return finished_envs(progress) if progress else []
+
+
+def test_ctrl_c_on_bench_says_what_was_kept_and_the_same_command_continues(tmp_path):
+    args = ["bench", "--env", "agentgym/Chain-v0", "--env", "agentgym/KeyDoor-v0", "--episodes", "1000000", "--quiet",
+            "--out", "o"]  # fmt: skip
+    out = tmp_path / "o"
+    chain = [out / f"trajectories/agentgym_Chain-v0__{a}.jsonl" for a in ("oracle", "random")]
+    keydoor = out / "trajectories/agentgym_KeyDoor-v0__oracle.jsonl"
+
+    def keydoor_episodes() -> int:
+        return len(_episodes(_lines(keydoor))) if keydoor.exists() else 0
+
+    proc = _start_python(_capped_bench({"agentgym/Chain-v0": 20}, args), tmp_path)
+    _wait_for(lambda: _finished(out) == ["agentgym/Chain-v0"] and keydoor_episodes() >= 1, proc)
+    code, err = _interrupt(proc)
+    assert code == 130, err
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert f"interrupted; kept in {Path('o')}: 1 of 2 envs finished (agentgym/Chain-v0)" in err, err
+    assert "agentgym/KeyDoor-v0 was interrupted" in err and "rerun the same command" in err and "--overwrite" in err
+    kept = [p.read_bytes() for p in chain]
+    first = _episodes(_lines(keydoor))
+
+    # the same command again: no refusal; Chain is not played again and KeyDoor goes on from where it stopped
+    proc = _start_python(_capped_bench({"agentgym/Chain-v0": 20}, args), tmp_path)
+    _wait_for(lambda: keydoor_episodes() > len(first), proc)
+    code, err = _interrupt(proc)
+    assert code == 130 and len(err.splitlines()) == 1, err
+    assert [p.read_bytes() for p in chain] == kept
+    assert _episodes(_lines(keydoor))[: len(first)] == first  # nothing written before was lost or changed
+
+    # once KeyDoor's share ends, the bench completes: the report holds both envs, Chain's rows from the first run
+    n = keydoor_episodes() + 3
+    done = subprocess.run([sys.executable, *_capped_bench({"agentgym/Chain-v0": 20, "agentgym/KeyDoor-v0": n}, args)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "continuing the interrupted bench" in done.stdout and "1 of 2 envs finished" in done.stdout
+    rows = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert {(r["env"], r["agent"], r["episodes"]) for r in rows} == {
+        ("agentgym/Chain-v0", "oracle", 20), ("agentgym/Chain-v0", "random", 20),
+        ("agentgym/KeyDoor-v0", "oracle", n), ("agentgym/KeyDoor-v0", "random", n),
+    }  # fmt: skip
+    assert [p.read_bytes() for p in chain] == kept
+    indices = [json.loads(line)["index"] for line in _episodes(_lines(keydoor))]
+    assert indices == list(range(n))  # every episode once, in order: the interrupted ones were not replayed
+    assert "## agentgym/KeyDoor-v0" in (out / "report.md").read_text(encoding="utf-8")
+
+
+def test_bench_into_a_folder_of_an_unfinished_bench_with_other_options_is_refused(tmp_path):
+    args = ["bench", "--env", "agentgym/Chain-v0", "--env", "agentgym/KeyDoor-v0", "--episodes", "1000000", "--quiet",
+            "--out", "o"]  # fmt: skip
+    proc = _start_python(_capped_bench({"agentgym/Chain-v0": 5}, args), tmp_path)
+    _wait_for(lambda: _finished(tmp_path / "o") == ["agentgym/Chain-v0"], proc)
+    assert _interrupt(proc)[0] == 130
+    other = ["bench", "--env", "agentgym/Chain-v0", "--episodes", "3", "--quiet", "--out", "o"]
+    assert_one_line_error(agentgym_cli(*other, cwd=tmp_path), "holds an unfinished bench with other options",
+                          "--overwrite")  # fmt: skip
+    assert agentgym_cli(*other, "--overwrite", cwd=tmp_path).returncode == 0
 
 
 @pytest.mark.slow
