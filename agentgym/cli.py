@@ -321,6 +321,9 @@ DEFAULT_BENCH_OUT = "reports/bench"
 DEFAULT_REWARDS_OUT = "reports/rewards"
 #: What ``run`` writes into its output folder.
 RUN_OUTPUTS = ("trajectories.jsonl", "summary.json")
+#: What a full bench costs (``agentgym bench --episodes 2000``, every env, one worker; measured on 2 shared cores):
+#: ``bench --help`` says it. Both scale with ``--episodes`` (up to the per-env caps of ``agentgym.running.bench``).
+BENCH_COST = "12 to 16 minutes and about 650 MB of trajectories (about 30 s and 20 MB per 50 episodes)"
 #: What ``bench`` writes into its output folder.
 BENCH_OUTPUTS = ("report.md", "results.json", "progress.json", "*.png", "trajectories/*.jsonl")
 
@@ -712,7 +715,12 @@ def build_parser(plugins: Mapping[str, EntryPoint] | None = None) -> argparse.Ar
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(fn=cmd_run)
 
-    p = command("bench", help="every env x built-in agents: table, Markdown report, PNG plots")
+    p = command(
+        "bench", help="every env x built-in agents: table, Markdown report, PNG plots",
+        description=f"Every env x its built-in agents: tables, a Markdown report, PNG plots and the trajectories. "
+        f"Cost of a full bench (--episodes 2000, every env): {BENCH_COST}. Ctrl-C keeps the finished envs; the "
+        "same command then continues the bench.",
+    )  # fmt: skip
     p.add_argument("--episodes", type=POSITIVE, default=100, help="episodes per env and agent (some envs cap it)")
     p.add_argument("--seed", type=NON_NEGATIVE, default=0, help="episode i plays task i with seed + i")
     p.add_argument(

@@ -31,9 +31,6 @@ BENCH_ENV_KWARGS: dict[str, dict[str, Any]] = {}
 #: 2,000 of them would write ~165 MB of trajectories; 500 tasks already cover every task type and split. BFCL has
 #: 800 tasks (200 per category): more episodes would replay them.
 BENCH_MAX_EPISODES: dict[str, int] = {"agentgym/Household-v0": 500, "agentgym/BFCL-v0": 800}
-#: What a full bench costs (``agentgym bench --episodes 2000``, every env, one worker), measured on 2 shared cores;
-#: ``--help`` and the report say it. Both scale with ``--episodes`` (up to the caps above).
-FULL_BENCH_COST = "about 12 minutes and 640 MB of trajectories (about 20 s and 20 MB per 50 episodes)"
 #: Every metric a bench row may hold, in the order the tables show them, with what it means (the report's legend).
 #: Rows are means over the row's episodes unless the definition says otherwise.
 METRICS: dict[str, str] = {
@@ -253,10 +250,15 @@ def table(rows: Sequence[dict[str, Any]], *, env_column: bool = True) -> str:
     return "\n\n".join(format_table(group, _columns(group, env_column=env_column)) for group in by_env.values())
 
 
-def legend(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """Markdown list items defining each metric column of ``rows`` (pass^k included)."""
-    columns = _columns(rows, env_column=False)
-    items = [f"- `{c}`: {METRICS[c]}" for c in columns if c in METRICS]
+#: Columns every env's rows have: the report defines them once, above the tables.
+COMMON_COLUMNS = ("episodes", "success", "return", "turns", "turns_to_success", "invalid_rate", "error", "seconds")
+
+
+def legend(rows: Sequence[dict[str, Any]], *, skip: Sequence[str] = ()) -> list[str]:
+    """Markdown list items defining each metric column of ``rows`` (``pass^k`` included), but those in ``skip``."""
+    columns = [c for c in _columns(rows, env_column=False) if c not in skip]
+    items = [f"- `{c}`: {METRICS.get(c, 'a metric the env reports (see its docs)')}" for c in columns
+             if c not in KEY_COLUMNS and not c.startswith("pass^")]  # fmt: skip
     if any(c.startswith("pass^") for c in columns):
         items.append("- `pass^k`: chance that k plays of one task all succeed (tau-bench's reliability, --trials)")
     return items
@@ -266,23 +268,26 @@ def render_report(
     rows: Sequence[dict[str, Any]], plots: Sequence[Path], episodes: int, seed: int, skipped: dict[str, str]
 ) -> str:
     caps = ", ".join(f"{k}: {v}" for k, v in BENCH_MAX_EPISODES.items())
+    common = [c for c in COMMON_COLUMNS if any(c in r for r in rows)]
     lines = [
         "# agentgym bench",
         "",
         f"Up to {episodes} episodes per env and agent (caps: {caps}); task i with seed {seed} + i; test split.",
         "`oracle` reads privileged gold data: it is an upper bound proving the tasks are solvable, not a baseline.",
-        "Each env has its own table with the metrics it reports: an `all` row per agent, then one row per task "
-        "category. Values are means over the row's episodes.",
         "",
-        "## Legend",
+        "Each env has its own table, with only the metrics it reports (defined under the table): an `all` row per "
+        "agent, then one row per task category. Values are means over the row's episodes. The columns every env has:",
         "",
         "- `agent`: the built-in agent that played; `category`: the task category (`all`: every episode)",
-        *legend(rows),
+        *legend([{c: 0.0 for c in common}]),
         "",
     ]
     plot_of = {p.name: p for p in plots}
     for env_id in dict.fromkeys(r["env"] for r in rows):
-        lines += [f"## {env_id}", "", table([r for r in rows if r["env"] == env_id], env_column=False), ""]
+        env_rows = [r for r in rows if r["env"] == env_id]
+        lines += [f"## {env_id}", "", table(env_rows, env_column=False), ""]
+        if own := legend(env_rows, skip=COMMON_COLUMNS):
+            lines += [*own, ""]
         if plot := plot_of.get(f"{_slug(env_id)}_success.png"):
             lines += [f"![{plot.stem}]({plot.name})", ""]
     if skipped:
