@@ -312,3 +312,35 @@ def test_old_import_paths_are_the_new_modules_with_a_warning():
         assert module is importlib.import_module(new), old
         assert any(w.category is DeprecationWarning and new in str(w.message) for w in caught), old
         sys.modules.pop(old, None)
+
+
+def floors(rooms: dict[str, list[str]]) -> list[list[str]]:
+    """The rooms by floor: floor 0 imports no other room, floor n imports only rooms below it (at least one on
+    floor n - 1). Defined because rooms form no circle."""
+    level: dict[str, int] = {}
+
+    def floor(room: str) -> int:
+        if room not in level:
+            level[room] = 1 + max((floor(r) for r in rooms.get(room, ()) if r in rooms), default=-1)
+        return level[room]
+
+    for room in rooms:
+        floor(room)
+    return [sorted(r for r in rooms if level[r] == n) for n in range(max(level.values(), default=-1) + 1)]
+
+
+def test_floors():
+    assert floors({"a": [], "b": ["a"], "c": ["a", "b"], "d": []}) == [["a", "d"], ["b"], ["c"]]
+    drawn = floors(room_graph(modules()))
+    floor_of = {room: n for n, rooms in enumerate(drawn) for room in rooms}
+    assert floor_of["agentgym.contract"] < min(floor_of["agentgym.running"], floor_of["agentgym.serving"])
+    core = [room for room in floor_of if layer_of(room) == "core"]
+    assert floor_of["agentgym.integrations"] > max(floor_of[r] for r in [*core, "agentgym.baselines.rollout"])
+
+
+if __name__ == "__main__":
+    # python tests/test_layering.py: the house, floor by floor, drawn from the imports
+    for n, rooms in enumerate(floors(room_graph(modules()))):
+        core = [r.removeprefix("agentgym.") for r in rooms if layer_of(r) in ("core", "integrations")]
+        if core:
+            print(f"floor {n}: {', '.join(core)}")
