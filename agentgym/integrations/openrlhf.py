@@ -76,7 +76,7 @@ class ChatText:
 
     def render(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool) -> str:
         return self.tokenizer.apply_chat_template(
-            normalize_messages(list(messages)), add_generation_prompt=add_generation_prompt, tokenize=False
+            normalize_messages([dict(m) for m in messages]), add_generation_prompt=add_generation_prompt, tokenize=False
         )
 
     def prompt(self, messages: Sequence[Mapping[str, Any]]) -> str:
@@ -127,7 +127,12 @@ class AgentGymInstance:
     async def reset(self, states: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         label = states.get("label")
         # a dataset row: only the arguments an env takes from outside; the class's env_kwargs are the operator's
-        task = TaskRef.from_json(label) if isinstance(label, str) else TaskRef.from_dict(label)
+        if isinstance(label, str):
+            task = TaskRef.from_json(label)
+        elif isinstance(label, Mapping):
+            task = TaskRef.from_dict(label)
+        else:
+            raise ValueError(f"the row's label must be a TaskRef (JSON text or a mapping), got {label!r:.200}")
         loop = asyncio.get_running_loop()
         self.env = await loop.run_in_executor(None, functools.partial(task.make_env, dict(self.env_kwargs)))
         obs, _ = await loop.run_in_executor(None, task.reset, self.env)

@@ -32,6 +32,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from agentgym.contract.env import AgentEnv
 from agentgym.integrations.tasks import TaskRef, task_rows
 
 __all__ = ["class_name", "dataset_rows", "env_class", "register_envs"]
@@ -72,7 +73,10 @@ def env_class(env_id: str) -> type:
             config_kwargs = dict((env_config or {}).get("env_kwargs") or {})  # the operator's
             self.task = TaskRef.from_dict(spec)  # a dataset row: only the arguments an env takes from outside
             self.env = self.task.make_env(operator_kwargs=config_kwargs)
-            self.max_turns = int(self.env.unwrapped.max_turns)
+            base = self.env.unwrapped
+            if not isinstance(base, AgentEnv):
+                raise TypeError(f"{env_id} is not an agentgym env (AgentEnv)")
+            self.max_turns = int(base.max_turns)
             self.turn_rewards: list[float] = []
             self.last_info: dict[str, Any] = {}
 

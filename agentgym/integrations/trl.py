@@ -45,6 +45,7 @@ import inspect
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import GenericAlias
 from typing import Any
 
 import gymnasium as gym
@@ -229,9 +230,8 @@ def _annotation(prop: Mapping[str, Any]) -> Any:
     if isinstance(kind, list):  # ["string", "null"]: the first non-null type
         kind = next((k for k in kind if k != "null"), "string")
     if kind == "array":
-        item = _annotation(prop.get("items") or {"type": "string"})
-        return list[item]
-    return _JSON_TYPES.get(kind, str)
+        return GenericAlias(list, (_annotation(prop.get("items") or {"type": "string"}),))
+    return _JSON_TYPES.get(kind, str) if isinstance(kind, str) else str
 
 
 def _one_line(text: Any) -> str:
@@ -313,9 +313,9 @@ def tool_environment(
         raise ValueError(f"{env_id} has functions named like the environment's own members: {clash}")
 
     def __init__(self: Any) -> None:
-        self.env: gym.Env | None = None
-        self.spec: TaskRef | None = None
-        self.rewards: list[float] = []
+        self.env = None  # the task's gym.Env, from the first reset on
+        self.spec = None  # that task's TaskRef
+        self.rewards = []  # this episode's step rewards
         self.done = False
 
     def reset(self: Any, **row: Any) -> str | None:

@@ -49,7 +49,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -170,6 +170,14 @@ class AgentGymLoopMixin:
     ``self.tokenizer``, ``self.rollout_config`` (``response_length``, ``multi_turn.max_assistant_turns``) and the
     Continuous Token helpers ``ct_build_initial_tokens``, ``ct_merge_assistant_token``, ``ct_merge_context_msg``.
     ``make_output(**fields)`` builds the output object (verl's ``AgentLoopOutput`` subclass in the real class)."""
+
+    # AgentLoopBase's members (declared for the type checker; the base class that comes after this one sets them)
+    server_manager: Any
+    tokenizer: Any
+    rollout_config: Any
+    ct_build_initial_tokens: Callable[..., Awaitable[Any]]
+    ct_merge_assistant_token: Callable[..., Awaitable[Any]]
+    ct_merge_context_msg: Callable[..., Awaitable[Any]]
 
     def make_output(self, **fields: Any) -> Any:  # pragma: no cover - replaced in the real class
         return fields

@@ -163,6 +163,8 @@ def openenv_types() -> SimpleNamespace:
         """OpenEnv's ``EnvClient`` for agentgym envs: ``step`` takes an ``AgentGymAction`` or the text itself;
         ``token`` is sent as a bearer token on the WebSocket handshake."""
 
+        _ws: Any  # EnvClient's WebSocket connection (None until connected)
+
         def __init__(self, base_url: str, *, token: str | None = None, **kwargs: Any) -> None:
             super().__init__(base_url, **kwargs)
             self._token = token

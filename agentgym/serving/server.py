@@ -396,7 +396,7 @@ class Session:
     cost: float = math.inf
 
     def status(self) -> dict[str, Any]:
-        base = self.env.unwrapped
+        base = _agent_env(self.env)
         return {"env_id": self.env_id, "turn": base.turn, "done": self.done, "task_index": base.task_index,
                 "task_id": self.task_id}  # fmt: skip
 
@@ -654,7 +654,13 @@ class Workers:
         try:
             done, _ = await asyncio.wait({waited}, timeout=max(0.0, deadline - loop.time()))
         except asyncio.CancelledError:  # the server is stopping: the thread is freed when the call returns
-            waited.add_done_callback(lambda f: (f.cancelled() or f.exception(), self._give_back(client, False)))
+
+            def give_back(f: asyncio.Future[Any]) -> None:
+                if not f.cancelled():
+                    f.exception()  # retrieved, so asyncio does not report it as never retrieved
+                self._give_back(client, False)
+
+            waited.add_done_callback(give_back)
             raise
         if done:
             self._give_back(client, stuck=False)
@@ -751,8 +757,16 @@ def _stand_in(type_name: str) -> Any:
     return type(name, (), {})()
 
 
-def _describe_env(env: gym.Env) -> dict[str, Any]:
+def _agent_env(env: gym.Env) -> AgentEnv:
+    """The ``AgentEnv`` inside a session's env (``create_session`` refuses any other env)."""
     base = env.unwrapped
+    if not isinstance(base, AgentEnv):
+        raise TypeError(f"{type(base).__name__} is not an AgentEnv")
+    return base
+
+
+def _describe_env(env: gym.Env) -> dict[str, Any]:
+    base = _agent_env(env)
     return {
         "class": f"{type(base).__module__}:{type(base).__qualname__}",
         "spec_kwargs": base.spec_kwargs(),
@@ -999,7 +1013,7 @@ def create_app(
                                "session that took it, or one of its oldest, or taken on another server")  # fmt: skip
             snap = await call(request, s, _restore_pickled, s.env, found[1])
             _, s.done, _, s.task_id, *_ = snap.base
-            s.task_id = s.task_id if s.env.unwrapped.task_index is not None else None
+            s.task_id = s.task_id if _agent_env(s.env).task_index is not None else None
             return _json_response({"status": s.status()})
 
     @app.get("/sessions/{session_id}")
@@ -1010,7 +1024,7 @@ def create_app(
     @app.get("/sessions/{session_id}/transcript")
     async def transcript(session_id: str) -> Response:
         async with use(session_id) as s:
-            return _json_response({"transcript": s.env.unwrapped.transcript})
+            return _json_response({"transcript": _agent_env(s.env).transcript})
 
     @app.delete("/sessions/{session_id}")
     async def close_session(session_id: str) -> Response:

@@ -3,11 +3,14 @@ flagged and passes on its fix."""
 
 from __future__ import annotations
 
+import asyncio
+
 import gymnasium as gym
 import pytest
 
 from agentgym.contract.agent import Agent
 from agentgym.contract.trust import constructor_signature
+from agentgym.integrations.openrlhf import AgentGymInstance
 from agentgym.running.episode import make_agent
 from agentgym.running.pool import EnvFactory
 
@@ -60,3 +63,9 @@ def test_make_agent_builds_an_agent_class_and_refuses_any_other_class():
 def test_an_env_factory_without_an_id_or_a_maker_says_so():
     with pytest.raises(ValueError, match="env_id or make_env"):
         EnvFactory(None, {}, None, None)()
+
+
+def test_an_openrlhf_row_without_a_task_label_is_refused_by_name():
+    agent = type("I", (AgentGymInstance,), {"tokenizer": None, "_chat": None})()
+    with pytest.raises(ValueError, match="label must be a TaskRef"):
+        asyncio.run(agent.reset({"observation": "", "label": None}))
