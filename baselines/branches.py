@@ -17,7 +17,8 @@ return minus the mean of the other rollouts of its group: reward units, like the
 The trainer's branch mode (``TrainConfig.branch_k > 0``): the main rollouts record the env snapshot before every turn
 (``run_episodes(snapshots=True)``), :func:`grow_branches` picks the turns (:func:`choose_turns`) and runs every
 fork of the batch in lockstep waves, one per turn position (:func:`run_forks`; the HF loop prefills the K forks'
-shared prefix once), and :func:`branch_advantages` gives the rows to train on and their token advantages. Fork
+shared prefix once), and :func:`branch_advantages` gives the rows to train on and their token advantages
+(:func:`branch_rows`: with the minibatch size that trains them). Fork
 ``k`` of the main rollout ``i`` at turn ``t`` samples with ``derive_seed(sample_seed, i, t, k)``, so a batch is
 reproducible whatever the generation batching.
 """
@@ -46,8 +47,9 @@ from agentgym.contract.branching import restore
 from agentgym.rewards.advantages import broadcast_to_tokens, rloo
 from agentgym.running.pool import SerialPool
 
-__all__ = ["BRANCH_TURNS", "BranchSet", "branch_advantages", "choose_turns", "fork_start", "grow_branches",
-           "returns_to_go", "run_forks", "tree_advantages", "turn_uncertainty", "vine_advantages"]  # fmt: skip
+__all__ = ["BRANCH_TURNS", "BranchSet", "branch_advantages", "branch_rows", "choose_turns", "fork_start",
+           "grow_branches", "returns_to_go", "run_forks", "tree_advantages", "turn_uncertainty",
+           "vine_advantages"]  # fmt: skip
 
 #: Which turns are forked: every turn, or the ``branch_frac`` most uncertain ones (:func:`turn_uncertainty`).
 BRANCH_TURNS = ("all", "uncertain")
@@ -309,6 +311,13 @@ def branch_advantages(branches: BranchSet, config: TrainConfig) -> tuple[list[Ro
     for a, r in zip(fork_adv, rows[len(mains) :], strict=True):
         advs.append(broadcast_to_tokens([a], r.turn_spans, len(r.response_ids), r.loss_mask))
     return rows, advs
+
+
+def branch_rows(branches: BranchSet, config: TrainConfig) -> tuple[list[Rollout], list[np.ndarray], int]:
+    """The trainer's rows and token advantages (:func:`branch_advantages`) and its minibatch size: ``tree`` trains on
+    the forks' first turns too, in as many optimizer steps as the main rollouts alone would take."""
+    rows, advs = branch_advantages(branches, config)
+    return rows, advs, math.ceil(config.minibatch_size * len(rows) / len(branches.mains))
 
 
 def grow_branches(

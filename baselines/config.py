@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import inspect
 import json
 import os
@@ -31,8 +32,8 @@ from agentgym.baselines.rollout import RolloutConfig, derive_seed
 from agentgym.rewards.advantages import ESTIMATORS, OUTCOME_ESTIMATORS, TURN_SIGNALS, TurnSignal
 from agentgym.running.pool import POOLS
 
-__all__ = ["ALGOS", "BRANCH_ESTIMATORS", "CRITIC_ESTIMATORS", "LOSS_AGG_MODES", "PRESETS", "SCORERS",
-           "SIGNAL_ESTIMATORS", "Seeds", "TrainConfig", "load_config"]  # fmt: skip
+__all__ = ["ALGOS", "BRANCH_ESTIMATORS", "CRITIC_ESTIMATORS", "LOSS_AGG_MODES", "OTHER_NAMES", "PRESETS", "SCORERS",
+           "SIGNAL_ESTIMATORS", "Seeds", "TrainConfig", "did_you_mean", "load_config", "parse_sets"]  # fmt: skip
 
 ALGOS = ("grpo", "dr_grpo", "rloo", "ppo")
 #: Estimators that need a critic (``algo="ppo"``); ``None`` there is token-level GAE.
@@ -314,11 +315,29 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
+        known = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(data) - set(known))
         if unknown:
-            raise ValueError(f"unknown config keys: {unknown}")
+            hints = [f"unknown config key {k!r}{did_you_mean(k, known, OTHER_NAMES)}" for k in unknown]
+            raise ValueError("; ".join(hints))
         return cls(**data)
+
+
+#: Names other trainers give to these fields: a misspelling of one of them suggests the field.
+OTHER_NAMES = {"learning_rate": "lr", "num_iterations": "iterations", "num_generations": "group_size",
+               "ppo_epochs": "epochs", "beta": "kl_coef"}  # fmt: skip
+
+
+def did_you_mean(name: str, known: typing.Iterable[str], aliases: typing.Mapping[str, str] | None = None) -> str:
+    """``" (did you mean 'x'?)"`` for the closest of ``known`` (or of ``aliases``' names, which suggest their
+    value), or ``""`` when nothing is close.
+
+    >>> did_you_mean("lerning_rate", ["lr", "seed"], OTHER_NAMES), did_you_mean("zzz", ["horizon"])
+    (" (did you mean 'lr'?)", '')
+    """
+    names = {k: k for k in known} | dict(aliases or {})
+    close = difflib.get_close_matches(name, list(names), n=1)
+    return f" (did you mean {names[close[0]]!r}?)" if close else ""
 
 
 def _check_types(config: TrainConfig) -> None:
@@ -444,6 +463,24 @@ PRESETS: dict[str, dict[str, Any]] = {
     "qwen2.5-0.5b": _gpu_preset(batch_tasks=32, minibatch_size=16, out_dir="runs/qwen2.5-0.5b"),
     "qwen2.5-1.5b": _gpu_preset(batch_tasks=16, minibatch_size=8, out_dir="runs/qwen2.5-1.5b"),
 }
+
+
+def parse_sets(items: typing.Sequence[str]) -> dict[str, Any]:
+    """``--set KEY=VALUE`` overrides in order (a later one wins): the value as JSON where it parses, else the string.
+
+    >>> parse_sets(["lr=1e-4", "algo=ppo", 'env_kwargs={"horizon": 2}'])
+    {'lr': 0.0001, 'algo': 'ppo', 'env_kwargs': {'horizon': 2}}
+    """
+    overrides: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
+        try:
+            overrides[key] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[key] = value
+    return overrides
 
 
 def load_config(

@@ -3,8 +3,9 @@
 All of it comes from ``agentgym.rewards``; the trainer keeps no copies:
 
 - the dense reward ``progress_key`` is the :class:`~agentgym.rewards.wrappers.ProgressReward` wrapper on the
-  training env (:class:`EnvMaker`): ``progress_coef * (info[key]_t - info[key]_{t-1})`` added to each step's
-  reward (potential-based: it telescopes to ``coef * final progress``);
+  training env (:class:`EnvMaker`; :func:`training_rollouts` plays each iteration's groups on those envs):
+  ``progress_coef * (info[key]_t - info[key]_{t-1})`` added to each step's reward (potential-based: it telescopes
+  to ``coef * final progress``);
 - ``scorer`` runs a post-episode turn scorer of ``agentgym.rewards.information`` (``info_gain`` = IGPO,
   ``info_potential`` = TIPS, ``siop`` = SIOP) with the current policy as the scoring model, and adds its per-turn
   rewards times ``scorer_coef``;
@@ -30,8 +31,9 @@ import numpy as np
 import torch
 
 from agentgym.baselines.backends import amp_dtype
+from agentgym.baselines.checkpoint import TrainState
 from agentgym.baselines.config import SIGNAL_ESTIMATORS, TrainConfig
-from agentgym.baselines.rollout import Rollout, autocast
+from agentgym.baselines.rollout import Rollout, autocast, collect_rollouts
 from agentgym.rewards.advantages import (
     TurnBatch,
     broadcast_to_tokens,
@@ -42,8 +44,8 @@ from agentgym.rewards.advantages import (
     token_gae,
 )
 
-__all__ = ["EnvMaker", "compute_advantages", "group_stats", "observation_keys", "score_turns", "turn_rewards",
-           "turn_signals"]  # fmt: skip
+__all__ = ["EnvMaker", "compute_advantages", "group_stats", "observation_keys", "score_turns", "training_rollouts",
+           "turn_rewards", "turn_signals"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,24 @@ class EnvMaker:
         from agentgym.rewards.wrappers import ProgressReward
 
         return ProgressReward(env, key=self.progress_key, scale=self.progress_coef)
+
+
+def training_rollouts(state: TrainState, config: TrainConfig, task_seeds: list[int], sample_seed: int,
+                      group_offset: int) -> list[Rollout]:  # fmt: skip
+    """``group_size`` rollouts of each task seed on the training envs of :class:`EnvMaker` (built once, kept in
+    ``state.envs``: a list, or the ``env_pool`` named in the config)."""
+    make_env = EnvMaker.of(config)
+    if config.env_pool != "list" and isinstance(state.envs, list):
+        from agentgym.running.pool import make_pool
+
+        state.envs = make_pool(config.env_pool, config.env_id, config.batch_tasks * config.group_size,
+                               make_env=make_env, **config.env_pool_kwargs)  # fmt: skip
+    rollouts = collect_rollouts(state.policy, make_env, task_seeds, group_size=config.group_size,
+                                config=config.rollout_config, sample_seed=sample_seed, group_offset=group_offset,
+                                envs=state.envs, generation_batch=config.generation_batch,
+                                snapshots=config.branch_k > 0)  # fmt: skip
+    state.policy.sleep()  # a colocated engine gives its GPU memory back to the update
+    return rollouts
 
 
 def turn_rewards(r: Rollout, config: TrainConfig) -> list[float]:

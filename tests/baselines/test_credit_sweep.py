@@ -305,7 +305,8 @@ def test_evaluate_reports_turn_accuracy_by_position(tmp_path, one_thread, cs):
     """trainer.evaluate's eval_turn_accuracy on Chain H=3: every turn carries info['correct'], so the overall share
     is the mean of the three positions', and an episode succeeds only when all three are right."""
     from agentgym.baselines.config import load_config
-    from agentgym.baselines.trainer import evaluate, setup, sft_step
+    from agentgym.baselines.trainer import evaluate, setup
+    from agentgym.baselines.warmup import sft_step
 
     args = cs.parse_args(["--cells", "Chain:3", "--eval-episodes", "12"])
     config = load_config("tiny", overrides=cs.config_overrides(cs.Job("Chain", 3, 0), args, tmp_path))

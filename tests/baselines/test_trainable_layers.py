@@ -12,8 +12,9 @@ from hypothesis import given, settings, strategies as st
 
 from agentgym.baselines.checkpoint import load_checkpoint, save_checkpoint
 from agentgym.baselines.config import load_config
-from agentgym.baselines.trainer import setup, sft_step, train, train_iteration
+from agentgym.baselines.trainer import setup, train, train_iteration
 from agentgym.baselines.update import freeze_lower_layers
+from agentgym.baselines.warmup import sft_step
 from agentgym.tools.tiny_model import build_tiny_model, save_tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -137,7 +137,7 @@ def test_config_loading(tmp_path):
     assert (config.algo, config.iterations, config.lr, config.model) == ("rloo", 3, 0.5, "tiny")
     assert load_config(overrides={"algo": "dr_grpo"}).loss_mode == "constant"
     assert load_config(overrides={"lr": 1, "stop": ["</answer>"]}).stop == ("</answer>",)  # an int is a float
-    with pytest.raises(ValueError, match="unknown config keys"):
+    with pytest.raises(ValueError, match="unknown config key 'nope'"):
         load_config(overrides={"nope": 1})
     assert "tiny" in PRESETS
 

@@ -14,19 +14,12 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from agentgym.baselines.config import TrainConfig, load_config
-from agentgym.baselines.credit import compute_advantages
+from agentgym.baselines.credit import compute_advantages, training_rollouts
+from agentgym.baselines.guards import check_collapse
 from agentgym.baselines.rollout import Rollout
-from agentgym.baselines.trainer import (
-    check_collapse,
-    critic_warmup,
-    main,
-    mc_returns,
-    setup,
-    sft_step,
-    train,
-    training_rollouts,
-)
+from agentgym.baselines.trainer import main, setup, train
 from agentgym.baselines.update import explained_variance, make_batch, score_batch, value_only_loss
+from agentgym.baselines.warmup import critic_warmup, mc_returns, sft_step
 from agentgym.rewards.advantages import turn_gae
 
 WORDS_ID = "agentgym_test/DiagWords-v0"
