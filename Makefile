@@ -5,7 +5,8 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 EPISODES ?= 2000
 # `make bench` writes to BENCH_OUT; a rerun first moves the earlier bench aside (to BENCH_OUT.<UTC time>, and says
-# so) unless OVERWRITE=1 replaces it. ARGS adds `agentgym bench` options, e.g. ARGS="--env agentgym/Chain-v0".
+# so) unless OVERWRITE=1 replaces it; an interrupted bench (Ctrl-C) stays, and the rerun continues it. ARGS adds
+# `agentgym bench` options, e.g. ARGS="--env agentgym/Chain-v0".
 BENCH_OUT ?= reports/bench
 OVERWRITE ?=
 ARGS ?=
@@ -31,7 +32,8 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 bench: $(VENV)/.installed
-	@if [ -z "$(OVERWRITE)" ] && [ -n "$$(ls -A '$(BENCH_OUT)' 2>/dev/null)" ]; then \
+	@if [ -z "$(OVERWRITE)" ] && [ -n "$$(ls -A '$(BENCH_OUT)' 2>/dev/null)" ] && \
+		! { [ -f '$(BENCH_OUT)/progress.json' ] && [ ! -f '$(BENCH_OUT)/report.md' ]; }; then \
 		kept='$(BENCH_OUT)'.$$(date -u +%Y%m%dT%H%M%SZ); mv '$(BENCH_OUT)' "$$kept" && \
 		echo "make bench: the earlier bench is kept in $$kept (OVERWRITE=1 replaces it instead)"; fi
 	$(VENV)/bin/agentgym bench --episodes $(EPISODES) --out $(BENCH_OUT) $(if $(OVERWRITE),--overwrite) $(ARGS)
