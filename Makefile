@@ -6,7 +6,8 @@ PY := $(VENV)/bin/python
 EPISODES ?= 2000
 # `make bench` writes to BENCH_OUT; a rerun first moves the earlier bench aside (to BENCH_OUT.<UTC time>, and says
 # so) unless OVERWRITE=1 replaces it; an interrupted bench (Ctrl-C) stays, and the rerun continues it. ARGS adds
-# `agentgym bench` options, e.g. ARGS="--env agentgym/Chain-v0".
+# `agentgym bench` options, e.g. ARGS="--env agentgym/Chain-v0". A full bench (EPISODES=2000, every env) takes 12 to
+# 16 minutes on 2 cores and writes about 650 MB, nearly all of it trajectories/ (see agentgym bench --help).
 BENCH_OUT ?= reports/bench
 OVERWRITE ?=
 ARGS ?=
