@@ -1,4 +1,4 @@
-"""Optional vLLM sampling back-end for the reference rollout (CUDA; ``pip install "agentgym[vllm]"``).
+"""Optional vLLM sampling back-end for the reference rollout (CUDA; ``pip install "agentgym-suite[vllm]"``).
 
 ``VLLMPolicy`` is an :class:`~agentgym.baselines.rollout.HFPolicy` whose ``sample_batch`` runs on a vLLM engine
 colocated with the trainer on the same GPU. The transformers model stays the training copy: it provides the chat
@@ -41,7 +41,7 @@ def vllm_unavailable_reason() -> str | None:
     try:
         import vllm  # noqa: F401
     except ImportError as exc:
-        return f"vllm is not installed ({exc}); install the optional extra: pip install 'agentgym[vllm]'"
+        return f"vllm is not installed ({exc}); install the optional extra: pip install 'agentgym-suite[vllm]'"
     if not torch.cuda.is_available():
         return "vllm needs a CUDA GPU and none is available"
     return None

@@ -1,6 +1,6 @@
 """Env pools: env steps/s through SerialPool, ThreadPool and RayPool in the same run, and RayPool's scaling curve.
 
-Run by hand (not a test; needs Ray: pip install 'agentgym[ray]')::
+Run by hand (not a test; needs Ray: pip install 'agentgym-suite[ray]')::
 
     python bench/bench_pools.py                 # about 2 minutes on 2 cores
     python bench/bench_pools.py --quick         # about 1 minute

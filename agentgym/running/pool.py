@@ -65,7 +65,7 @@ __all__ = [
     "make_pool",
 ]
 
-RAY_MISSING = "RayPool needs Ray: pip install 'agentgym[ray]' (ray==2.60.0)"
+RAY_MISSING = "RayPool needs Ray: pip install 'agentgym-suite[ray]' (ray==2.60.0)"
 
 
 @dataclass
@@ -735,7 +735,7 @@ def _import_ray() -> Any:
 class RayPool(EnvPool):
     """Every slot's env in its own Ray actor (one process each), placed by Ray's scheduler across the cluster.
 
-    Ray is imported here only (``pip install 'agentgym[ray]'``). If Ray is not initialised yet the pool calls
+    Ray is imported here only (``pip install 'agentgym-suite[ray]'``). If Ray is not initialised yet the pool calls
     ``ray.init(address=address, **init_kwargs)``: ``address=None`` joins the cluster named by ``RAY_ADDRESS`` or
     starts a local one, ``"auto"`` or ``"ray://host:10001"`` joins an existing one (a trainer's); a Ray it started
     is shut down by ``close()``. Calls in flight are awaited with ``ray.wait``, so a slow actor never holds up the

@@ -21,7 +21,7 @@ reaper), request bodies and WebSocket messages are capped (``max_body_bytes``), 
 and a bearer ``token`` is required on every request and WebSocket handshake when given (:func:`serve_openenv`
 requires one beyond loopback).
 
-openenv-core is an optional dependency (``pip install 'agentgym[openenv]'``); it is imported on first use::
+openenv-core is an optional dependency (``pip install 'agentgym-suite[openenv]'``); it is imported on first use::
 
     from agentgym.serving.openenv import AgentGymEnvClient, serve_openenv
     serve_openenv("agentgym/SearchQA-v0", {"dataset": "tiny"}, port=8001)            # in one process
@@ -74,7 +74,7 @@ def openenv_types() -> SimpleNamespace:
         from pydantic import Field
     except ImportError as e:
         raise ImportError(
-            f"the OpenEnv bridge needs openenv-core ({e}): pip install 'agentgym[openenv]' (openenv-core==0.3.0)"
+            f"the OpenEnv bridge needs openenv-core ({e}): pip install 'agentgym-suite[openenv]' (openenv-core==0.3.0)"
         ) from e
 
     class AgentGymAction(Action):

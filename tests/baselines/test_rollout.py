@@ -160,7 +160,7 @@ def test_household_demonstrations_come_from_the_oracle_agent(policy):
 @pytest.mark.parametrize("kind", ["serial", "thread", "ray"])
 def test_rollouts_step_through_any_pool(policy, rollouts, kind):
     if kind == "ray":
-        pytest.importorskip("ray", reason="Ray is not installed (pip install 'agentgym[ray]')")
+        pytest.importorskip("ray", reason="Ray is not installed (pip install 'agentgym-suite[ray]')")
     from agentgym.running.pool import make_pool
 
     options = {"num_cpus": 0.5, "init_kwargs": {"num_cpus": 2, "include_dashboard": False}} if kind == "ray" else {}

@@ -18,7 +18,7 @@ from typing import Any
 import gymnasium as gym
 import pytest
 
-pytest.importorskip("openenv.core", reason="openenv-core is not installed (pip install 'agentgym[openenv]')")
+pytest.importorskip("openenv.core", reason="openenv-core is not installed (pip install 'agentgym-suite[openenv]')")
 
 import socket
 import threading

