@@ -2,7 +2,7 @@
 
     python bench/gpu_train.py --model /path/to/local/Qwen2.5-0.5B-Instruct --iterations 3
     python bench/gpu_train.py --preset qwen2.5-1.5b --model /path/to/Qwen2.5-1.5B-Instruct
-    python bench/gpu_train.py --model /path/to/Qwen2.5-0.5B-Instruct --backend vllm   # pip install 'agentgym-suite[vllm]'
+    python bench/gpu_train.py --model /path/to/Qwen2.5-0.5B-Instruct --backend vllm  # agentgym-suite[vllm]
     python bench/gpu_train.py --model tiny --device cpu --amp-dtype none --env-dataset tiny --iterations 1 \
         --batch-tasks 1 --group-size 2 --max-new-tokens 8      # CPU dry run of the code path
 
