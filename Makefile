@@ -48,7 +48,7 @@ test-fast: setup
 # typecheck: mypy on the core and the trainer ([tool.mypy] in pyproject.toml). mypy has no package-dir mapping, so
 # build/typecheck/agentgym links the tree as it installs (the folders of [tool.setuptools.package-dir]); the report
 # names the real files.
-typecheck: setup
+typecheck: $(VENV)/.installed
 	rm -rf build/typecheck && mkdir -p build/typecheck/agentgym
 	for f in agentgym/*; do case $$f in */__pycache__) ;; *) ln -s ../../../$$f build/typecheck/agentgym/ ;; esac; done
 	for d in envs tools baselines; do ln -s ../../../$$d build/typecheck/agentgym/$$d; done

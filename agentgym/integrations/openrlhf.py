@@ -182,7 +182,16 @@ def agent_classes(env_kwargs: Mapping[str, Any] | None = None) -> tuple[type, ty
         def __init__(self) -> None:
             super().__init__(instance_cls)
 
-        async def execute(self, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, images=None):
+        async def execute(
+            self,
+            prompt: Any,
+            label: Any,
+            sampling_params: Any,
+            max_length: int,
+            hf_tokenizer: Any,
+            llm_engine: Any,
+            images: Any = None,
+        ) -> Any:
             if instance_cls.tokenizer is None:
                 instance_cls.tokenizer = hf_tokenizer
             return await super().execute(

@@ -345,7 +345,8 @@ def tool_environment(
     def get_reward(self: Any) -> float:
         return float(sum(self.rewards))
 
-    def reply(self, message: str) -> str:  # no annotation on self: transformers would take it for an argument
+    # no annotation on self: transformers would take it for an argument (mypy sees a function, not a method)
+    def reply(self, message: str) -> str:  # type: ignore[no-untyped-def]
         """Send a plain-text reply to the user; returns what the user says next.
 
         Args:
