@@ -229,6 +229,24 @@ def test_every_page_is_in_the_nav():
     assert sorted(pages) == sorted(str(p.relative_to(DOCS)) for p in DOC_FILES)
 
 
+def test_api_reference_docstrings_become_markdown():
+    """The API reference's griffe extension fences doctests and ``::`` literal blocks and turns Sphinx roles into code
+    spans; without it, ``obs[0]["role"]`` in a doctest reads as a Markdown link and the strict build fails."""
+    pytest.importorskip("griffe")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("rst_docstrings", DOCS / "_ext" / "rst_docstrings.py")
+    ext = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ext)
+    text = "\n".join(["See :class:`~agentgym.AgentEnv`.", "", '>>> obs[0]["role"]', "'user'", "", "Example::", "",
+                      "    run(x)", "", "    y", "", "End."])  # fmt: skip
+    assert ext.rst_to_markdown(text).splitlines() == [
+        "See `agentgym.AgentEnv`.", "", "```pycon", '>>> obs[0]["role"]', "'user'", "```", "",
+        "Example:", "", "```", "run(x)", "", "y", "```", "", "End.",
+    ]  # fmt: skip
+    assert ext.rst_to_markdown("no literal block follows::\nEnd.") == "no literal block follows::\nEnd."
+
+
 @pytest.mark.slow
 def test_site_builds_strictly(tmp_path):
     """``mkdocs build --strict`` passes: no broken link or anchor, no page left out of the nav, every API reference

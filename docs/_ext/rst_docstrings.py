@@ -19,6 +19,17 @@ def _indent(line: str) -> int:
     return len(line) - len(line.lstrip(" "))
 
 
+def _block_end(lines: list[str], start: int, indent: int) -> int:
+    """The end of the literal block starting at ``start``: the lines indented past ``indent`` (blank ones included),
+    trailing blank lines left out."""
+    end = start
+    while end < len(lines) and (not lines[end].strip() or _indent(lines[end]) > indent):
+        end += 1
+    while end > start and not lines[end - 1].strip():
+        end -= 1
+    return end
+
+
 def rst_to_markdown(text: str) -> str:
     """The docstring ``text`` with doctests and literal blocks fenced and Sphinx roles turned into code spans."""
     lines = text.splitlines()
@@ -26,32 +37,26 @@ def rst_to_markdown(text: str) -> str:
     i = 0
     while i < len(lines):
         line = lines[i]
-        stripped = line.lstrip(" ")
-        if stripped.startswith(">>>"):  # a doctest: prompts, continuation lines and output up to a blank line
-            pad = _indent(line)
+        pad = " " * _indent(line)
+        if line.lstrip(" ").startswith(">>>"):  # a doctest: prompts, continuation lines and output up to a blank line
             block = []
             while i < len(lines) and lines[i].strip():
-                block.append(lines[i][pad:] if _indent(lines[i]) >= pad else lines[i].lstrip(" "))
+                block.append(lines[i][len(pad) :] if _indent(lines[i]) >= len(pad) else lines[i].lstrip(" "))
                 i += 1
-            out += [" " * pad + "```pycon", *(" " * pad + b for b in block), " " * pad + "```"]
+            out += [pad + "```pycon", *(pad + b for b in block), pad + "```"]
             continue
-        if line.rstrip().endswith("::") and not stripped.startswith(".."):
-            head = line.rstrip()[:-1]  # "Example::" -> "Example:"; a lone "::" disappears
+        if line.rstrip().endswith("::") and not line.lstrip(" ").startswith(".."):
             j = i + 1
             while j < len(lines) and not lines[j].strip():
                 j += 1
-            if j < len(lines) and _indent(lines[j]) > _indent(line):
-                body_end = j
-                while body_end < len(lines) and (not lines[body_end].strip() or _indent(lines[body_end]) > _indent(line)):
-                    body_end += 1
-                while body_end > j and not lines[body_end - 1].strip():
-                    body_end -= 1
+            if j < len(lines) and _indent(lines[j]) > len(pad):
+                end = _block_end(lines, j, len(pad))
+                head = line.rstrip()[:-1]  # "Example::" -> "Example:"; a lone "::" disappears
                 if head.strip() not in ("", ":"):
                     out += [ROLE.sub(r"`\1`", head), ""]
-                pad = " " * _indent(line)
-                body = textwrap.dedent("\n".join(lines[j:body_end])).splitlines()
+                body = textwrap.dedent("\n".join(lines[j:end])).splitlines()
                 out += [pad + "```", *(pad + b if b else "" for b in body), pad + "```"]
-                i = body_end
+                i = end
                 continue
         out.append(ROLE.sub(r"`\1`", line))
         i += 1
