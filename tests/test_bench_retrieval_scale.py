@@ -60,6 +60,7 @@ def check_ours(tmp_path: Path, proc: subprocess.CompletedProcess[str]) -> dict:
     return entry
 
 
+@pytest.mark.slow
 def test_tiny_run_ours(tmp_path):
     check_ours(tmp_path, run(tmp_path, "--systems", "ours"))
 

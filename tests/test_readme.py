@@ -381,6 +381,7 @@ def test_readme_figure_is_what_its_command_prints(figure, command_runs):
     assert not wrong, f"the table after `{figure.command}` differs from what it prints:\n" + "\n".join(wrong)
 
 
+@pytest.mark.slow
 def test_bench_trials_prints_every_pass_k_column(command_runs):
     """`--trials 4` prints pass^1 .. pass^4 (it showed only pass^2 and pass^4)."""
     printed, results = command_runs("agentgym bench --env agentgym/Clarify-v0 --episodes 60 --trials 4", "results.json")

@@ -118,6 +118,7 @@ def test_clean_keeps_the_venv_and_distclean_removes_it(tmp_path):
     assert f"rm -rf {tmp_path / 'venv'}" in distclean.splitlines()
 
 
+@pytest.mark.slow
 def test_make_bench_runs_twice_and_keeps_the_first(tmp_path):
     venv = ROOT / ".venv"
     if not (venv / "bin" / "agentgym").exists():

@@ -60,6 +60,7 @@ def stop_word(text: str) -> str:
 # ---------------------------------------------------------------------------- tiny model
 
 
+@pytest.mark.slow
 def test_tiny_model_is_deterministic_and_loads_from_disk(tmp_path, tiny_dir):
     digest = lambda d: hashlib.sha256((d / "model.safetensors").read_bytes()).hexdigest()
     again = save_tiny_model(tmp_path / "again", seed=0)

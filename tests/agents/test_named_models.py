@@ -209,6 +209,7 @@ def test_unknown_names_and_missing_wheels_are_one_line_errors(tmp_path):
         HFAgent(model=NAME, tokenizer=object())
 
 
+@pytest.mark.slow
 def test_train_cli_names_the_known_models(tmp_path):
     agentgym = Path(sys.executable).parent / "agentgym"  # `python -m agentgym.cli` would be a second module
     if not agentgym.exists():

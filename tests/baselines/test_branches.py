@@ -225,6 +225,7 @@ def test_fork_logprobs_equal_trainer_recomputation(policy, chain_mains, temperat
     assert torch.allclose(lp[on], batch["rollout_logprobs"][on], atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_forks_are_reproducible_whatever_the_batching_and_prefill_sharing(policy, chain_mains):
     """The same tokens (byte for byte) in one lockstep batch with one shared prefill per state, in one batch
     without sharing, and one row at a time; the K forks of a state are not copies of each other."""
@@ -277,6 +278,7 @@ class FixedSkillPolicy(HFPolicy):
         return out
 
 
+@pytest.mark.slow
 def test_branch_values_converge_to_the_true_values(policy):
     """Chain H=5, per-turn skill p = 0.7: V(s_t) = 0.7^(5 - t) before any mistake, 0 after one. The mean absolute
     error of the K-fork values over the states of 4 episodes falls from K = 4 to 16 to 64 and stays below its
@@ -380,6 +382,7 @@ def test_trainer_branch_mode_resumes_exactly(tmp_path, warm_start, estimator):
     assert any(h["grad_norm"] > 0 for h in rl)  # some advantage was not 0: the policy was updated
 
 
+@pytest.mark.slow
 def test_token_budget_stops_the_run_and_survives_resume(tmp_path):
     """max_sampled_tokens: the run stops at the first iteration whose cumulative count reaches it, says why, and a
     resumed run with the same budget does not go on; a larger budget continues it from the kept count."""

@@ -164,6 +164,7 @@ SMOKE: dict[str, Any] = {"env_id": "agentgym/Chain-v0", "env_kwargs": {"horizon"
                          "minibatch_size": 8, "lr": 1e-3, "plot": False, "progress": False}  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("estimator", ["mt_grpo", "gigpo_obs"])
 def test_two_iterations_of_each_new_estimator(warm_start, tmp_path, estimator):
     summary = train(TrainConfig.from_dict({**SMOKE, "estimator": estimator, "iterations": 2,

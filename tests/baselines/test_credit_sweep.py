@@ -301,6 +301,7 @@ def test_paired_tests_and_holm_families_on_hand_made_results(cs):
     assert math.isclose(cs.holm([2 / 256, 0.5, 0.9])[0], 6 / 256)
 
 
+@pytest.mark.slow
 def test_evaluate_reports_turn_accuracy_by_position(tmp_path, one_thread, cs):
     """trainer.evaluate's eval_turn_accuracy on Chain H=3: every turn carries info['correct'], so the overall share
     is the mean of the three positions', and an episode succeeds only when all three are right."""

@@ -195,6 +195,7 @@ def eos_prone(model, tokenizer, bias=8.0):
     return model
 
 
+@pytest.mark.slow
 def test_eos_rows_match_the_hf_back_end(policy):
     server_tok = build_tiny_tokenizer()
     with BackgroundServer(create_app(eos_prone(policy.model, server_tok), server_tok, model_name="tiny")) as server:
@@ -275,6 +276,7 @@ def test_server_errors_carry_the_servers_message(policy, served, faults):
         assert faults.requests == 1
 
 
+@pytest.mark.slow
 def test_a_dead_server_fails_within_the_retry_bound(policy):
     """Refused connections are retried with backoff and then fail: no attempt waits for the 60 s request timeout
     (the upper bound is a hang guard below that timeout, so a loaded machine cannot break it)."""
@@ -308,6 +310,7 @@ def test_processed_logprobs_at_any_temperature():
                     assert torch.allclose(torch.tensor(logprobs), expected, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_the_trainer_samples_through_a_remote_server(served, tmp_path):
     """``rollout_backend="remote"``: the reference trainer's rollouts come from the server; the server holds the same
     initial weights, so the first iteration's behaviour log-probs match the trainer's own, and later ones drift."""

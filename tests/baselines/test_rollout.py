@@ -157,6 +157,7 @@ def test_household_demonstrations_come_from_the_oracle_agent(policy):
         assert demo.response_ids[s:e] == [*policy.encode(action), policy.end_token_id]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["serial", "thread", "ray"])
 def test_rollouts_step_through_any_pool(policy, rollouts, kind):
     if kind == "ray":

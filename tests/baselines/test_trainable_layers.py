@@ -98,6 +98,7 @@ def test_checkpoint_round_trip_keeps_the_frozen_split(tmp_path: Path) -> None:
     fresh.close()
 
 
+@pytest.mark.slow
 def test_resumed_run_equals_the_uninterrupted_one(tmp_path: Path) -> None:
     whole = train(chain_config(tmp_path, trainable_layers=1, sft_steps=2, out_dir=str(tmp_path / "a")))
     train(chain_config(tmp_path, trainable_layers=1, sft_steps=2, iterations=1, out_dir=str(tmp_path / "b")))
@@ -113,6 +114,7 @@ def test_bad_values_are_clear_errors(tmp_path: Path, bad: int) -> None:
         setup(chain_config(tmp_path, trainable_layers=bad))
 
 
+@pytest.mark.slow
 @settings(max_examples=8, deadline=None)
 @given(num_layers=st.integers(1, 4), data=st.data(), tied=st.booleans())
 def test_trainable_set_is_the_top_layers_and_the_norm(num_layers: int, data: st.DataObject, tied: bool) -> None:

@@ -201,6 +201,7 @@ def test_a_tied_batch_moves_no_weight_after_a_real_gradient(tmp_path, skip):
     state.close()
 
 
+@pytest.mark.slow
 def test_resume_reproduces_the_next_step(tmp_path):
     full = train(toy_config(tmp_path, iterations=2, out_dir=str(tmp_path / "a")))
     train(toy_config(tmp_path, iterations=1, out_dir=str(tmp_path / "b")))
@@ -218,6 +219,7 @@ def test_resume_reproduces_the_next_step(tmp_path):
 # smoke: the tiny preset on SearchQA tiny, through main()
 
 
+@pytest.mark.slow
 def test_tiny_preset_smoke_on_search_qa(tmp_path, capsys):
     out = tmp_path / "tiny"
     assert main(["--preset", "tiny", "--out-dir", str(out), "--set", "max_new_tokens=6"]) == 0
@@ -240,6 +242,7 @@ def test_tiny_preset_smoke_on_search_qa(tmp_path, capsys):
     assert "metrics_path" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_the_trainer_steps_its_envs_through_a_pool(tmp_path):
     """env_pool="thread": the same run as the default env list (rollouts are byte-identical in every pool)."""
     runs = []
@@ -310,6 +313,7 @@ def test_seed_streams_are_named_and_independent():
     assert a.demonstrations(0, 1).integers(1 << 30) != a.demonstrations(1, 0).integers(1 << 30)
 
 
+@pytest.mark.slow
 def test_sft_warm_start_on_oracle_demonstrations(tmp_path):
     config = load_config(
         "tiny",

@@ -93,6 +93,7 @@ def lines(path) -> list[dict[str, Any]]:
 DIAGNOSTICS = ("valid_action_frac", "entropy", "grad_norm", "grad_norm_max", "zero_std_group_frac", "turn_accuracy")
 
 
+@pytest.mark.slow
 def test_every_iteration_stores_the_diagnostics(tmp_path):
     """A 2-iteration critic run on Chain keeps valid share, entropy, pre-clip gradient norms (policy and critic),
     explained variance (against the lam-returns and the Monte-Carlo returns), zero-variance groups and the env's
@@ -179,6 +180,7 @@ def test_collapse_property_valid_share(start, scale, middle):
     assert (reason is not None and "valid-action share" in reason) == bool(expected)
 
 
+@pytest.mark.slow
 def test_a_huge_learning_rate_collapses_and_stops_the_run(tmp_path, capsys):
     """The learn preset with lr 0.05 (100x its own): after one update the policy stops answering in the format
     (valid share 0.375 -> 0); the run is marked collapsed with the reason, stops after iteration 2 of 6, and the CLI
@@ -322,6 +324,7 @@ def test_turn_ppo_with_progress_as_immediate_reward(tmp_path, lam):
     assert advs[0][r.turn_spans[0][1] : r.turn_spans[1][0]].tolist() == [0.0]  # env tokens
 
 
+@pytest.mark.slow
 def test_turn_ppo_gets_the_progress_difference_as_each_turns_reward(tmp_path):
     """On real Chain rollouts with progress_key, turn_ppo's per-turn rewards are the verified progress differences
     (plus the outcome at the end): progress is an immediate reward, not only a telescoped return."""

@@ -94,6 +94,7 @@ print(json.dumps([json.dumps(list(env.step(a)), sort_keys=True) for a in actions
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["household", "searchqa"])
 def test_a_snapshot_continues_identically_in_another_process(which, tmp_path):
     env_id, kwargs = HOUSEHOLD if which == "household" else SEARCH_QA

@@ -93,6 +93,7 @@ def test_hf_agent_missing_model_path(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_train_missing_model(tmp_path):
     args = ["train", "--preset", "tiny", "--model", str(tmp_path / "absent"), "--out-dir", "r"]
     assert_one_line_error(agentgym_cli(*args, cwd=tmp_path), "no model directory at")
@@ -111,6 +112,7 @@ def test_env_arg_the_env_does_not_take(tmp_path):
     assert_one_line_error(res, "agentgym/Chain-v0 takes no argument 'max_turns'", "horizon")
 
 
+@pytest.mark.slow
 def test_bench_takes_env_args(tmp_path):
     args = ["bench", "--env", "agentgym/Chain-v0", "--env-arg", "horizon=2", "--episodes", "2", "--quiet", "--out", "o"]
     res = agentgym_cli(*args, cwd=tmp_path)
@@ -122,6 +124,7 @@ def test_bench_takes_env_args(tmp_path):
     assert not (tmp_path / "p").exists()
 
 
+@pytest.mark.slow
 def test_textworld_without_a_game_says_it_needs_game_file(tmp_path):
     res = agentgym_cli("run", "agentgym/TextWorld-v0", "--agent", "random", cwd=tmp_path)
     line = assert_one_line_error(res, "game_file=")
@@ -174,6 +177,7 @@ def test_rerun_into_the_same_folder_offers_overwrite_and_append(tmp_path):
     assert (tmp_path / "o/trajectories.jsonl").read_bytes() == before
 
 
+@pytest.mark.slow
 def test_train_into_a_folder_that_holds_a_run_needs_resume_or_overwrite(tmp_path):
     run = tmp_path / "r"
     run.mkdir()
@@ -318,6 +322,7 @@ def _episodes(lines: list[str]) -> list[str]:
     return [line for line in lines if json.loads(line).get("kind") != "run"]
 
 
+@pytest.mark.slow
 def test_ctrl_c_on_run_is_one_line_and_the_run_continues_with_append(tmp_path):
     args = ["run", "agentgym/Chain-v0", "--agent", "random", "--episodes", "1000000", "--quiet", "--out", "o"]
     path = tmp_path / "o/trajectories.jsonl"

@@ -172,6 +172,7 @@ def test_a_failing_step_is_an_errored_outcome_and_the_slot_gets_a_fresh_env(kind
         assert pool.step({1: "fine"})[0].info["turn"] == 2  # the other slot's episode went on
 
 
+@pytest.mark.slow
 def test_thread_pool_step_timeout_replaces_the_thread():
     with ThreadPool(SLOW, 2, env_kwargs={"delays": [[0.0]]}, step_timeout=2.0) as pool:
         pool.reset([0, 0])
@@ -249,6 +250,7 @@ def slow_pool(ray_session, marks):
     pool.close()
 
 
+@pytest.mark.slow
 @needs_ray
 @pytest.mark.parametrize("case", [(SEARCH, SEARCH_ACTIONS), (HOUSEHOLD, HOUSEHOLD_ACTIONS)], ids=["sqa", "hh"])
 def test_ray_and_serial_pools_give_identical_trajectories(ray_session, case):
@@ -261,6 +263,7 @@ def test_ray_and_serial_pools_give_identical_trajectories(ray_session, case):
         assert members[0].observation == members[1].observation != members[2].observation == members[3].observation
 
 
+@pytest.mark.slow
 @needs_ray
 def test_ray_episodes_are_sticky_and_actors_take_fractional_cpus(ray_session, slow_pool):
     pids = [w.pid for w in slow_pool.workers()]
@@ -322,6 +325,7 @@ def test_ray_killing_an_actor_mid_episode_errors_that_episode_only(slow_pool, ma
     assert [o.info["turn"] for o in slow_pool.step({0: "ok", 1: "ok"})] == [1, 2]  # both go on
 
 
+@pytest.mark.slow
 @needs_ray
 def test_ray_step_timeout_kills_the_actor_and_the_others_go_on(slow_pool):
     slow_pool.reset([None, None, None], [{"task_index": 3}] * 3, slots=[1, 2, 3])

@@ -74,6 +74,7 @@ def test_cli_run_replay_check_list(tmp_path, capsys):
     assert "agentgym/SearchQA-v0" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_console_script_bench_writes_report_and_plots(tmp_path):
     out = tmp_path / "bench"
     proc = subprocess.run(

@@ -61,6 +61,7 @@ def test_records_reach_the_file_while_the_run_goes_on_and_few_episodes_are_in_fl
     assert seen[-1][1] >= 50
 
 
+@pytest.mark.slow
 def test_memory_stays_flat_in_the_number_of_episodes(tmp_path):
     def peak(episodes: int) -> int:
         tracemalloc.start()
@@ -113,6 +114,7 @@ def test_sporadic_errors_do_not_stop_a_run():
     assert sum(t.error is not None for t in trajs) >= 9 and len(trajs) == 100
 
 
+@pytest.mark.slow
 def test_cli_stops_with_one_line_and_keeps_what_was_played(tmp_path, capsys):
     out = tmp_path / "run"
     code = main(["run", "agentgym/SearchQA-v0", "--agent", "heuristic", "--episodes", "1000", "--out", str(out),

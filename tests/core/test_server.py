@@ -222,6 +222,7 @@ def test_remote_errors_mirror_local_ones():
 # -- RemoteEnv against real servers on loopback ------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("env_id", "kwargs"), [(HOUSEHOLD, {}), (SEARCHQA, TINY)])
 def test_remote_env_is_byte_identical_to_local(server, env_id, kwargs):
     local, remote = gym.make(env_id, **kwargs), RemoteEnv(server.url, env_id, kwargs)
@@ -263,6 +264,7 @@ def test_snapshot_restore_and_pickle_over_http(server):
         e.close()
 
 
+@pytest.mark.slow
 def test_server_restart_is_a_clear_error():
     first = ServerProcess(env_ids=[HOUSEHOLD]).start()
     env = RemoteEnv(first.url, HOUSEHOLD, timeout=5.0)
@@ -292,6 +294,7 @@ def test_a_silent_server_times_out():
         assert time.monotonic() - start < 60  # a hang guard: it gave up instead of waiting for an answer
 
 
+@pytest.mark.slow
 def test_bounded_load_100_sessions_from_2_processes():
     """100 sessions open at once from 2 client processes (bench/bench_server.py's load test, bounded in count and
     time): no errors, and every episode identical to its in-process replay."""

@@ -90,6 +90,7 @@ def blocking_gate(gate: threading.Event) -> Iterator[None]:
 # -- connections ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_flood_of_idle_connections_from_four_addresses_never_fails_a_clients_request():
     """The issue's 1,030 idle connections, from four addresses, against the default server: a client's
     requests are answered (its connection takes the place of an idle one), not 503."""
@@ -146,6 +147,7 @@ def test_connections_are_capped_per_address_and_idle_ones_make_room():
 # -- sessions and workers --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_one_client_cannot_open_every_session_and_four_cannot_either():
     with ServerProcess(env_ids=[CHAIN], max_sessions=16) as server:
         counts = {}
@@ -181,6 +183,7 @@ def app_busy(url: str, address: str) -> int:
         return http.get("/health").json()["workers"]["busy"]
 
 
+@pytest.mark.slow
 def test_four_clients_cannot_take_every_worker_and_health_says_when_none_is_free():
     """Four addresses each block their whole share of the workers: another client's step still runs at once (the
     reserve), and /health reports degraded while no worker is free."""
@@ -330,6 +333,7 @@ def test_an_allowed_value_widens_only_the_env_it_names():
         assert other.status_code == 422 and other.json()["error"] == "untrusted_argument", other.text
 
 
+@pytest.mark.slow
 def test_agentgym_serve_refuses_an_unscoped_allowance_two_envs_take_in_one_line():
     cmd = [sys.executable, "-m", "agentgym.cli", "serve", "--allow-env-arg", "dataset=100k", "--port", "1"]
     try:
@@ -357,6 +361,7 @@ def limited_server() -> Iterator[tuple[str, ConnectionLimits]]:
         yield server.url, limits
 
 
+@pytest.mark.slow
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(plan=ACTIONS)
 def test_every_limit_holds_under_any_bounded_load_from_several_addresses(limited_server, plan):

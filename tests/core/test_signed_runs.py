@@ -288,6 +288,7 @@ def flood_registered():
     del gym.registry[FLOOD]
 
 
+@pytest.mark.slow
 def test_an_episode_too_large_to_write_is_an_error_episode_and_the_run_goes_on(tmp_path, flood_registered, capsys):
     out = tmp_path / "run"
     assert main(["run", FLOOD, "--agent", "bisect", "--episodes", "3", "--out", str(out), "--quiet"]) == 0

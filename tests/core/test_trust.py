@@ -121,6 +121,7 @@ def sample_values(arg: Arg) -> list[Any]:
 BASE = {"agentgym/SearchQA-v0": {"dataset": "tiny"}, "agentgym/TwentyQuestions-v0": {"dataset": "tiny"}}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env_id", ENVS)
 def test_allowed_values_build_the_env_or_are_refused_with_a_value_error(env_id):
     for name, arg in public_args(env_class(env_id)).items():
@@ -320,6 +321,7 @@ def session(http: httpx.Client, env_id: str) -> str:
     return sid
 
 
+@pytest.mark.slow
 def test_a_hostile_clients_stuck_calls_time_out_and_never_starve_the_others(blocking_server):
     url = blocking_server.url
     with (
@@ -408,6 +410,7 @@ def test_a_negative_or_huge_seed_is_a_422_and_a_lower_case_bearer_scheme_is_acce
             assert httpx.get(server.url + "/health", headers={"Authorization": auth}).status_code == 401
 
 
+@pytest.mark.slow
 def test_server_process_keeps_its_token_out_of_the_command_line():
     with ServerProcess(env_ids=["agentgym/Chain-v0"], token="very-secret-token") as server:
         assert server.proc is not None

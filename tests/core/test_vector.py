@@ -55,6 +55,7 @@ def rollout(mode: str, steps: int = 40, **vector_kwargs: Any) -> list[str]:
     return record
 
 
+@pytest.mark.slow
 def test_sync_and_async_vector_envs_give_the_same_trajectories():
     sync = rollout("sync")
     assert rollout("async") == sync  # shared memory (Gymnasium's default)

@@ -253,6 +253,7 @@ def call_turn(draw) -> tuple[str, list[tuple[str, dict]]]:
     return json.dumps({"tool_calls": fns}), calls
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(index=st.sampled_from(TASKS), turn=call_turn())
 def test_fuzz_calls_run_as_bfcls_executor_runs_them(index, turn):
@@ -299,6 +300,7 @@ def test_same_task_gives_byte_identical_episodes():
             assert first == second, (agent.name, task_id)
 
 
+@pytest.mark.slow
 def test_episodes_do_not_depend_on_the_hash_seed():
     code = (
         "import hashlib, json; from agentgym.envs.bfcl.env import BFCLEnv; from agentgym.envs.bfcl.agents import "

@@ -116,6 +116,7 @@ def test_a_21st_call_step_in_a_turn_force_quits_as_in_bfcl():
 SAMPLE = [f"multi_turn_{c}_{i}" for c in data.CATEGORIES for i in sorted(random.Random(20).sample(range(200), 20))]
 
 
+@pytest.mark.slow
 def test_env_verdict_equals_bfcls_checker_on_a_seeded_sample():
     env = BFCLEnv(category="all")
     outcomes: dict[str, list[bool]] = {}
@@ -175,6 +176,7 @@ def episode(draw) -> tuple[str, list[str]]:
     return task_id, actions
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=episode())
 def test_fuzz_env_verdict_equals_bfcls_checker(case):

@@ -309,6 +309,7 @@ def _bfcl_tools() -> list[tuple[int, str]]:
     return out
 
 
+@pytest.mark.slow
 @needs_bfcl
 @pytest.mark.parametrize(("index", "tool"), _bfcl_tools())
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])

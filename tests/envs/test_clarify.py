@@ -47,6 +47,7 @@ def test_checker_passes():
     assert report.ok and not report.notes, str(report)
 
 
+@pytest.mark.slow
 def test_oracle_solves_500_tasks_and_agents_are_reported(capsys):
     env = ClarifyEnv()
     for i in range(500):

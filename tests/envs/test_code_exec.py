@@ -64,6 +64,7 @@ def first_index_per_template(family: str, limit: int = 400) -> dict[str, int]:
 
 
 # -- the contract ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_checker_passes():
     for kwargs in ({}, {"family": "logs", "backend": "subprocess"}):
         report = check(ENV_ID, env_kwargs=kwargs)
@@ -90,6 +91,7 @@ def test_task_ids_and_options():
 
 
 # -- the oracle -----------------------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
 def test_oracle_solves_every_template(envs, family):
     """Every template of the family (its first task) plus the first 8 tasks, through the real sandbox."""
@@ -130,6 +132,7 @@ def test_oracle_solves_500_tasks_per_family():
     assert not any(failed.values()), {f"{family}:{r.start}": v for (family, r), v in failed.items() if v}
 
 
+@pytest.mark.slow
 def test_random_is_far_below_the_oracle(envs):
     wins = Counter()
     for family in FAMILIES:
@@ -163,6 +166,7 @@ def test_answer_checking():
     assert [check_answer(as_str, s) for s in ("/api/order", "/api/orders?id=1", "")] == [False] * 3
 
 
+@pytest.mark.slow
 def test_generated_answers_cross_check():
     """The fast generators agree with brute force, and every task's answer checks against its own text."""
     rng = random.Random(0)
@@ -347,6 +351,7 @@ def transcript(env: CodeExecEnv, seed: int) -> list[str]:
     return record
 
 
+@pytest.mark.slow
 def test_backends_give_identical_observations_and_runs_are_deterministic():
     pool = CodeExecEnv(family="logs", max_turns=12)
     sub = CodeExecEnv(family="logs", max_turns=12, backend="subprocess")
@@ -432,6 +437,7 @@ def test_hostile_calls_are_invalid_and_do_not_end_the_episode(envs, action, phra
     assert (info["turn"], terminated, truncated) == (1, False, False) and env.transcript[-2]["content"] == action
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=st.text(st.characters(codec=None, categories=["Cs", "Ll", "Nd", "So"]), max_size=12))
 def test_any_surrogates_in_code_reach_the_program_as_replacement_characters(envs, text):
@@ -523,6 +529,7 @@ def tasks_per_template(family: str, per: int = 3, limit: int = 600) -> dict[str,
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
 def test_every_template_accepts_correct_answers_in_every_form_and_rejects_wrong_ones(family):
     """Each template's answer kind, written the ways people write it, scores 1; the neighbouring wrong value in the
@@ -580,6 +587,7 @@ LEADS = ["", "The answer is ", "Answer: ", "Final answer: ", "So the final answe
 MARKUP = [("", ""), ("**", "**"), ("`", "`"), ("*", "*"), ('"', '"')]
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(family=st.sampled_from(FAMILIES), index=st.integers(0, 9_999), data=st.data())
 def test_any_wrapping_of_a_correct_answer_counts_and_of_a_wrong_one_does_not(family, index, data):

@@ -46,6 +46,7 @@ def sandbox_lines(lines: list[str]) -> list[str]:
     return [line.partition("; notes:")[0] for line in lines if line.startswith("sandbox ")]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_serve_prints_each_sandbox_backend_before_listening():
     lines = output_until_listening("agentgym/CodeExec-v0", "agentgym/Chain-v0")
@@ -59,6 +60,7 @@ def test_serve_prints_each_sandbox_backend_before_listening():
     assert all("memory per " in line and "root" in line for line in expected)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_serve_says_plainly_when_the_sandbox_promises_no_isolation():
     """The operator's ``isolation=none`` (rlimits only) and ``backend=pool``: one line, and it says NO ISOLATION."""

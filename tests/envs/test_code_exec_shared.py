@@ -58,6 +58,7 @@ def one_call(env: CodeExecEnv, code: str) -> str:
     return obs[0]["content"]
 
 
+@pytest.mark.slow
 def test_fifty_envs_share_one_pool_and_closing_them_ends_it():
     before = fork_servers()
     envs = [CodeExecEnv(family="numbers") for _ in range(50)]
@@ -75,6 +76,7 @@ def test_fifty_envs_share_one_pool_and_closing_them_ends_it():
     assert not fork_servers() & started  # the last close ended the pool: no process left
 
 
+@pytest.mark.slow
 def test_an_env_dropped_without_close_releases_its_share():
     before = fork_servers()
     kept, dropped = CodeExecEnv(family="numbers"), CodeExecEnv(family="numbers")
@@ -91,6 +93,7 @@ def test_an_env_dropped_without_close_releases_its_share():
     assert SHARED.users(KEY) == 0 and not fork_servers() & started
 
 
+@pytest.mark.slow
 def test_envs_with_different_timeouts_share_and_different_isolation_does_not():
     short, long = CodeExecEnv(family="numbers", timeout=1.0), CodeExecEnv(family="numbers", timeout=8.0)
     bare = CodeExecEnv(family="numbers", isolation="none")
@@ -108,6 +111,7 @@ def test_envs_with_different_timeouts_share_and_different_isolation_does_not():
     assert SHARED.users(KEY) == SHARED.users(PoolKey(namespaces=False)) == 0
 
 
+@pytest.mark.slow
 def test_concurrent_steps_from_8_threads_over_16_envs_are_all_correct():
     envs = [CodeExecEnv(family="numbers", max_turns=20) for _ in range(16)]
 
@@ -127,6 +131,7 @@ def test_concurrent_steps_from_8_threads_over_16_envs_are_all_correct():
     assert SHARED.users(KEY) == 0
 
 
+@pytest.mark.slow
 def test_a_busy_pool_is_a_no_free_worker_observation_not_an_exception():
     """Every worker busy past the pool's wait: the call comes back as a tool message saying so, the episode goes on,
     and the next call, once a worker is free, runs."""
@@ -158,6 +163,7 @@ def test_a_busy_pool_is_a_no_free_worker_observation_not_an_exception():
             env.close()
 
 
+@pytest.mark.slow
 def test_a_forked_child_starts_a_pool_of_its_own():
     """The parent's fork servers are not the child's: a child's env starts its own pool, and the parent's is left
     alone (the child reports by its exit status)."""

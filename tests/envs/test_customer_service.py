@@ -95,6 +95,7 @@ def test_checker_passes():
     assert check(ENV_ID, env_kwargs={"difficulty": "hard"}).ok
 
 
+@pytest.mark.slow
 def test_oracle_solves_500_tasks():
     env = CustomerServiceEnv()  # mixed: the levels interleave
     for i in range(500):
@@ -103,6 +104,7 @@ def test_oracle_solves_500_tasks():
         assert info["user_ended"] == STOP and info["metrics"]["db_match"] == 1.0 and info["metrics"]["elicited"] == 1.0
 
 
+@pytest.mark.slow
 def test_heuristic_and_random_per_difficulty(capsys):
     rates: dict[str, dict[str, float]] = {}
     for level in DIFFICULTIES:
@@ -381,6 +383,7 @@ _FUZZ_IDS = sorted(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(action=malformed_turn(_FUZZ_IDS))
 def test_fuzz_rejected_calls_never_change_the_database(action):
@@ -454,6 +457,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_same_seed_same_dialogue_in_another_process():
     runs = []
     for hash_seed in ("1", "2"):

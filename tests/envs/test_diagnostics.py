@@ -157,6 +157,7 @@ def binomial_ok(successes: int, n: int, p: float, z: float = 4.5) -> bool:
     return abs(successes / n - p) <= z * math.sqrt(p * (1 - p) / n) + 1 / n
 
 
+@pytest.mark.slow
 def test_random_success_matches_theory(capsys):
     cases = [(ChainEnv, h, 2, 2000) for h in (1, 2, 4, 8)] + [(ChainEnv, h, 3, 1000) for h in (1, 2, 4)]
     cases += [(ChainEnv, 16, 2, 300)]

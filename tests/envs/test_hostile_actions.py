@@ -150,6 +150,7 @@ def test_hostile_json_turns_never_raise(players, env_id):
         player.step(label, action, phrase)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_every_payload_in_every_parameter_of_every_tool(players, env_id):
     player = _player(players, env_id)

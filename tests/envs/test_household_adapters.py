@@ -43,6 +43,7 @@ def tw_game(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 @needs_textworld
 def test_textworld_adapter_plays_a_tw_make_game(tw_game):
     report = check("agentgym/TextWorld-v0", env_kwargs={"game_file": tw_game})

@@ -147,6 +147,7 @@ def test_same_seed_byte_identical_trajectories_and_replay(tmp_path):
     assert other.read_bytes() != data[0]
 
 
+@pytest.mark.slow
 def test_identical_across_processes_and_hash_seeds(tmp_path):
     """No dependence on Python's per-process hash randomisation: two interpreters write the same bytes."""
     code = (

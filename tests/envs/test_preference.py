@@ -64,6 +64,7 @@ def test_checker_passes():
     assert check(ENV_ID, env_kwargs={"difficulty": "hard"}).ok
 
 
+@pytest.mark.slow
 def test_oracle_solves_500_tasks_of_every_difficulty():
     env = PreferenceEnv()  # mixed: task i is of level i % 3
     seen = set()
@@ -82,6 +83,7 @@ AGENTS = (("oracle", PreferenceOracleAgent), ("heuristic", PreferenceHeuristicAg
           ("keyword", PreferenceKeywordAgent), ("focused", PreferenceFocusedAgent))  # fmt: skip
 
 
+@pytest.mark.slow
 def test_agents_per_difficulty(capsys):
     """heuristic and natural share a strategy (every attribute, then the priority) and differ in wording only: their
     success stays within 0.05 at every level. At hard, where the user's patience does not cover every attribute
@@ -360,6 +362,7 @@ def _musts(domain) -> dict[str, list[str]]:
     return out
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(conversations())
 def test_scripted_user_states_only_what_it_is_asked_and_only_the_truth(case):

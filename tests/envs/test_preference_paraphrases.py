@@ -296,6 +296,7 @@ def test_the_suite_is_large_and_covers_every_style():
     assert styles["yes/no right"] and styles["yes/no wrong"] and styles["number need"] and styles["number too"]
 
 
+@pytest.mark.slow
 def test_every_question_gets_a_truthful_reply_and_nothing_leaks():
     failures = []
     by_style: Counter[str] = Counter()
@@ -488,6 +489,7 @@ def held_out_cases(difficulty: str, index: int) -> list[Case]:
 HELD_OUT_CASES = [c for d, i in TASKS for c in held_out_cases(d, i)]
 
 
+@pytest.mark.slow
 def test_held_out_questions_get_truthful_replies():
     failures = []
     for case in HELD_OUT_CASES:

@@ -238,6 +238,7 @@ def _retriever(ds: QADataset, backend: str):
     return lambda q: [ids[i] for i in np.argsort(-index.get_scores(tokenize(q)), kind="stable")[:3]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["agentgym", "rank_bm25"])
 def test_oracle_queries_recall_at_3(small, backend):
     search = _retriever(small, backend)

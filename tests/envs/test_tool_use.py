@@ -41,6 +41,7 @@ def test_checker_passes():
     assert check(ENV_ID, env_kwargs={"world": "bank", "variant": "miss_func"}).ok
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world", list(WORLDS))
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_oracle_solves_every_task(world, variant):

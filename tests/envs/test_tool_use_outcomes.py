@@ -326,6 +326,7 @@ def rewrite(data: st.DataObject, world: World, calls: list[Call]) -> list[Call]:
 TASKS = st.tuples(st.sampled_from(list(WORLDS)), st.integers(0, 9_999))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(task=TASKS, data=st.data())
 def test_property_the_gold_reached_another_way_passes(task, data):

@@ -57,6 +57,7 @@ def test_checker_passes():
                                      "ig_reward": 0.1}).ok  # fmt: skip
 
 
+@pytest.mark.slow
 def test_oracle_solves_500_tasks_with_one_bit_per_question():
     env = make()  # mixed: task i is easy, medium, hard for i % 3 = 0, 1, 2
     for i in range(500):
@@ -69,6 +70,7 @@ def test_oracle_solves_500_tasks_with_one_bit_per_question():
         assert all(t.info["information_gain"] == 1.0 for t in traj.turns[:-1])
 
 
+@pytest.mark.slow
 def test_agents_per_difficulty(capsys):
     """Success and bits per question of every agent on 60 tasks per level (the report lists 400 per level)."""
     table = {}
@@ -397,6 +399,7 @@ def _hidden_words(info):
     return {str(v).lower() for v in info["gold"]["attributes"].values()}
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(task=st.integers(0, 9_999), data=st.data())
 def test_answerer_never_leaks(task, data):

@@ -44,6 +44,7 @@ ADAPTERS = [
 ]
 
 
+@pytest.mark.slow
 def test_adapters_import_without_their_trainer():
     """The trainers are imported lazily: with them blocked, every adapter module still imports."""
     blocked = ["trl", "skyrl_gym", "verl", "openrlhf", "datasets"]

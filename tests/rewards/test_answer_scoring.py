@@ -281,6 +281,7 @@ def server(tiny):
         yield srv
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("mode", "max_tokens"), [("prompt_logprobs", 0), ("echo", 1)])
 def test_remote_scorer_agrees_with_local(tiny, trajectories, server, mode, max_tokens):
     model, tok = tiny

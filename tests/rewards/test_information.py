@@ -352,6 +352,7 @@ def test_single_turn_and_empty_trajectories_have_no_nan(tiny, local, trajectorie
         assert all(math.isfinite(r) for s in scores for r in s.rewards) and all(s.all_valid for s in scores)
 
 
+@pytest.mark.slow
 def test_remote_failure_marks_turns_invalid_not_zero(tiny, trajectories):
     fastapi = pytest.importorskip("fastapi")  # noqa: F841
     from agentgym.tools.openai_server import create_app

@@ -75,6 +75,7 @@ def test_sinkhorn_tends_to_optimal_as_reg_shrinks():
         match_calls(pred, gold, "hungarian")  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(pred=st.lists(CALLS, max_size=5), gold=st.lists(CALLS, max_size=5), data=st.data())
 def test_matching_is_permutation_equivariant_and_deterministic(pred, gold, data):

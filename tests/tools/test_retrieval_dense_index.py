@@ -494,6 +494,7 @@ def test_retriever_over_corpus_file_and_mismatches(tmp_path: Path, tiny: E5Encod
 # --- make_retriever("faiss") and the server -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_faiss_spec_and_two_workers_serving_it(tmp_path: Path, tiny: E5Encoder, small_corpus) -> None:
     """``make_retriever("faiss", path, ...)`` is FaissRetriever over a CorpusFile, and ``agentgym serve-retriever
     --retriever faiss --workers 2`` answers Search-R1's API with its hits from both workers, none left after."""

@@ -73,6 +73,7 @@ def test_disk_spec_over_a_path_streams_and_equals_bm25(tmp_path: Path, small: tu
     docs.close()
 
 
+@pytest.mark.slow
 def test_disk_spec_over_documents_and_its_options(tmp_path: Path) -> None:
     docs = [Document("a", '"Lake Ovra"\nLake Ovra lies in Tessaly.'), Document("b", '"Mount Kell"\nA peak.'),
             Document("c", '"Tessaly"\nA land of lakes.')]  # fmt: skip
@@ -192,6 +193,7 @@ def big(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
     return d / "c.jsonl", queries_of(d / "q.jsonl")
 
 
+@pytest.mark.slow
 def test_small_server_two_workers_answer_equally_and_stop_cleanly(
     small: tuple[Path, list[str]], tmp_path: Path
 ) -> None:
@@ -414,6 +416,7 @@ def run_bench(out: Path, *options: str) -> dict:  # type: ignore[type-arg]
     return report
 
 
+@pytest.mark.slow
 def test_bench_runs_at_a_tiny_size(tmp_path: Path) -> None:
     report = run_bench(tmp_path, "--passages", "1000", "--episodes", "4", "--load-workers", "", "--workers", "2")
     assert report["data"]["passages"] == 1000 and report["index"]["build_s"] > 0 and report["load"] == []

@@ -250,6 +250,7 @@ def test_bearer_token(local: BM25Retriever) -> None:
             RemoteRetriever(s.url, headers={"Authorization": "bearer S3CRET"}).search("ovra")
 
 
+@pytest.mark.slow
 def test_serve_retriever_subprocess(tmp_path: Path) -> None:
     docs = corpus(50, seed=3)
     write_corpus_jsonl(tmp_path / "corpus.jsonl", docs)
@@ -399,6 +400,7 @@ def test_connections_that_do_not_send_their_request_in_time_are_closed(local: BM
             assert http.post("/retrieve", json={"queries": ["ovra lake"]}).status_code == 200
 
 
+@pytest.mark.slow
 def test_cli_serves_with_the_env_token_and_header_deadline(tmp_path: Path) -> None:
     docs = corpus(50, seed=4)
     write_corpus_jsonl(tmp_path / "corpus.jsonl", docs)
@@ -432,6 +434,7 @@ def test_cli_serves_with_the_env_token_and_header_deadline(tmp_path: Path) -> No
         proc.wait(10)
 
 
+@pytest.mark.slow
 def test_idle_connections_from_four_addresses_never_fail_a_query(tmp_path: Path) -> None:
     """Issue 31: 280 connections that send nothing (70 from each of 127.0.0.2-127.0.0.5) against serve_retriever's
     defaults (256 connections, 64 per address): a client's query takes an idle connection's place, not a 503."""

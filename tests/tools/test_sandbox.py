@@ -120,6 +120,7 @@ def sleeper(marker: str, seconds: int = 60) -> str:
 # --- plain behaviour ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ok_stdin_and_error(box):
     r = box.run("import sys\nprint(sys.stdin.read()[::-1])", stdin="abc")
     assert isinstance(r, RunResult) and r.status == "ok" and r.stdout == "cba\n" and r.exit_code == 0
@@ -132,6 +133,7 @@ def test_ok_stdin_and_error(box):
     assert_nothing_survives()
 
 
+@pytest.mark.slow
 def test_capabilities_are_detected(box, caps):
     c = caps[id(box)]
     assert c.backend == box.name and c.rlimits["RLIMIT_NPROC"] == LIMITS.processes
@@ -146,6 +148,7 @@ def test_capabilities_are_detected(box, caps):
 # --- time --------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_infinite_loop_times_out(box):
     t = time.monotonic()
     r = box.run("while True:\n    pass", timeout=1.5)
@@ -153,6 +156,7 @@ def test_infinite_loop_times_out(box):
     assert_nothing_survives()
 
 
+@pytest.mark.slow
 def test_sleep_past_timeout(box):
     r = box.run("import time\nprint('start', flush=True)\ntime.sleep(60)", timeout=1.0)
     assert r.status == "timeout" and r.stdout == "start\n" and r.wall_time < 1.0 + 30  # not the 60 s sleep
@@ -296,6 +300,7 @@ def test_no_state_leaks_between_calls(box):
     assert workdirs() <= before  # the temporary directories are removed
 
 
+@pytest.mark.slow
 def test_files_fixed_workdir_and_tracebacks_of_the_code_only(box):
     code = "import os\nprint(os.getcwd(), sorted(os.listdir()), open('data/a.csv').read(), input())\n1 / 0\n"
     runs = [box.run(code, stdin="hi", files={"data/a.csv": "x,y", "b.bin": b"\x00"}) for _ in range(2)]

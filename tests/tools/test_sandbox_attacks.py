@@ -69,6 +69,7 @@ def host_dir():
     shutil.rmtree(d, ignore_errors=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", [*LOCAL, "docker"])
 def test_attacks_are_contained_and_capabilities_match(backend, host_dir):
     if backend == "docker" and (why := docker_reason()):

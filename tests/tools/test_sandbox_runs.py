@@ -100,6 +100,7 @@ def test_any_text_gives_a_result_never_an_exception(pool, code, stdin):
     assert encodable or (r.status == "error" and "not valid UTF-8" in r.stderr)
 
 
+@pytest.mark.slow
 def test_waiting_for_a_worker_is_not_part_of_the_timeout(pool):
     """One worker busy on a 4 s sleep: a second call with a 2 s timeout waits for it, then runs in full."""
     slow: list = []
@@ -115,6 +116,7 @@ def test_waiting_for_a_worker_is_not_part_of_the_timeout(pool):
     assert r.wall_time < 2.0 + 1.0  # its time counts from when it got the worker
 
 
+@pytest.mark.slow
 def test_the_wait_for_a_worker_is_bounded():
     with PooledSandbox(workers=1, worker_wait=0.5) as box:
         t = threading.Thread(target=lambda: box.run("import time\ntime.sleep(3)"))
