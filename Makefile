@@ -39,11 +39,17 @@ bench: $(VENV)/.installed
 		echo "make bench: the earlier bench is kept in $$kept (OVERWRITE=1 replaces it instead)"; fi
 	$(VENV)/bin/agentgym bench --episodes $(EPISODES) --out $(BENCH_OUT) $(if $(OVERWRITE),--overwrite) $(ARGS)
 
+# The tests run in TEST_WORKERS processes (pytest-xdist; 2 halves the wall time even on 2 cores, as many tests wait on
+# subprocesses and servers); --dist loadfile keeps each file in one worker, so its module fixtures start once.
+# TEST_WORKERS=0 runs them in this process. test-fast skips the tests marked slow (over ~1.5 s each).
+TEST_WORKERS ?= 2
+PYTEST_PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PYTEST_PARALLEL)
 
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" $(PYTEST_PARALLEL)
 
 # typecheck: mypy on the core and the trainer ([tool.mypy] in pyproject.toml). mypy has no package-dir mapping, so
 # build/typecheck/agentgym links the tree as it installs (the folders of [tool.setuptools.package-dir]); the report
