@@ -480,7 +480,9 @@ JUNK = st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(command=st.sampled_from(sorted(cli.builtin_commands())), junk=st.lists(JUNK, min_size=1, max_size=3))
 def test_junk_arguments_never_raise(command, junk, tmp_path, capsys, monkeypatch):
     """Any positional junk after any command: exit 2 with one line on stderr, never an exception."""

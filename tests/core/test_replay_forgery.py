@@ -296,7 +296,9 @@ def test_a_header_without_its_records_or_records_without_their_header(chain_run)
 # --- the class: no hostile file makes replay raise; any line-level forgery is caught --------------------------
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(data=st.data())
 def test_no_mutation_of_a_run_file_makes_replay_raise(tmp_path_factory, data):
     path = tmp_path_factory.mktemp("m") / "t.jsonl"
@@ -318,7 +320,9 @@ def test_no_mutation_of_a_run_file_makes_replay_raise(tmp_path_factory, data):
     assert all(isinstance(r.divergence, str | None) for r in results)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(data=st.data())
 def test_any_line_level_forgery_is_caught(tmp_path_factory, data):
     """Deleting, duplicating, moving or replacing whole episode lines (resealed or not) is never "identical"."""

@@ -362,7 +362,9 @@ def limited_server() -> Iterator[tuple[str, ConnectionLimits]]:
 
 
 @pytest.mark.slow
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(plan=ACTIONS)
 def test_every_limit_holds_under_any_bounded_load_from_several_addresses(limited_server, plan):
     """Any mix of idle connections, sessions, steps and snapshots from four addresses: every answer is a success or

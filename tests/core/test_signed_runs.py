@@ -236,7 +236,9 @@ EDITS = st.lists(
 )
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(base=st.sampled_from([0, 1]), edits=EDITS)
 @example(base=0, edits=[])
 @example(base=1, edits=[("cut", 4, 0)])  # a run cut short at its end: refused as cut short

@@ -215,7 +215,9 @@ JSON = st.recursive(JSON_LEAVES, lambda inner: st.lists(inner, max_size=3) | st.
     inner, max_size=3), max_leaves=12)  # fmt: skip
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(
     strings=st.lists(any_text(max_size=20), min_size=9, max_size=9),
     info=st.dictionaries(any_text(max_size=8), JSON, max_size=4),
@@ -361,7 +363,9 @@ def test_a_100_mb_line_is_skipped_in_bounded_memory(tmp_path):
     assert [r.trajectory is not None for r in read_records(path)] == [True, False, True]  # the default limit too
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(junk=st.binary(max_size=300), cut=st.integers(0, 2000), flip=st.integers(0, 255))
 def test_no_bytes_make_the_reader_raise(tmp_path_factory, junk, cut, flip):
     line = bytearray(good_line(1))

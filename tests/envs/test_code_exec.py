@@ -438,7 +438,9 @@ def test_hostile_calls_are_invalid_and_do_not_end_the_episode(envs, action, phra
 
 
 @pytest.mark.slow
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(text=st.text(st.characters(codec=None, categories=["Cs", "Ll", "Nd", "So"]), max_size=12))
 def test_any_surrogates_in_code_reach_the_program_as_replacement_characters(envs, text):
     env = envs["numbers"]

@@ -168,7 +168,9 @@ def test_every_payload_in_every_parameter_of_every_tool(players, env_id):
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(data=st.data())
 def test_fuzzed_hostile_calls(players, env_id, data):
     """Random tools, parameters, payloads nested inside arrays and objects, and random wrappers of the value."""

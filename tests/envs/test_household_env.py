@@ -193,7 +193,9 @@ def _assert_invalid(env, action):
     assert env.engine.state_key() == before
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(text=st.text(max_size=300))
 def test_fuzz_arbitrary_unicode_never_raises(fuzz_env, text):
     _, info = fuzz_env.reset(seed=0)
@@ -206,7 +208,9 @@ def test_fuzz_arbitrary_unicode_never_raises(fuzz_env, text):
         assert obs[0]["content"].startswith("Nothing happens.") and info["parse_error"] and reward == -0.5
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(
     verb=st.sampled_from(
         ["take", "put", "move", "go to", "open", "close", "examine", "use", "heat", "cool", "clean", "slice"]

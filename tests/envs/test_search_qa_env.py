@@ -112,7 +112,9 @@ def test_strict_mode(tiny):
     assert not info["action_valid"] and "exactly one action" in info["parse_error"]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(
     st.one_of(
         st.text(max_size=400),

@@ -24,7 +24,9 @@ from agentgym.rewards.wrappers import (
 )
 from agentgym.running.runner import make_agent, run_episode
 
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+SETTINGS = settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 FLOATS = st.floats(-5, 5, allow_nan=False, allow_infinity=False)
 
 

@@ -34,7 +34,9 @@ texts = st.lists(st.sampled_from(WORDS), max_size=12).map(" ".join)
 documents = st.lists(st.tuples(texts, texts), min_size=1, max_size=25)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(
     docs=documents,
     queries=st.lists(texts, min_size=1, max_size=6),
@@ -53,7 +55,9 @@ def test_matches_in_memory_index(tmp_path: Path, docs, queries, chunk, idf, topk
 SMALL_VOCAB = [f"w{i}" for i in range(14)]
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(
     n_docs=st.integers(130, 700),
     seed=st.integers(0, 2**31),
@@ -101,7 +105,9 @@ def test_queries_with_many_terms_go_term_at_a_time(tmp_path: Path) -> None:
         assert di.tolist() == ri.tolist() and ds.tobytes() == rs.tobytes()
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(
     name=st.sampled_from(["words", "block_bits", "block_off", "block_last", "term_blocks", "indptr"]),
     where=st.floats(0, 1),

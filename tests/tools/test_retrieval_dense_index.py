@@ -428,7 +428,9 @@ def test_flat_index_is_memory_mapped_and_conversion_is_bounded(tmp_path: Path) -
 texts = st.lists(st.sampled_from(WORDS), min_size=0, max_size=8).map(" ".join)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(
     docs=st.lists(texts, min_size=1, max_size=30), queries=st.lists(texts, min_size=1, max_size=4), k=st.integers(0, 12)
 )

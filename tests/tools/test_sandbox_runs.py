@@ -91,7 +91,9 @@ def test_a_failure_writing_the_work_dir_gives_the_worker_back(which, request):
     assert workdirs() <= before
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(code=ANY_TEXT, stdin=ANY_TEXT)
 def test_any_text_gives_a_result_never_an_exception(pool, code, stdin):
     r = call(pool, code, stdin=stdin, timeout=10.0)
