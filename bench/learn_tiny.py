@@ -17,7 +17,7 @@ Every ``--eval-every`` iterations (and before the first) the policy plays every 
 temperature 1 with a fixed sampling seed (``eval_success_rate``; the same draws each time). Prints a table of
 success before RL, after it and the change per arm (mean +- std over seeds), writes ``results.json`` and plots the
 mean +- std curves to ``learn_tiny.png`` under ``--out``. At the defaults the whole experiment takes about 12
-minutes on 2 cores (measured: 698 s); the README reports its numbers.
+minutes on 2 cores (measured: 698 s); docs/trainer.md reports its numbers.
 """
 
 from __future__ import annotations

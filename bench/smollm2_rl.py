@@ -18,7 +18,7 @@ Steps, in one process with one torch thread (the machine has two cores and the o
 
 Only the top ``--trainable-layers`` decoder layers and the final norm train (``TrainConfig.trainable_layers``); the
 embeddings, the tied LM head and the lower layers stay frozen: a forward + backward through the whole model costs
-about a minute per 8 x 256 tokens here (README), through the top layers a fraction of that.
+about a minute per 8 x 256 tokens here (docs/trainer.md), through the top layers a fraction of that.
 
 Budget (chosen after ``--measure``, before any RL result was seen): about 60 minutes of wall time in all. Measured on
 the loaded 2-core machine: an SFT step 3-4 s; an RL iteration of 4 tasks x 4 episodes 45-58 s (rollouts 17-28 s at

@@ -1,6 +1,7 @@
 """A complete agentgym environment: guess a secret number, told "Higher." or "Lower." after each guess.
 
-It is the README's "Writing an environment" example and is not registered by default. Register and run it:
+It is the example of docs/writing-an-env.md and the README's third quick start; it is not registered by default.
+Register and run it:
 
 >>> import gymnasium as gym
 >>> from agentgym.running.runner import run

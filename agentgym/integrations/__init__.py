@@ -1,4 +1,4 @@
-"""Thin adapters from agentgym envs to external RL trainers (README, "Trainer integrations").
+"""Thin adapters from agentgym envs to external RL trainers (docs/integrations.md).
 
 Each module imports its trainer lazily, so ``import agentgym`` and these modules work without the trainers installed:
 

@@ -213,7 +213,7 @@ _RESERVED = {"reset", "get_reward", "reply"}
 
 def tool_schemas(messages: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """``{name: function schema}`` listed between ``<tools>`` and ``</tools>`` (one JSON schema per line) in the
-    env's messages: the tool-calling envs' shared contract (README, "Tool calling")."""
+    env's messages: the tool-calling envs' shared contract (docs/tool-calling.md)."""
     found: dict[str, dict[str, Any]] = {}
     for m in messages:
         for block in _TOOLS.findall(str(m.get("content") or "")):
