@@ -217,7 +217,7 @@ def test_the_rules_of_submitting():
 
 def test_ray_pool_without_ray_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
-    with pytest.raises(ImportError, match=r"pip install 'agentgym\[ray\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'agentgym-suite\[ray\]'"):
         RayPool(SLOW, 1)
 
 

@@ -334,14 +334,16 @@ def test_pool_runs_concurrently_and_isolated(boxes):
     assert time.monotonic() - t < 0.5 * 4 + 5  # two at a time
 
 
-def test_pool_is_fast_when_warm(boxes):
+def test_pool_serves_calls_from_its_warm_servers(boxes):
+    """Calls fork from the pool's warm servers, with no interpreter start-up per call: ten calls later the pool
+    holds the same server processes, all alive, and started no other. (What that buys in latency is measured by
+    bench/bench_code_exec_sessions.py, not asserted here: a loaded machine would fail a clock.)"""
     pool = boxes["pooled"]
-    times = []
+    servers = [(server, server.proc.pid) for server in pool._all]
     for _ in range(10):
-        t = time.monotonic()
         assert pool.run("print(1)").stdout == "1\n"
-        times.append(time.monotonic() - t)
-    assert sorted(times)[5] < 0.25  # p50 is ~8 ms here; bounded loosely for a loaded CI machine
+    assert [(server, server.proc.pid) for server in pool._all] == servers
+    assert all(server.proc.poll() is None for server, _ in servers)
 
 
 # --- docker ------------------------------------------------------------------------------------------------------
