@@ -634,8 +634,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     env_args = _kv(args.env_arg)
     allow: dict[str, list[Any]] = {}
-    for key, value in _kv_pairs(args.allow_env_arg):
-        allow.setdefault(key, []).append(value)
+    for name, value in _kv_pairs(args.allow_env_arg):
+        allow.setdefault(name, []).append(value)
     served = sorted(set(args.env_ids or list_envs()))
     try:  # the operator's arguments name arguments the served envs take: checked before anything is built
         operator = split_operator_args(served, env_args)

@@ -83,7 +83,7 @@ def _is_agent_env(spec: gym.envs.registration.EnvSpec) -> bool:
     """Whether the spec makes an ``AgentEnv`` (a string entry point is imported, except Gymnasium's own)."""
     from agentgym.contract.env import AgentEnv
 
-    entry = spec.entry_point
+    entry: object = spec.entry_point
     if isinstance(entry, str):
         if entry.startswith("gymnasium."):
             return False

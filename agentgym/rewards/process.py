@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, overload
 
 from agentgym.contract.trajectory import Trajectory
 from agentgym.rewards.base import TurnScorer, TurnScores
@@ -48,6 +48,12 @@ class TurnTransform:
 
     def apply(self, rewards: Sequence[float], outcome: float | None = None) -> list[float]:
         raise NotImplementedError
+
+    @overload
+    def __call__(self, rewards: TurnScores, outcome: float | None = None) -> TurnScores: ...
+
+    @overload
+    def __call__(self, rewards: Sequence[float], outcome: float | None = None) -> list[float]: ...
 
     def __call__(self, rewards: Sequence[float] | TurnScores, outcome: float | None = None) -> list[float] | TurnScores:
         if isinstance(rewards, TurnScores):
@@ -74,6 +80,12 @@ class GatedAccumulation(TurnTransform):
         if outcome is None:
             raise ValueError("GatedAccumulation needs the trajectory's outcome")
         return [float(r) for r in rewards] if outcome >= self.delta else [0.0] * len(rewards)
+
+    @overload
+    def __call__(self, rewards: TurnScores, outcome: float | None = None) -> TurnScores: ...
+
+    @overload
+    def __call__(self, rewards: Sequence[float], outcome: float | None = None) -> list[float]: ...
 
     def __call__(self, rewards: Sequence[float] | TurnScores, outcome: float | None = None) -> list[float] | TurnScores:
         if isinstance(rewards, TurnScores) and outcome is not None and outcome < self.delta:
@@ -133,6 +145,12 @@ class Chain(TurnTransform):
         for t in self.transforms:
             out = t.apply(out, outcome)
         return out
+
+    @overload
+    def __call__(self, rewards: TurnScores, outcome: float | None = None) -> TurnScores: ...
+
+    @overload
+    def __call__(self, rewards: Sequence[float], outcome: float | None = None) -> list[float]: ...
 
     def __call__(self, rewards: Sequence[float] | TurnScores, outcome: float | None = None) -> list[float] | TurnScores:
         out: Sequence[float] | TurnScores = rewards

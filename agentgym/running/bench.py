@@ -206,7 +206,13 @@ def _play(
     if not resume:
         path.unlink(missing_ok=True)
     start = time.perf_counter()
-    options = {"seed": seed, "env_kwargs": kwargs, "workers": workers, "progress": progress, "group_size": trials}
+    options: dict[str, Any] = {
+        "seed": seed,
+        "env_kwargs": kwargs,
+        "workers": workers,
+        "progress": progress,
+        "group_size": trials,
+    }
     try:
         try:
             summary = run_to_file(env_id, agent, n, path, resume=resume, **options)

@@ -132,7 +132,9 @@ def _unflat(flat: np.ndarray, lengths: list[int]) -> list[np.ndarray]:
 _By = Literal["group", "group_turn", "batch"]
 
 
-def _normalize(rows: list[np.ndarray], keys: list[Hashable], by: _By, eps: float, scale: bool = True):
+def _normalize(
+    rows: list[np.ndarray], keys: list[Hashable], by: _By, eps: float, scale: bool = True
+) -> list[np.ndarray]:
     """z-score per-turn values pooled over the group, per (group, turn index) cell, or over the whole batch."""
     flat, lengths = _flat(rows)
     if by == "group":

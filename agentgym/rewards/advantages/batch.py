@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -13,7 +13,7 @@ from agentgym.rewards.advantages.base import ArrayLike, _keys, _ragged, _vec
 from agentgym.rewards.advantages.signals import TurnSignal, _signal_rows, observation_anchors
 
 if TYPE_CHECKING:
-    from agentgym.contract.trajectory import Trajectory
+    from agentgym.contract.trajectory import Trajectory, Turn
 
 
 @dataclass
@@ -65,19 +65,19 @@ class TurnBatch:
 
     @property
     def lengths(self) -> list[int]:
-        return [r.size for r in self.turn_rewards]  # type: ignore[union-attr]
+        return [r.size for r in self.turn_rewards]
 
     @property
     def outcome_array(self) -> np.ndarray:
         """``outcomes``, or the sum of each trajectory's turn rewards when not given."""
         if self.outcomes is not None:
-            return self.outcomes  # type: ignore[return-value]
+            return self.outcomes
         return np.array([math.fsum(r) for r in self.turn_rewards], dtype=np.float64)
 
     def permuted(self, order: Sequence[int]) -> TurnBatch:
         """The same batch with trajectories reordered (``new[j] = old[order[j]]``)."""
 
-        def pick(x):
+        def pick(x: Any) -> Any:
             return None if x is None else [x[i] for i in order]
 
         return TurnBatch(
@@ -108,7 +108,7 @@ class TurnBatch:
         action (:func:`observation_anchors`); turn lengths from ``token_spans`` when every turn has them;
         ``turn_signals`` read by ``signal`` (a :class:`TurnSignal`, or an info key read as it is) when given."""
 
-        def rew(turn, name):
+        def rew(turn: Turn, name: str | None) -> float:
             return turn.reward if name is None else float(turn.info.get("reward_components", {}).get(name, 0.0))
 
         rewards = [[rew(t, reward_component) for t in tr.turns] for tr in trajectories]
@@ -121,7 +121,7 @@ class TurnBatch:
                    for tr in trajectories]  # fmt: skip
         lengths = None
         if all(t.token_spans is not None for tr in trajectories for t in tr.turns):
-            lengths = [[sum(e - s for s, e in t.token_spans) for t in tr.turns] for tr in trajectories]
+            lengths = [[sum(e - s for s, e in t.token_spans or ()) for t in tr.turns] for tr in trajectories]
         observations = [observation_anchors(tr.initial_observation, [t.observation for t in tr.turns])
                         for tr in trajectories]  # fmt: skip
         signals = None

@@ -5,11 +5,15 @@ docs/rewards.md, 'Token-level PPO GAE and broadcasting' and 'Turn-level returns:
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from agentgym.rewards.advantages.base import ArrayLike, EstimatorSpec, _arr, _check_unit, _numpy, _vec
 from agentgym.rewards.advantages.batch import TurnBatch
+
+if TYPE_CHECKING:
+    import torch
 
 
 def token_gae(
@@ -58,7 +62,15 @@ def token_gae(
     return (adv[0], ret[0]) if single else (adv, ret)
 
 
-def token_gae_torch(rewards, values, mask, gamma: float, lam: float, *, bootstrap_value: float = 0.0):
+def token_gae_torch(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    gamma: float,
+    lam: float,
+    *,
+    bootstrap_value: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`token_gae` on torch tensors, on their device (no host round trip); computed in float64, returned
     in ``values.dtype``. Same shapes, semantics and results as the numpy version."""
     import torch

@@ -64,7 +64,7 @@ def _est_matchtir(b: TurnBatch, gamma: float = 0.9, eps: float = DEFAULT_EPS) ->
 def _est_mapo(b: TurnBatch, alpha: float = 0.5, gamma: float = 1.0, eps: float = DEFAULT_EPS) -> list[np.ndarray]:
     """MAPO from a TurnBatch: Monte Carlo returns of the turn rewards (gamma=1 unless set), then mixed z."""
     _check_unit("gamma", gamma)
-    return mapo_mixed([_rtg(r, gamma) for r in b.turn_rewards], b.group_ids, alpha, eps)  # type: ignore[arg-type]
+    return mapo_mixed([_rtg(r, gamma) for r in b.turn_rewards], b.group_ids, alpha, eps)
 
 
 REGISTERED: tuple[EstimatorSpec, ...] = (

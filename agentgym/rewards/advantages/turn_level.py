@@ -167,10 +167,10 @@ def _est_igpo(
     b: TurnBatch, mode: Literal["separate", "joint"] = "separate", gamma: float = 1.0, eps: float = DEFAULT_EPS
 ) -> list[np.ndarray]:
     """IGPO from a TurnBatch: the final turn's reward is the outcome, the earlier ones are IG rewards."""
-    if any(r.size == 0 for r in b.turn_rewards):  # type: ignore[union-attr]
+    if any(r.size == 0 for r in b.turn_rewards):
         raise ValueError("igpo needs at least one turn per trajectory (the final turn holds the outcome)")
-    ig = [r[:-1] for r in b.turn_rewards]  # type: ignore[index]
-    out = np.array([r[-1] for r in b.turn_rewards], dtype=np.float64)  # type: ignore[index]
+    ig = [r[:-1] for r in b.turn_rewards]
+    out = np.array([r[-1] for r in b.turn_rewards], dtype=np.float64)
     return igpo_advantages(ig, out, b.group_ids, mode, gamma, eps)
 
 

@@ -253,7 +253,10 @@ class LocalAnswerScorer(AnswerScorer):
                 groups.append([k])
                 size = len(appended)
         for group in groups:
-            tokens, positions, blocks, offsets = [], [], [], {}
+            tokens: list[int] = []
+            positions: list[int] = []
+            blocks: list[_Block] = []
+            offsets: dict[int, int] = {}
             for k in group:
                 cut, appended = plan.segments[k]
                 offsets[k] = len(tokens)
@@ -265,12 +268,11 @@ class LocalAnswerScorer(AnswerScorer):
             pos = torch.tensor(positions, dtype=torch.long, device=device)
             kv_pos = torch.cat([torch.arange(L, device=device), pos])
             mask = self._mask(Q, L + Q, blocks, pos, kv_pos)
-            rows = [(k, r) for src in plan.sources for k, r, _ in src if k in offsets]
-            rows = sorted(set(rows))
-            local = torch.tensor([offsets[k] + r for k, r in rows], device=device)
+            wanted = sorted({(k, r) for src in plan.sources for k, r, _ in src if k in offsets})
+            local = torch.tensor([offsets[k] + r for k, r in wanted], device=device)
             logp = self._logits(ids, pos, mask, local, cache)
             cache.crop(-Q)  # drop this chunk's keys/values: the cache holds the trajectory again
-            for i, key in enumerate(rows):
+            for i, key in enumerate(wanted):
                 picked[key] = logp[i]
         keys = sorted(picked)
         where = {key: i for i, key in enumerate(keys)}

@@ -83,7 +83,9 @@ class InformationPotential(TurnScorer):
         """Adaptive ``c = scale_target / mean|Phi_t - Phi_{t-1}|`` (non-terminal steps, NaN ignored), clipped to
         ``scale_bounds``; the upper bound when every difference is 0 or there is none."""
         lo, hi = self.scale_bounds
-        diffs = np.concatenate([np.abs(np.diff(np.asarray(phi, dtype=np.float64))) for phi in potentials] or [[]])
+        diffs = np.concatenate(
+            [np.abs(np.diff(np.asarray(phi, dtype=np.float64))) for phi in potentials] or [np.zeros(0)]
+        )
         diffs = diffs[np.isfinite(diffs)]
         mean = float(diffs.mean()) if diffs.size else 0.0
         return hi if mean <= 0 else float(np.clip(self.scale_target / mean, lo, hi))

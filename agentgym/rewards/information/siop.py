@@ -179,8 +179,8 @@ class SelfInducedOutcomePotential(TurnScorer):
         for i, traj in enumerate(group):
             label = labels[i]
             answer = final_answer(traj)
-            if i not in results:
-                extras = {"cluster": label, "q": 0.0, "answer": answer, "phat": [], "references": []}
+            if i not in results or label is None:  # no answer: no cluster, nothing scored
+                extras: dict[str, Any] = {"cluster": label, "q": 0.0, "answer": answer, "phat": [], "references": []}
                 out.append(_scores(self.name, [0.0] * len(traj.turns), extras))
                 continue
             references = dict(jobs)[i]
