@@ -22,7 +22,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -30,6 +30,7 @@ import torch
 from agentgym.baselines.backends import BACKENDS
 from agentgym.baselines.rollout import RolloutConfig, derive_seed
 from agentgym.rewards.advantages import ESTIMATORS, OUTCOME_ESTIMATORS, TURN_SIGNALS, TurnSignal
+from agentgym.rewards.advantages.signals import SignalMode
 from agentgym.running.pool import POOLS
 
 __all__ = ["ALGOS", "BRANCH_ESTIMATORS", "CRITIC_ESTIMATORS", "LOSS_AGG_MODES", "OTHER_NAMES", "PRESETS", "SCORERS",
@@ -162,8 +163,9 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         self.stop = tuple(self.stop) if isinstance(self.stop, (list, tuple)) else self.stop
-        if isinstance(self.reward_components, list):  # from a JSON/TOML file
-            self.reward_components = tuple(self.reward_components)
+        components: object = self.reward_components  # a list when read from a JSON/TOML file
+        if isinstance(components, list):
+            self.reward_components = tuple(components)
         _check_types(self)
         for name, value, known in [("algo", self.algo, ALGOS), ("loss_agg", self.loss_agg, (None, *LOSS_AGG_MODES)),
                                    ("old_logprobs", self.old_logprobs, ("recompute", "rollout")),
@@ -279,12 +281,14 @@ class TrainConfig:
     def turn_signal(self) -> TurnSignal | None:
         """Where the verified per-turn signal is read: ``turn_signal_key``, else the env's ``TURN_SIGNALS`` entry."""
         default = TURN_SIGNALS.get(self.env_id)
+        # turn_signal_mode is a plain string in the config; TurnSignal refuses any but "value" and "delta"
         if self.turn_signal_key is not None:
             same = default is not None and default.key == self.turn_signal_key
-            return TurnSignal(self.turn_signal_key, self.turn_signal_mode or (default.mode if same else "value"))
+            inherited = default.mode if default is not None and same else "value"
+            return TurnSignal(self.turn_signal_key, cast(SignalMode, self.turn_signal_mode or inherited))
         if default is None:
             return None
-        return TurnSignal(default.key, self.turn_signal_mode or default.mode)
+        return TurnSignal(default.key, cast(SignalMode, self.turn_signal_mode or default.mode))
 
     @property
     def critic(self) -> bool:

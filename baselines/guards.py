@@ -66,8 +66,10 @@ def check_env_args(env_id: str, kwargs: Mapping[str, Any], field: str = "env_kwa
 
     entry = gymnasium.spec(env_id).entry_point
     try:
-        entry = gymnasium.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
-        params, owners, open_ended = constructor_signature(entry)
+        creator = gymnasium.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+        if creator is None:
+            raise TypeError(f"{env_id} has no entry point")
+        params, owners, open_ended = constructor_signature(creator)
     except Exception:  # an entry point that does not import or inspect: gymnasium.make below says why
         params, owners, open_ended = {}, {}, True
     for name, value in kwargs.items():

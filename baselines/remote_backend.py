@@ -173,6 +173,7 @@ class RemotePolicy(HFPolicy):
         temperature: float,
         stop: Sequence[str],
         generators: Sequence[torch.Generator],
+        share_prefill: bool = False,  # HFPolicy's prefill sharing; the server caches shared prefixes itself
     ) -> list[tuple[list[int], list[float], str]]:
         check_rows(contexts, budgets, generators)
         if temperature < 0:

@@ -613,7 +613,7 @@ def collect_rollouts(
         )
     finally:
         policy.model.train(was_training)
-        if envs is None:
+        if envs is None and isinstance(pool, list):  # made here: closed here
             for env in pool:
                 env.close()
 

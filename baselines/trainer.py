@@ -158,7 +158,7 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int) -> dict[str
     if config.kl_coef > 0:
         ref_lp, _ = score_batch(state.ref_model, batch, config.temperature, config.minibatch_size, amp=amp)
         batch["ref_logprobs"] = ref_lp
-    if old_v is not None:
+    if old_v is not None and values is not None:  # values: old_v per rollout
         batch["old_values"] = old_v
         m = batch["loss_mask"] > 0
         metrics["explained_variance"] = explained_variance(old_v[m].numpy(), batch["returns"][m].numpy())

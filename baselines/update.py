@@ -59,7 +59,8 @@ def build_policy(config: TrainConfig) -> tuple[Any, Any]:
         path = resolve_model_path(config.model)
         tok = load_tokenizer(path)
         model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
-    model = model.to(device=config.device, dtype=getattr(torch, config.dtype))
+    # transformers wraps Module.to with functools.wraps: mypy takes the bound method for an unbound one
+    model = model.to(device=config.device, dtype=getattr(torch, config.dtype))  # type: ignore[call-arg]
     if config.trainable_layers is not None:
         freeze_lower_layers(model, config.trainable_layers)
     if config.gradient_checkpointing:
@@ -182,7 +183,7 @@ def make_batch(
     episodes when ``mask_truncated``)."""
     length = max(len(r.input_ids) for r in rollouts)
 
-    def seq(r: Rollout, resp: Sequence[float]) -> list[float]:
+    def seq(r: Rollout, resp: Sequence[float] | np.ndarray) -> list[float]:
         return [0.0] * len(r.prompt_ids) + list(resp)
 
     def mask_of(r: Rollout) -> list[float]:

@@ -124,6 +124,7 @@ class VLLMPolicy(HFPolicy):
         temperature: float,
         stop: Sequence[str],
         generators: Sequence[torch.Generator],
+        share_prefill: bool = False,  # HFPolicy's prefill sharing; vLLM caches shared prefixes itself
     ) -> list[tuple[list[int], list[float], str]]:
         check_rows(contexts, budgets, generators)
         from vllm import SamplingParams

@@ -56,11 +56,11 @@ def sft_step(state: TrainState, config: TrainConfig, it: int, step: int) -> floa
                  for s in rng.integers(0, config.task_seed_range, size=config.sft_batch)]  # fmt: skip
     finally:
         env.close()
-    demos = [d for d in demos if d is not None]
-    if not demos:
+    found = [d for d in demos if d is not None]
+    if not found:
         raise ValueError(f"{config.env_id} gives no demonstrations (it has no oracle agent)")
     device = next(state.model.parameters()).device
-    batch = {k: v.to(device) for k, v in make_batch(demos, state.tokenizer.pad_token_id).items()}
+    batch = {k: v.to(device) for k, v in make_batch(found, state.tokenizer.pad_token_id).items()}
     state.model.train()
     lp, _, _ = forward_tokens(state.model, batch["input_ids"], batch["attention_mask"], 1.0,
                               token_mask=batch["loss_mask"] > 0, amp=amp_dtype(config))  # fmt: skip
