@@ -81,7 +81,7 @@ sandbox-image:
 
 # clean: outputs and caches (reports/ and runs/ included); the virtualenv stays. distclean removes it too.
 clean:
-	rm -rf reports runs .pytest_cache .ruff_cache .hypothesis
+	rm -rf reports runs .pytest_cache .ruff_cache .hypothesis build/typecheck build/typecheck.log build/mypy_cache
 
 distclean: clean
 	rm -rf $(VENV)
