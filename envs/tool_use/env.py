@@ -104,7 +104,7 @@ class ToolUseEnv(AgentEnv):
     """
 
     agents: ClassVar[Mapping[str, Any]] = {"oracle": OracleAgent, "random": RandomAgent}
-    reset_options: ClassVar[tuple[str, ...]] = ("variant",)
+    reset_options: tuple[str, ...] = ("variant",)
 
     public_args = declare(AgentEnv.public_args, world=one_of("all", *WORLDS), variant=one_of(*VARIANT_CHOICES))
 
