@@ -16,7 +16,6 @@ agentgym train --preset tiny
 from __future__ import annotations
 
 import argparse
-import collections.abc
 import difflib
 import functools
 import inspect
@@ -159,44 +158,6 @@ def _type_text(tp: Any) -> str:
     return f"a {getattr(kind, '__name__', kind)}"
 
 
-def value_fits(value: Any, tp: Any) -> bool:
-    """Whether a JSON value (what ``--env-arg`` gives) can stand for an argument annotated ``tp``. An annotation this
-    cannot judge (``Any``, a type variable, a string it could not resolve) accepts anything.
-
-    >>> value_fits("six", int), value_fits(6, int), value_fits(6, float), value_fits(True, int)
-    (False, True, True, False)
-    >>> value_fits(None, int | None), value_fits("huge", typing.Literal["tiny", "small"])
-    (True, False)
-    """
-    origin = typing.get_origin(tp)
-    if origin is typing.Union or isinstance(tp, types.UnionType):
-        return any(value_fits(value, a) for a in typing.get_args(tp))
-    if origin is typing.Literal:
-        return any(value == a and type(value) is type(a) for a in typing.get_args(tp))
-    if origin is typing.Annotated:
-        return value_fits(value, typing.get_args(tp)[0])
-    kind = origin or tp
-    if tp is None or kind is type(None):
-        return value is None
-    if not isinstance(kind, type) or kind in (object, typing.Any):
-        return True
-    if kind is bool:
-        return isinstance(value, bool)
-    if kind in (int, float):
-        number = isinstance(value, int | float) and not isinstance(value, bool)
-        return number and (kind is float or isinstance(value, int))
-    if kind is str or issubclass(kind, os.PathLike):
-        return isinstance(value, str)
-    if kind in (list, tuple, Sequence, collections.abc.Iterable, collections.abc.Collection):
-        return isinstance(value, list)
-    if kind in (dict, Mapping):
-        return isinstance(value, dict)
-    try:
-        return isinstance(value, kind)
-    except TypeError:  # a class isinstance cannot judge (a protocol that is not runtime-checkable)
-        return True
-
-
 def _entry_point(env_id: str) -> Any:
     """What a registered env id builds: its class (or factory function), imported."""
     import gymnasium as gym
@@ -228,6 +189,8 @@ MAKE_ARGS = ("max_episode_steps", "autoreset", "apply_api_compatibility", "disab
 def check_env_kwargs(env_id: str, env_kwargs: Mapping[str, Any]) -> None:
     """Check ``--env-arg`` values against the env constructor's signature and annotations, before anything is built:
     an argument it does not take, or a value of the wrong type (``max_turns=six``), is a one-line ``UserError``."""
+    from agentgym.contract.trust import value_fits
+
     try:
         params, hints, open_ended = _constructor(env_id)
     except Exception:  # an entry point that does not import: gymnasium.make says why

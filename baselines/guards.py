@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import types
 import typing
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,34 +26,6 @@ __all__ = ["RUN_FILES", "RunGuard", "budget_stop", "check_collapse", "check_env_
 RUN_FILES = ("checkpoint.pt", "metrics.jsonl", "config.json", "metrics.png")
 
 
-#: The annotations :func:`check_env_args` checks a value against (JSON's types); any other class passes.
-PLAIN_TYPES = (bool, int, float, str, type(None), list, tuple, dict, Sequence, Mapping)
-
-
-def _type_ok(value: Any, hint: Any) -> bool:
-    """Whether ``value`` fits the annotation ``hint`` where its arms are plain types or literals (an int is a float,
-    a bool is no int, a list is a tuple); an arm of any other class, or ``Any``, lets every value through.
-
-    >>> _type_ok("x", int | None), _type_ok(3, float), _type_ok(True, int), _type_ok("x", Path | int)
-    (False, True, False, True)
-    """
-    arms = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
-    for arm in arms:
-        origin = typing.get_origin(arm)
-        if origin is typing.Literal:
-            if value in typing.get_args(arm):
-                return True
-            continue
-        cls = origin or arm
-        if cls not in PLAIN_TYPES:
-            return True
-        if cls is float and isinstance(value, int) and not isinstance(value, bool):
-            return True
-        if isinstance(value, list if cls is tuple else cls) and not (isinstance(value, bool) and cls is int):
-            return True
-    return False
-
-
 def check_env_args(env_id: str, kwargs: Mapping[str, Any], field: str = "env_kwargs") -> None:
     """Raise ``ValueError`` (one line) where ``kwargs`` cannot build ``env_id``: a name its constructor does not take
     (with the closest one it does), a value of another type than the parameter's annotation, or a constructor that
@@ -62,7 +33,7 @@ def check_env_args(env_id: str, kwargs: Mapping[str, Any], field: str = "env_kwa
     import gymnasium
 
     import agentgym  # noqa: F401  (registers the envs)
-    from agentgym.contract.trust import WRAPPER_ARGS, constructor_signature
+    from agentgym.contract.trust import WRAPPER_ARGS, constructor_signature, value_fits
 
     entry = gymnasium.spec(env_id).entry_point
     try:
@@ -84,7 +55,7 @@ def check_env_args(env_id: str, kwargs: Mapping[str, Any], field: str = "env_kwa
             hint = typing.get_type_hints(owners[name]).get(name, Any)
         except Exception:  # an annotation that does not resolve here checks nothing
             hint = Any
-        if not _type_ok(value, hint):
+        if not value_fits(value, hint):
             shown = getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
             raise ValueError(f"{field}: {env_id}'s {name!r} must be {shown}, got {value!r}")
     try:

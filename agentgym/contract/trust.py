@@ -25,9 +25,13 @@ cache_dir refused: is operator-only
 
 from __future__ import annotations
 
+import collections.abc
 import inspect
 import json
 import math
+import os
+import types
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -382,3 +386,41 @@ def checked_kwargs(
             raise UntrustedArgumentError(env_id, name, why + hint)
         out[name] = value
     return {**out, **operator}
+
+
+def value_fits(value: Any, tp: Any) -> bool:
+    """Whether a JSON value (what ``--env-arg`` gives) can stand for an argument annotated ``tp``. An annotation this
+    cannot judge (``Any``, a type variable, a string it could not resolve) accepts anything.
+
+    >>> value_fits("six", int), value_fits(6, int), value_fits(6, float), value_fits(True, int)
+    (False, True, True, False)
+    >>> value_fits(None, int | None), value_fits("huge", typing.Literal["tiny", "small"])
+    (True, False)
+    """
+    origin = typing.get_origin(tp)
+    if origin is typing.Union or isinstance(tp, types.UnionType):
+        return any(value_fits(value, a) for a in typing.get_args(tp))
+    if origin is typing.Literal:
+        return any(value == a and type(value) is type(a) for a in typing.get_args(tp))
+    if origin is typing.Annotated:
+        return value_fits(value, typing.get_args(tp)[0])
+    kind = origin or tp
+    if tp is None or kind is type(None):
+        return value is None
+    if not isinstance(kind, type) or kind in (object, typing.Any):
+        return True
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind in (int, float):
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        return number and (kind is float or isinstance(value, int))
+    if kind is str or issubclass(kind, os.PathLike):
+        return isinstance(value, str)
+    if kind in (list, tuple, Sequence, collections.abc.Iterable, collections.abc.Collection):
+        return isinstance(value, list)
+    if kind in (dict, Mapping):
+        return isinstance(value, dict)
+    try:
+        return isinstance(value, kind)
+    except TypeError:  # a class isinstance cannot judge (a protocol that is not runtime-checkable)
+        return True

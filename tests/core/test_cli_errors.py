@@ -25,6 +25,7 @@ import agentgym  # noqa: F401  (registers the envs)
 from agentgym import cli
 from agentgym.contract.registry import list_envs
 from agentgym.contract.trajectory import read_records
+from agentgym.contract.trust import value_fits
 
 BIN = Path(sys.executable).parent / "agentgym"
 COMMAND = [str(BIN)] if BIN.exists() else [sys.executable, "-m", "agentgym.cli"]
@@ -539,20 +540,20 @@ def test_env_kwargs_check_agrees_with_the_annotations(target, value):
     try:
         cli.check_env_kwargs(env_id, {name: value})
     except cli.UserError as e:
-        assert name in hints and not cli.value_fits(value, hints[name])
+        assert name in hints and not value_fits(value, hints[name])
         assert str(e).startswith(f"{env_id}: {name} must be ")
     else:
-        assert name not in hints or cli.value_fits(value, hints[name])
+        assert name not in hints or value_fits(value, hints[name])
 
 
 @settings(max_examples=200, deadline=None)
 @given(JSON)
 def test_value_fits_matches_json_types(value):
-    assert cli.value_fits(value, int) == (type(value) is int)
-    assert cli.value_fits(value, float) == (type(value) in (int, float))
-    assert cli.value_fits(value, str | None) == (value is None or isinstance(value, str))
-    assert cli.value_fits(value, list[int] | None) == (value is None or isinstance(value, list))
-    assert cli.value_fits(value, typing.Any)
+    assert value_fits(value, int) == (type(value) is int)
+    assert value_fits(value, float) == (type(value) in (int, float))
+    assert value_fits(value, str | None) == (value is None or isinstance(value, str))
+    assert value_fits(value, list[int] | None) == (value is None or isinstance(value, list))
+    assert value_fits(value, typing.Any)
 
 
 def test_wrong_typed_env_args_no_longer_reach_the_constructor():
