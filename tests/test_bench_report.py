@@ -67,3 +67,16 @@ def test_bench_help_states_the_cost(capsys):
         cli.main(["bench", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert re.search(r"Cost of a full bench \(--episodes 2000, every env\): .*minutes.* MB", text), text
+
+
+def test_a_damaged_progress_file_is_no_progress(tmp_path):
+    """``progress.json`` that is torn, not UTF-8, not an object, or JSON nested thousands deep reads as no progress
+    (the bench then says the folder holds an earlier run), never as a traceback."""
+    from agentgym.running.bench import PROGRESS, read_progress
+
+    path = tmp_path / PROGRESS
+    for damaged in (b'{"envs": {', b"\xff\xfe\x00", b"[1, 2]", b'{"envs": ' + b"[" * 5000 + b"]" * 5000 + b"}"):
+        path.write_bytes(damaged)
+        assert read_progress(tmp_path) is None
+    path.write_text('{"settings": {}, "envs": {}}', encoding="utf-8")
+    assert read_progress(tmp_path) == {"settings": {}, "envs": {}}

@@ -22,6 +22,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from agentgym.contract.parsing import loads_untrusted
 from agentgym.contract.registry import list_envs, unavailable_reason
 from agentgym.running.runner import builtin_agents, format_table, run_to_file
 
@@ -115,8 +116,8 @@ def read_progress(out: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The progress ``out`` holds (``{"settings", "envs": {env: {"agents", "skipped", "rows", "seconds"}},
     "complete"}``), or None when there is none (or it is unreadable)."""
     try:
-        progress = json.loads((Path(out) / PROGRESS).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        progress = loads_untrusted((Path(out) / PROGRESS).read_text(encoding="utf-8"), PROGRESS)
+    except (OSError, ValueError):  # unreadable, not JSON, or JSON past the limits (nested thousands deep, ...)
         return None
     return progress if isinstance(progress, dict) and isinstance(progress.get("envs"), dict) else None
 
