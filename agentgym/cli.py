@@ -55,7 +55,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 def _kv_pairs(pairs: Sequence[str]) -> list[tuple[str, Any]]:
     """``key=value`` pairs in order (a key may repeat); values are JSON when they parse as JSON, else strings."""
-    return [(k, v) for pair in pairs for k, v in _kv([pair]).items()]
+    return [(k, v) for pair in pairs for k, v in key_values([pair]).items()]
 
 
 def int_in(low: int, high: int | None = None) -> Callable[[str], int]:
@@ -79,16 +79,26 @@ def int_in(low: int, high: int | None = None) -> Callable[[str], int]:
 POSITIVE, NON_NEGATIVE, PORT = int_in(1), int_in(0), int_in(0, 65535)
 
 
-def _kv(pairs: Sequence[str]) -> dict[str, Any]:
-    """Parse ``key=value`` pairs; values are JSON when they parse as JSON, else strings."""
+def key_values(pairs: Sequence[str]) -> dict[str, Any]:
+    """Parse ``key=value`` pairs (``--env-arg``, ``--agent-arg``, ``train --set``; a later key wins). A value is JSON
+    where it parses as JSON within the limits of untrusted JSON (``agentgym.contract.parsing.loads_untrusted``:
+    nesting, integer digits), else the string itself; JSON past the limits is a one-line ``UserError``.
+
+    >>> key_values(["lr=1e-4", "algo=ppo", 'env_kwargs={"horizon": 2}'])
+    {'lr': 0.0001, 'algo': 'ppo', 'env_kwargs': {'horizon': 2}}
+    """
+    from agentgym.contract.parsing import InvalidJSONError, JSONLimitError, loads_untrusted
+
     out: dict[str, Any] = {}
     for pair in pairs:
         if "=" not in pair:
             raise UserError(f"expected key=value, got {pair!r}")
         key, value = pair.split("=", 1)
         try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
+            out[key] = loads_untrusted(value, f"The value of {key}")
+        except JSONLimitError as e:
+            raise UserError(str(e)) from None
+        except InvalidJSONError:
             out[key] = value
     return out
 
@@ -273,7 +283,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     from agentgym.running.runner import GENERIC_AGENTS, builtin_agents
 
     for env_id in list_envs():
-        agents = builtin_agents(_make_env(env_id, _kv(args.env_arg))) if args.agents else []
+        agents = builtin_agents(_make_env(env_id, key_values(args.env_arg))) if args.agents else []
         suffix = f"  agents: {', '.join([*agents, *GENERIC_AGENTS])}" if agents else ""
         print(f"{env_id}{suffix}")
     return 0
@@ -298,7 +308,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     out = Path(args.out or DEFAULT_RUN_OUT)
     path = out / "trajectories.jsonl"
-    env_kwargs, agent_kwargs = _kv(args.env_arg), _kv(args.agent_arg)
+    env_kwargs, agent_kwargs = key_values(args.env_arg), key_values(args.agent_arg)
     probe = _make_env(args.env_id, env_kwargs)
     try:
         if reason := unavailable_reason(probe):  # e.g. TextWorld without game_file=: say that, not "unknown agent"
@@ -360,7 +370,7 @@ def _bench_selection(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     for env_id in args.env:
         check_env_id(env_id)
     env_ids = args.env or list_envs()
-    env_kwargs = _kv(args.env_arg)
+    env_kwargs = key_values(args.env_arg)
     for env_id in env_ids:
         try:
             check_env_kwargs(env_id, env_kwargs)
@@ -448,7 +458,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from agentgym.contract.registry import unavailable_reason
     from agentgym.running.checker import check
 
-    env_kwargs = _kv(args.env_arg)
+    env_kwargs = key_values(args.env_arg)
     env = _make_env(args.env_id, env_kwargs)  # an unknown id or argument is a usage error, not a failed check
     try:
         if reason := unavailable_reason(env):  # e.g. TextWorld without game_file=: what it needs, not five failures
@@ -467,7 +477,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     if not Path(args.file).is_file():
         raise UserError(f"no such file: {args.file}")
-    env_args = _kv(args.env_arg)
+    env_args = key_values(args.env_arg)
     _check_recorded_args(args.file, env_args)
     key = trajectory_key()
     n = bad = unverified = problems = 0
@@ -582,7 +592,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             openenv_types()
         except ImportError as e:
             raise UserError(" ".join(str(e).split())) from None
-        env_kwargs = _kv(args.env_arg)
+        env_kwargs = key_values(args.env_arg)
         _make_env(args.env_ids[0], env_kwargs).close()  # an unknown id or a bad argument: a one-line error
         if args.allow_env_arg or args.tokens_file or args.client_key != "peer":
             raise UserError("--openenv serves the operator's --env-arg only: no --allow-env-arg, --tokens-file or "
@@ -595,7 +605,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from agentgym.contract.trust import split_allowed_args, split_operator_args
     from agentgym.serving.server import ClientKey, serve
 
-    env_args = _kv(args.env_arg)
+    env_args = key_values(args.env_arg)
     allow: dict[str, list[Any]] = {}
     for name, value in _kv_pairs(args.allow_env_arg):
         allow.setdefault(name, []).append(value)

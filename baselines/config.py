@@ -34,7 +34,7 @@ from agentgym.rewards.advantages.signals import SignalMode
 from agentgym.running.pool import POOLS
 
 __all__ = ["ALGOS", "BRANCH_ESTIMATORS", "CRITIC_ESTIMATORS", "LOSS_AGG_MODES", "OTHER_NAMES", "PRESETS", "SCORERS",
-           "SIGNAL_ESTIMATORS", "Seeds", "TrainConfig", "did_you_mean", "load_config", "parse_sets"]  # fmt: skip
+           "SIGNAL_ESTIMATORS", "Seeds", "TrainConfig", "did_you_mean", "load_config"]  # fmt: skip
 
 ALGOS = ("grpo", "dr_grpo", "rloo", "ppo")
 #: Estimators that need a critic (``algo="ppo"``); ``None`` there is token-level GAE.
@@ -467,24 +467,6 @@ PRESETS: dict[str, dict[str, Any]] = {
     "qwen2.5-0.5b": _gpu_preset(batch_tasks=32, minibatch_size=16, out_dir="runs/qwen2.5-0.5b"),
     "qwen2.5-1.5b": _gpu_preset(batch_tasks=16, minibatch_size=8, out_dir="runs/qwen2.5-1.5b"),
 }
-
-
-def parse_sets(items: typing.Sequence[str]) -> dict[str, Any]:
-    """``--set KEY=VALUE`` overrides in order (a later one wins): the value as JSON where it parses, else the string.
-
-    >>> parse_sets(["lr=1e-4", "algo=ppo", 'env_kwargs={"horizon": 2}'])
-    {'lr': 0.0001, 'algo': 'ppo', 'env_kwargs': {'horizon': 2}}
-    """
-    overrides: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
-        try:
-            overrides[key] = json.loads(value)
-        except json.JSONDecodeError:
-            overrides[key] = value
-    return overrides
 
 
 def load_config(

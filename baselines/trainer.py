@@ -56,7 +56,7 @@ from agentgym.baselines.checkpoint import (
     read_history,
     save_checkpoint,
 )
-from agentgym.baselines.config import PRESETS, TrainConfig, load_config, parse_sets
+from agentgym.baselines.config import PRESETS, TrainConfig, load_config
 from agentgym.baselines.credit import EnvMaker, compute_advantages, group_stats, score_turns, training_rollouts
 from agentgym.baselines.guards import RunGuard, check_start, claim_out_dir, undo_failed_start
 from agentgym.baselines.rollout import collect_rollouts
@@ -70,6 +70,7 @@ from agentgym.baselines.update import (
     select,
 )
 from agentgym.baselines.warmup import mc_returns, sft_step, warm_start
+from agentgym.cli import key_values
 
 __all__ = ["PRESETS", "TrainConfig", "evaluate", "load_config", "main", "setup", "sft_step", "train", "train_iteration"]
 
@@ -337,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("give --preset or --config")
     flags = {"model": args.model, "out_dir": args.out_dir, "iterations": args.iterations, "resume": args.resume or None}
     try:
-        overrides = {**parse_sets(args.set), **{k: v for k, v in flags.items() if v is not None}}
+        overrides = {**key_values(args.set), **{k: v for k, v in flags.items() if v is not None}}
         config = load_config(args.preset, args.config_file, overrides)
     except (ValueError, KeyError, OSError) as exc:
         parser.error(str(exc.args[0]) if isinstance(exc, KeyError) else str(exc))

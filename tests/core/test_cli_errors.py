@@ -606,3 +606,21 @@ def test_numbers_out_of_range_are_usage_errors(argv, capsys, tmp_path, monkeypat
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"argument {argv[-2]}: must be" in err, err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("run", "agentgym/Chain-v0", "--agent", "random", "--episodes", "1", "--env-arg"),
+        ("train", "--preset", "tiny", "--out-dir", "run", "--set"),
+    ],
+)
+def test_key_values_past_the_json_limits_are_one_line_errors(tmp_path, args):
+    """``--env-arg`` / ``--set`` values are read as untrusted JSON: nested thousands deep or an integer of thousands
+    of digits is a one-line error (it was a RecursionError traceback), and nothing is written."""
+    for value, needle in (("[" * 5000 + "]" * 5000, "nested more than 64 levels"), ("9" * 5000, "digits")):
+        name = "horizon" if args[0] == "run" else "env_kwargs"
+        res = agentgym_cli(*args, f"{name}={value}", cwd=tmp_path)
+        assert_one_line_error(res, f"The value of {name}", needle)
+    assert list(tmp_path.iterdir()) == []
+    assert cli.key_values(["a=[1]", "b=x y", "a=2"]) == {"a": 2, "b": "x y"}  # a later key wins; non-JSON is text
