@@ -98,8 +98,8 @@ class Method:
         if self.kind not in KINDS or self.status not in STATUSES:
             raise ValueError(f"method {self.name!r}: kind must be one of {KINDS} and status one of {STATUSES}")
         if (self.code is None) != (self.status == "missing"):
-            raise ValueError(f"method {self.name!r}: a {self.status} method {'needs' if self.code is None else 'has no'}"
-                             " code")  # fmt: skip
+            verb = "needs" if self.code is None else "has no"
+            raise ValueError(f"method {self.name!r}: a {self.status} method {verb} code")
 
     def load(self) -> Callable[..., Any]:
         """The method's code (imports its module)."""
