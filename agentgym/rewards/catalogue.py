@@ -134,6 +134,15 @@ class Method:
                 "missing": self.missing}  # fmt: skip
 
 
+#: The reward modules that hold cards (a test fails on a module with ``METHODS`` that is missing here).
+CARD_MODULES: tuple[str, ...] = ()
+
+
+def reward_methods() -> tuple[Method, ...]:
+    """The cards of the reward modules (``CARD_MODULES``), imported on the call."""
+    return collect(importlib.import_module(name) for name in CARD_MODULES)
+
+
 def collect(modules: Iterable[ModuleType]) -> tuple[Method, ...]:
     """Every module's ``METHODS`` cards in order; a name given twice raises ``ValueError``."""
     cards: list[Method] = []
