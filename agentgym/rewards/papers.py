@@ -17,6 +17,42 @@ from agentgym.rewards.catalogue import Paper
 BIBLIOGRAPHY: Mapping[str, Paper] = MappingProxyType({
     "GRPO": Paper("DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models", 2024,
                   "2402.03300"),
+    "Dr. GRPO": Paper("Understanding R1-Zero-Like Training: A Critical Perspective", 2025, "2503.20783"),
+    "RLOO": Paper(
+        "Back to Basics: Revisiting REINFORCE Style Optimization for Learning from Human Feedback in LLMs",
+        2024,
+        "2402.14740",
+    ),
+    "PPO": Paper("Proximal Policy Optimization Algorithms", 2017, "1707.06347"),
+    "GAE": Paper("High-Dimensional Continuous Control Using Generalized Advantage Estimation", 2015, "1506.02438"),
+    "VinePPO": Paper("VinePPO: Refining Credit Assignment in RL Training of LLMs", 2024, "2410.01679"),
+    "TreeRPO": Paper("TreeRPO: Tree Relative Policy Optimization", 2025, "2506.05183"),
+    "IGPO": Paper(
+        "Information Gain-based Policy Optimization: A Simple and Effective Approach for Multi-Turn LLM Agents",
+        2025,
+        "2510.14967",
+    ),
+    "TIPS": Paper("TIPS: Turn-Level Information-Potential Reward Shaping for Search-Augmented LLMs", 2026,
+                  "2603.22293"),
+    "SIOP": Paper("Self-Induced Outcome Potential: Turn-Level Credit Assignment for Agents without Verifiers", 2026,
+                  "2605.04984"),
+    "A^2TGPO": Paper("A^2TGPO: Agentic Turn-Group Policy Optimization with Adaptive Turn-level Clipping", 2026,
+                     "2605.06200"),
+    "GiGPO": Paper("Group-in-Group Policy Optimization for LLM Agent Training", 2025, "2505.10978"),
+    "GTPO": Paper("Empowering Multi-Turn Tool-Integrated Reasoning with Group Turn Policy Optimization", 2025,
+                  "2511.14846"),
+    "turn-PPO": Paper(
+        "Turn-PPO: Turn-Level Advantage Estimation with PPO for Improved Multi-Turn RL in Agentic LLMs",
+        2025,
+        "2512.17008",
+    ),
+    "MAPO": Paper("MAPO: Mixed Advantage Policy Optimization for Long-Horizon Multi-Turn Dialogue", 2026, "2603.06194"),
+    "MatchTIR": Paper("MatchTIR: Fine-Grained Supervision for Tool-Integrated Reasoning via Bipartite Matching", 2026,
+                      "2601.10712"),
+    "G-RA": Paper("Stabilizing Long-term Multi-turn Reinforcement Learning with Gated Rewards", 2025, "2508.10548"),
+    "PRM Clip/Delta": Paper("On Designing Effective RL Reward at Training Time for LLM Reasoning", 2024, "2410.15115"),
+    "InfoPO": Paper("InfoPO: Information-Driven Policy Optimization for User-Centric Agents", 2026, "2603.00656"),
+    "UserRL": Paper("UserRL: Training Interactive User-Centric Agent via Reinforcement Learning", 2025, "2509.19736"),
 })  # fmt: skip
 
 
