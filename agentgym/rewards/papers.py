@@ -53,6 +53,28 @@ BIBLIOGRAPHY: Mapping[str, Paper] = MappingProxyType({
     "PRM Clip/Delta": Paper("On Designing Effective RL Reward at Training Time for LLM Reasoning", 2024, "2410.15115"),
     "InfoPO": Paper("InfoPO: Information-Driven Policy Optimization for User-Centric Agents", 2026, "2603.00656"),
     "UserRL": Paper("UserRL: Training Interactive User-Centric Agent via Reinforcement Learning", 2025, "2509.19736"),
+    "MT-GRPO": Paper("Reinforcing Multi-Turn Reasoning in LLM Agents via Turn-Level Credit Assignment", 2025,
+                     "2505.11821"),
+    "Potential-based shaping": Paper(
+        "Policy Invariance Under Reward Transformations: Theory and Application to Reward Shaping",
+        1999,
+        None,
+    ),
+    "RND": Paper("Exploration by Random Network Distillation", 2018, "1810.12894"),
+    "GOPO": Paper("GOPO: Policy Optimization using Ranked Rewards", 2026, "2602.03876"),
+    "LamPO": Paper("LamPO: A Lambda Style Policy Optimization for Reasoning Language Models", 2026, "2605.21235"),
+    "PAR": Paper("Reward Shaping to Mitigate Reward Hacking in RLHF", 2025, "2502.18770"),
+    "BT reward transform": Paper("Transforming and Combining Rewards for Aligning Large Language Models", 2024,
+                                 "2402.00742"),
+    "SERL": Paper("What and When to Distill: Selective Hindsight Distillation for Multi-Turn Agents", 2026,
+                  "2605.19447"),
+    "HiPER": Paper(
+        "HiPER: Hierarchical Reinforcement Learning with Explicit Credit Assignment for Large Language Model Agents",
+        2026,
+        "2602.16165",
+    ),
+    "TL-GRPO": Paper("TL-GRPO: Turn-Level RL for Reasoning-Guided Iterative Optimization", 2026, "2601.16480"),
+    "HINT-SD": Paper("HinT-SD: Targeted Hindsight Self-Distillation for Long-Horizon Agents", 2026, "2605.17873"),
 })  # fmt: skip
 
 
