@@ -74,6 +74,35 @@ BIBLIOGRAPHY: Mapping[str, Paper] = MappingProxyType({
         "2602.16165",
     ),
     "TL-GRPO": Paper("TL-GRPO: Turn-Level RL for Reasoning-Guided Iterative Optimization", 2026, "2601.16480"),
+    "PORTool": Paper("PORTool: Tool-Use LLM Training with Rewarded Tree", 2025, "2510.26020"),
+    "TRUST-SQL": Paper(
+        "TRUST-SQL: Tool-Integrated Multi-Turn Reinforcement Learning for Text-to-SQL over Unknown Schemas",
+        2026,
+        "2603.16448",
+    ),
+    "S2D": Paper(
+        "From Sparse to Dense: Toddler-inspired Reward Transition in Goal-Oriented Reinforcement Learning",
+        2025,
+        "2501.17842",
+    ),
+    "AIRS": Paper("Automatic Intrinsic Reward Shaping for Exploration in Deep Reinforcement Learning", 2023,
+                  "2301.10886"),
+    "MaxInfoRL": Paper(
+        "MaxInfoRL: Boosting exploration in reinforcement learning through information gain maximization",
+        2024,
+        "2412.12098",
+    ),
+    "FaithRL": Paper("Learning to Reason Faithfully through Step-Level Faithfulness Maximization", 2026, "2602.03507"),
+    "CM2": Paper(
+        "CM2: Reinforcement Learning with Checklist Rewards for Multi-Turn and Multi-Step Agentic Tool Use",
+        2026,
+        "2602.12268",
+    ),
+    "PPR": Paper("Hybrid Reward Normalization for Process-supervised Non-verifiable Agentic Tasks", 2025, "2509.25598"),
+    "CPO": Paper("CPO: Addressing Reward Ambiguity in Role-playing Dialogue via Comparative Policy Optimization", 2025,
+                 "2508.09074"),
+    "ArenaRL": Paper("ArenaRL: Scaling RL for Open-Ended Agents via Tournament-based Relative Ranking", 2026,
+                     "2601.06487"),
     "HINT-SD": Paper("HinT-SD: Targeted Hindsight Self-Distillation for Long-Horizon Agents", 2026, "2605.17873"),
 })  # fmt: skip
 
