@@ -103,6 +103,20 @@ BIBLIOGRAPHY: Mapping[str, Paper] = MappingProxyType({
                  "2508.09074"),
     "ArenaRL": Paper("ArenaRL: Scaling RL for Open-Ended Agents via Tournament-based Relative Ranking", 2026,
                      "2601.06487"),
+    "SCRIBE": Paper("SCRIBE: Structured Mid-Level Supervision for Tool-Using Language Models", 2026, "2601.03555"),
+    "CALM": Paper("Assessing the Zero-Shot Capabilities of LLMs for Action Evaluation in RL", 2024, "2409.12798"),
+    "TP-GRPO": Paper(
+        "Good Learners Think Their Thinking: Generative PRM Makes Large Reasoning Model More Efficient Math Learner",
+        2025,
+        "2507.23317",
+    ),
+    "POW3R": Paper("Not Every Rubric Teaches Equally: Policy-Aware Rubric Rewards for RLVR", 2026, "2605.20164"),
+    "ALaRM": Paper("ALaRM: Align Language Models via Hierarchical Rewards Modeling", 2024, "2403.06754"),
+    "HeRL": Paper(
+        "Experience is the Best Teacher: Motivating Effective Exploration in Reinforcement Learning for LLMs",
+        2026,
+        "2603.20046",
+    ),
     "HINT-SD": Paper("HinT-SD: Targeted Hindsight Self-Distillation for Long-Horizon Agents", 2026, "2605.17873"),
 })  # fmt: skip
 
