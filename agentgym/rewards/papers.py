@@ -117,6 +117,28 @@ BIBLIOGRAPHY: Mapping[str, Paper] = MappingProxyType({
         2026,
         "2603.20046",
     ),
+    "CorVer": Paper(
+        "Verifiable Rewards Beyond Math and Code: Lightweight Corpus-Grounded Process Supervision for "
+        "Factual Question Answering",
+        2026,
+        "2605.29648",
+    ),
+    "Co-Reward": Paper(
+        "Co-Reward: Self-supervised Reinforcement Learning for Large Language Model Reasoning via "
+        "Contrastive Agreement",
+        2025,
+        "2508.00410",
+    ),
+    "StateFactory": Paper("Reward Prediction with Factorized World States", 2026, "2603.09400"),
+    "QG/QA auxiliary shaping": Paper(
+        "EAGER: Asking and Answering Questions for Automatic Reward Shaping in Language-guided RL",
+        2022,
+        "2206.09674",
+    ),
+    "ONI": Paper("Online Intrinsic Rewards for Decision Making Agents from Large Language Model Feedback", 2024,
+                 "2410.23022"),
+    "DLLM": Paper("World Models with Hints of Large Language Models for Goal Achieving", 2024, "2406.07381"),
+    "SWEET-RL": Paper("SWEET-RL: Training Multi-Turn LLM Agents on Collaborative Reasoning Tasks", 2025, "2503.15478"),
     "HINT-SD": Paper("HinT-SD: Targeted Hindsight Self-Distillation for Long-Horizon Agents", 2026, "2605.17873"),
 })  # fmt: skip
 
