@@ -139,6 +139,19 @@ BIBLIOGRAPHY: Mapping[str, Paper] = MappingProxyType({
                  "2410.23022"),
     "DLLM": Paper("World Models with Hints of Large Language Models for Goal Achieving", 2024, "2406.07381"),
     "SWEET-RL": Paper("SWEET-RL: Training Multi-Turn LLM Agents on Collaborative Reasoning Tasks", 2025, "2503.15478"),
+    "OPRL": Paper("Online Process Reward Leanring for Agentic Reinforcement Learning", 2025, "2509.19199"),
+    "ArCHer": Paper("ArCHer: Training Language Model Agents via Hierarchical Multi-Turn RL", 2024, "2402.19446"),
+    "SPA": Paper("SPA-RL: Reinforcing LLM Agents via Stepwise Progress Attribution", 2025, "2505.20732"),
+    "GELI": Paper(
+        "Improving Dialogue Agents by Decomposing One Global Explicit Annotation with Local Implicit "
+        "Multimodal Feedback",
+        2024,
+        "2403.11330",
+    ),
+    "IPR": Paper("Watch Every Step! LLM Agent Learning via Iterative Step-Level Process Refinement", 2024,
+                 "2406.11176"),
+    "LaRe": Paper("Latent Reward: LLM-Empowered Credit Assignment in Episodic Reinforcement Learning", 2024,
+                  "2412.11120"),
     "HINT-SD": Paper("HinT-SD: Targeted Hindsight Self-Distillation for Long-Horizon Agents", 2026, "2605.17873"),
 })  # fmt: skip
 
