@@ -152,7 +152,26 @@ BIBLIOGRAPHY: Mapping[str, Paper] = MappingProxyType({
                  "2406.11176"),
     "LaRe": Paper("Latent Reward: LLM-Empowered Credit Assignment in Episodic Reinforcement Learning", 2024,
                   "2412.11120"),
-    "HINT-SD": Paper("HinT-SD: Targeted Hindsight Self-Distillation for Long-Horizon Agents", 2026, "2605.17873"),
+    "HINT-SD": Paper("HINT-SD: Targeted Hindsight Self-Distillation for Long-Horizon Agents", 2026, "2605.17873"),
+    "RC-GRPO": Paper(
+        "RC-GRPO: Reward-Conditioned Group Relative Policy Optimization for Multi-Turn Tool Calling Agents",
+        2026,
+        "2602.03025",
+    ),
+    "EPO": Paper("EPO: Entropy-regularized Policy Optimization for LLM Agents Reinforcement Learning", 2025,
+                 "2509.22576"),
+    "BranPO": Paper("Training Multi-Turn Search Agent via Contrastive Dynamic Branch Sampling", 2026, "2602.03719"),
+    "AT^2PO": Paper("AT^2PO: Agentic Turn-based Policy Optimization via Tree Search", 2026, "2601.04767"),
+    "T^2PO": Paper(
+        "T^2PO: Uncertainty-Guided Exploration Control for Stable Multi-Turn Agentic Reinforcement Learning",
+        2026,
+        "2605.02178",
+    ),
+    "M-ASK": Paper(
+        "Beyond Monolithic Architectures: A Multi-Agent Search and Knowledge Optimization Framework for Agentic Search",
+        2026,
+        "2601.04703",
+    ),
 })  # fmt: skip
 
 
