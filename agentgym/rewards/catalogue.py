@@ -50,7 +50,15 @@ STATUSES: tuple[str, ...] = Status.__args__  # type: ignore[attr-defined]
 
 #: Parameters of a method's code that are its inputs, not knobs (the batch an estimator reads, the env a wrapper
 #: wraps, the model a scorer scores with).
-_INPUTS = frozenset({"self", "batch", "env", "scorer", "model", "tokenizer", "judge", "client", "trajectories"})
+_INPUTS = frozenset({"self", "batch", "env", "scorer", "model", "tokenizer", "judge", "client", "trajectories", "name"})
+
+
+def _plain(value: object) -> bool:
+    """Whether ``value`` can be written as a JSON value on the command line (what a knob's default must be; a
+    parameter without a default, or with an object or function as its default, is an input, not a knob)."""
+    if isinstance(value, tuple):
+        return all(_plain(v) for v in value)
+    return value is None or isinstance(value, (bool, int, float, str))
 
 
 @dataclass(frozen=True)
@@ -116,18 +124,16 @@ class Method:
         default; inputs such as the batch or the wrapped env are not knobs)."""
         if self.code is None:
             return {}
-        fn = self.load()
-        params = inspect.signature(fn).parameters.values()
+        params = inspect.signature(self.load()).parameters.values()
         return {p.name: p.default for p in params
-                if p.name not in _INPUTS and p.default is not inspect.Parameter.empty
-                and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}  # fmt: skip
+                if p.name not in _INPUTS and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+                and _plain(p.default) and "Callable" not in str(p.annotation)}  # fmt: skip
 
     def row(self) -> dict[str, Any]:
         """The card as plain JSON-ready data (``agentgym methods --json``); knobs only for built code."""
         paper = None if self.paper is None else {"title": self.paper.title, "year": self.paper.year,
                                                  "arxiv": self.paper.arxiv}  # fmt: skip
-        knobs = {k: v if isinstance(v, (int, float, str, bool, type(None))) else repr(v)
-                 for k, v in self.knobs().items()}  # fmt: skip
+        knobs = {k: list(v) if isinstance(v, tuple) else v for k, v in self.knobs().items()}
         return {"name": self.name, "system": self.system, "kind": self.kind, "status": self.status,
                 "summary": self.summary, "needs": list(self.needs), "paper": paper, "code": self.code,
                 "knobs": knobs, "choices": list(self.choices), "train": dict(self.train),
@@ -135,7 +141,11 @@ class Method:
 
 
 #: The reward modules that hold cards (a test fails on a module with ``METHODS`` that is missing here).
-CARD_MODULES: tuple[str, ...] = ()
+CARD_MODULES: tuple[str, ...] = tuple(f"agentgym.rewards.{m}" for m in (
+    "advantages.group", "advantages.gae", "advantages.turn_level", "advantages.anchor_groups", "advantages.mixed",
+    "advantages.userrl", "advantages.multi_turn", "information.gain", "information.potential", "information.siop",
+    "information.infopo", "matching", "judge", "process", "wrappers",
+))  # fmt: skip
 
 
 def reward_methods() -> tuple[Method, ...]:

@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from agentgym.contract.trajectory import Trajectory
 from agentgym.rewards.base import ScorerError, TurnScorer, TurnScores
+from agentgym.rewards.catalogue import Method
 from agentgym.tools.llm import LLMClient, LLMError
 
 Message = dict[str, Any]
@@ -169,3 +170,11 @@ class JudgeScorer(TurnScorer):
             TurnScores(self.name, r, [not math.isnan(x) for x in r], {"replies": rep, "errors": err})
             for r, rep, err in zip(rewards, replies, errors, strict=True)
         ]
+
+
+METHODS: tuple[Method, ...] = (
+    Method("judge", "LLM judge", "scorer", "an LLM grades each turn (or the trajectory) against a rubric",
+           needs=("judge",), code=f"{__name__}:JudgeScorer",
+           choices=("greedy sampling for reproducible grades; an unreadable grade marks the turn invalid",),
+           train={"algo": "grpo", "scorer": "judge", "estimator": "gtpo"}, knobs_into="scorer_kwargs"),
+)  # fmt: skip

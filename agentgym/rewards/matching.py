@@ -25,7 +25,9 @@ import numpy as np
 
 from agentgym.contract.parsing import ParseError, ToolCall, parse_tool_calls
 from agentgym.contract.trajectory import Trajectory
+from agentgym.rewards import catalogue
 from agentgym.rewards.base import TurnScorer, TurnScores
+from agentgym.rewards.papers import cite
 
 CallLike = ToolCall | Mapping[str, Any]
 Method = Literal["optimal", "greedy", "sinkhorn"]
@@ -270,3 +272,14 @@ class ToolCallMatching(TurnScorer):
 
     def score_group(self, group: Sequence[Trajectory]) -> list[TurnScores]:
         return [self.score_trajectory(traj) for traj in group]
+
+
+METHODS: tuple[catalogue.Method, ...] = (
+    catalogue.Method(
+        "matchtir", "MatchTIR", "scorer",
+        "turn rewards from an optimal matching of the turn's tool calls to the gold calls, dual-level advantages",
+        needs=("reference", "group"), paper=cite("MatchTIR"), code=f"{__name__}:ToolCallMatching",
+        choices=("hard matching is the optimal assignment (scipy), not the reference code's greedy one",),
+        train={"algo": "grpo", "scorer": "matchtir", "estimator": "matchtir", "reward_components": "all"},
+        knobs_into="scorer_kwargs"),
+)  # fmt: skip

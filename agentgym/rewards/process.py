@@ -28,6 +28,8 @@ from typing import Literal, overload
 
 from agentgym.contract.trajectory import Trajectory
 from agentgym.rewards.base import TurnScorer, TurnScores
+from agentgym.rewards.catalogue import Method
+from agentgym.rewards.papers import cite
 
 Outcome = str | Callable[[Trajectory], float]
 
@@ -182,17 +184,26 @@ class ComponentScorer(TurnScorer):
     source: Literal["component", "info"] = "component"
     outcome: Outcome = "outcome"
     missing: float = math.nan
+    #: with ``source="info"``: score each turn by the change of ``info[key]`` over the turn (from the reset info's
+    #: value), a verified progress *level* turned into per-turn progress, as ``ProgressReward`` does
+    difference: bool = False
 
     def __post_init__(self) -> None:
         if self.source not in ("component", "info"):
             raise ValueError(f"source must be 'component' or 'info', got {self.source!r}")
+        if self.difference and self.source != "info":
+            raise ValueError("difference=True reads levels from the info: it needs source='info'")
         self.name = self.name or self.key
 
     def values(self, traj: Trajectory) -> list[float]:
         """The raw per-turn values before the transform."""
         if self.source == "component":
             return [float(t.reward_components.get(self.key, self.missing)) for t in traj.turns]
-        return [float(t.info.get(self.key, self.missing)) for t in traj.turns]
+        levels = [float(t.info.get(self.key, self.missing)) for t in traj.turns]
+        if not self.difference:
+            return levels
+        previous = [float(traj.reset_info.get(self.key, self.missing)), *levels[:-1]]
+        return [b - a for a, b in zip(previous, levels, strict=True)]
 
     def score_group(self, group: Sequence[Trajectory]) -> list[TurnScores]:
         out = []
@@ -229,3 +240,35 @@ class TransformedScorer(TurnScorer):
             new.name = self.name
             out.append(new)
         return out
+
+
+def gated_progress(key: str = "progress", delta: float = 1.0) -> ComponentScorer:
+    """G-RA over the env's verified progress: per-turn progress ``info[key]`` changes, kept only when the outcome
+    reached ``delta`` (a trainer scorer: ``agentgym train --method gra``)."""
+    return ComponentScorer(key, GatedAccumulation(delta), name="gra", source="info", difference=True)
+
+
+def clipped_progress(key: str = "progress", eta: float = 0.0) -> ComponentScorer:
+    """PRM Clip over the env's verified per-turn progress: ``min(r - eta, 0)``, never a positive process reward."""
+    return ComponentScorer(key, PRMClip(eta), name="prm_clip", source="info", difference=True)
+
+
+def delta_progress(key: str = "progress") -> ComponentScorer:
+    """PRM Delta over the env's verified per-turn progress: ``r_k - r_(k+1)``, so the sum is the first turn's."""
+    return ComponentScorer(key, PRMDelta(), name="prm_delta", source="info", difference=True)
+
+
+_PROCESS = {"algo": "grpo", "estimator": "gtpo", "reward_components": ["outcome"]}
+METHODS: tuple[Method, ...] = (
+    Method("gra", "G-RA", "transform", "process rewards kept only when the outcome passes a gate",
+           needs=("outcome", "turn_signal"), paper=cite("G-RA"), code=f"{__name__}:gated_progress",
+           choices=("the process reward is the env's verified progress per turn (any scorer can be gated: "
+                    "TransformedScorer)",),
+           train={**_PROCESS, "scorer": "gra"}, knobs_into="scorer_kwargs"),
+    Method("prm_clip", "PRM Clip/Delta", "transform", "process rewards clipped to min(r - eta, 0)",
+           needs=("turn_signal",), paper=cite("PRM Clip/Delta"), code=f"{__name__}:clipped_progress",
+           train={**_PROCESS, "scorer": "prm_clip"}, knobs_into="scorer_kwargs"),
+    Method("prm_delta", "PRM Clip/Delta", "transform", "process rewards as differences of successive steps",
+           needs=("turn_signal",), paper=cite("PRM Clip/Delta"), code=f"{__name__}:delta_progress",
+           train={**_PROCESS, "scorer": "prm_delta"}, knobs_into="scorer_kwargs"),
+)  # fmt: skip

@@ -33,6 +33,9 @@ from typing import Any, ClassVar, Literal, SupportsFloat
 
 import gymnasium as gym
 
+from agentgym.rewards.catalogue import Method
+from agentgym.rewards.papers import cite
+
 Potential = Callable[[Any, dict[str, Any]], float]
 StepReturn = tuple[Any, float, bool, bool, dict[str, Any]]
 
@@ -56,10 +59,21 @@ def _finite(value: Any, what: str) -> float:
     return value
 
 
+@dataclass(frozen=True)
+class InfoPotential:
+    """The potential ``info[key]`` (picklable, unlike a lambda, so wrapped envs still go to worker processes)."""
+
+    key: str
+
+    def __call__(self, obs: Any, info: dict[str, Any]) -> float:
+        return info[self.key]
+
+
 class PotentialShaping(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Potential-based shaping F_t = gamma*Phi(s_{t+1}) - Phi(s_t) (Ng, Harada and Russell 1999).
 
-    ``potential(observation, info)`` must be cheap and depend on the state only. ``gamma`` **must equal the
+    ``potential(observation, info)`` must be cheap and depend on the state only; a string ``key`` is the potential
+    ``info[key]`` (an env's verified progress level, say). ``gamma`` **must equal the
     discount of the trainer's returns/advantages**, or invariance is lost. Terminal convention: Phi = 0 on the
     terminal state, so sum_t gamma^t F_t = -Phi(s_0) (without the fix it would be gamma^T Phi(s_T) - Phi(s_0),
     which rewards *ending* in a high-potential state and breaks invariance across episode lengths).
@@ -84,7 +98,7 @@ class PotentialShaping(gym.Wrapper, gym.utils.RecordConstructorArgs):
     def __init__(
         self,
         env: gym.Env,
-        potential: Potential,
+        potential: Potential | str,
         gamma: float = 1.0,
         name: str = "shaping",
         truncation: Literal["terminal", "bootstrap"] = "terminal",
@@ -97,7 +111,8 @@ class PotentialShaping(gym.Wrapper, gym.utils.RecordConstructorArgs):
             raise ValueError(f"gamma must be in [0, 1], got {gamma}")
         if truncation not in ("terminal", "bootstrap"):
             raise ValueError(f"truncation must be 'terminal' or 'bootstrap', got {truncation!r}")
-        self.potential = potential
+        # a string names an info key whose value is the potential (a verified progress level, say)
+        self.potential: Potential = InfoPotential(potential) if isinstance(potential, str) else potential
         self.gamma = float(gamma)
         self.name = name
         self.truncation = truncation
@@ -332,3 +347,31 @@ class NoveltyBonus(gym.Wrapper, gym.utils.RecordConstructorArgs):
             term += self.episodic / math.sqrt(self._visits[anchor])
         reward, info = add_component(reward, info, self.name, term)
         return obs, reward, terminated, truncated, info
+
+
+METHODS: tuple[Method, ...] = (
+    Method("vpr", "VPR", "wrapper", "verifiable process reward: the change of the env's verified progress per turn",
+           needs=("turn_signal",), paper=cite("VPR"), code=f"{__name__}:ProgressReward",
+           choices=("no terminal fix: the episode's sum is the progress reached, whether or not the answer is right",),
+           train={"algo": "grpo", "estimator": "gtpo", "progress_key": "progress"}, knobs_into="wrapper"),
+    Method("format_penalty", "format penalty", "wrapper", "a fixed penalty on each malformed action",
+           code=f"{__name__}:FormatPenalty",
+           train={"algo": "grpo", "reward_components": "all", "reward_wrappers": [{"name": "format_penalty"}]},
+           knobs_into="wrapper"),
+    Method("step_cost", "step cost", "wrapper", "a fixed cost per turn", code=f"{__name__}:StepCost",
+           train={"algo": "grpo", "reward_components": "all", "reward_wrappers": [{"name": "step_cost"}]},
+           knobs_into="wrapper"),
+    Method("novelty", "count-based exploration", "bonus",
+           "beta / sqrt(visits) of the reached canonical state, from a count table frozen per batch",
+           needs=("anchors",), paper=cite("count-based exploration"), code=f"{__name__}:NoveltyBonus",
+           choices=("counts are frozen per batch so sibling rollouts get the same bonus",),
+           train={"algo": "grpo", "reward_components": "all", "reward_wrappers": [{"name": "novelty"}]},
+           knobs_into="wrapper"),
+    Method("potential_shaping", "Potential-based shaping", "wrapper",
+           "F = gamma*Phi(s') - Phi(s) with Phi(terminal) = 0: policy-invariant shaping",
+           needs=("turn_signal",), paper=cite("Potential-based shaping"), code=f"{__name__}:PotentialShaping",
+           choices=("Phi(terminal) = 0, also at truncation unless truncation='bootstrap'",),
+           train={"algo": "grpo", "estimator": "gtpo", "reward_components": "all",
+                  "reward_wrappers": [{"name": "potential_shaping", "potential": "progress"}]},
+           knobs_into="wrapper"),
+)  # fmt: skip

@@ -25,6 +25,8 @@ from agentgym.rewards.advantages.base import (
 )
 from agentgym.rewards.advantages.batch import TurnBatch
 from agentgym.rewards.advantages.group import grpo
+from agentgym.rewards.catalogue import Method
+from agentgym.rewards.papers import cite
 
 
 def gigpo(
@@ -106,3 +108,13 @@ REGISTERED: tuple[EstimatorSpec, ...] = (
     EstimatorSpec("gigpo", _est_gigpo),
     EstimatorSpec("gigpo_obs", _est_gigpo_obs),
 )
+
+METHODS: tuple[Method, ...] = (
+    Method("gigpo", "GiGPO", "estimator",
+           "episode z-score plus a step z-score among turns from the same state (anchor groups)",
+           needs=("outcome", "group", "anchors"), paper=cite("GiGPO"), code=f"{__name__}:_est_gigpo",
+           choices=("anchor='state' groups by the env's canonical state; 'observation' (estimator gigpo_obs) by "
+                    "what the agent saw, the paper's grouping",),
+           train={"algo": "grpo", "estimator": "gigpo", "reward_components": "all"},
+           knobs_into="estimator_kwargs"),
+)  # fmt: skip

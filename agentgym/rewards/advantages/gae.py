@@ -11,6 +11,8 @@ import numpy as np
 
 from agentgym.rewards.advantages.base import ArrayLike, EstimatorSpec, _arr, _check_unit, _numpy, _vec
 from agentgym.rewards.advantages.batch import TurnBatch
+from agentgym.rewards.catalogue import Method
+from agentgym.rewards.papers import cite
 
 if TYPE_CHECKING:
     import torch
@@ -153,3 +155,9 @@ def _est_turn_ppo(b: TurnBatch, gamma: float = 0.99, lam: float = 0.9) -> list[n
 
 
 REGISTERED: tuple[EstimatorSpec, ...] = (EstimatorSpec("turn_ppo", _est_turn_ppo),)
+
+METHODS: tuple[Method, ...] = (
+    Method("turn_ppo", "turn-PPO", "estimator", "GAE over turns with a critic at turn boundaries",
+           needs=("learned_model",), paper=cite("turn-PPO"), code=f"{__name__}:_est_turn_ppo",
+           train={"algo": "ppo", "estimator": "turn_ppo"}, knobs_into="estimator_kwargs"),
+)  # fmt: skip

@@ -18,6 +18,8 @@ from agentgym.rewards.advantages.base import (
     group_zscore,
 )
 from agentgym.rewards.advantages.batch import TurnBatch
+from agentgym.rewards.catalogue import Method
+from agentgym.rewards.papers import cite
 
 
 def grpo(outcomes: ArrayLike, group_ids: ArrayLike, eps: float = DEFAULT_EPS, scale: bool = True) -> np.ndarray:
@@ -88,3 +90,16 @@ REGISTERED: tuple[EstimatorSpec, ...] = (
     EstimatorSpec("dr_grpo", _est_dr_grpo, outcome_only=True),
     EstimatorSpec("rloo", _est_rloo, outcome_only=True),
 )
+
+METHODS: tuple[Method, ...] = (
+    Method("grpo", "GRPO", "estimator", "z-score of the outcome within the group, on every turn",
+           needs=("outcome", "group"), paper=cite("GRPO"), code=f"{__name__}:_est_grpo",
+           choices=("population std (ddof=0); a singleton or tied group gives 0",),
+           train={"algo": "grpo"}, knobs_into="estimator_kwargs"),
+    Method("dr_grpo", "Dr. GRPO", "estimator", "group-centred outcome without the std, constant-length loss",
+           needs=("outcome", "group"), paper=cite("Dr. GRPO"), code=f"{__name__}:_est_dr_grpo",
+           train={"algo": "dr_grpo"}, knobs_into="estimator_kwargs"),
+    Method("rloo", "RLOO", "estimator", "leave-one-out baseline: the outcome minus the mean of the others",
+           needs=("outcome", "group"), paper=cite("RLOO"), code=f"{__name__}:_est_rloo",
+           train={"algo": "rloo"}, knobs_into="estimator_kwargs"),
+)  # fmt: skip

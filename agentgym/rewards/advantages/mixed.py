@@ -20,6 +20,8 @@ from agentgym.rewards.advantages.base import (
 )
 from agentgym.rewards.advantages.batch import TurnBatch
 from agentgym.rewards.advantages.group import grpo
+from agentgym.rewards.catalogue import Method
+from agentgym.rewards.papers import cite
 
 
 def matchtir_dual(
@@ -71,3 +73,10 @@ REGISTERED: tuple[EstimatorSpec, ...] = (
     EstimatorSpec("matchtir", _est_matchtir),
     EstimatorSpec("mapo", _est_mapo),
 )
+
+METHODS: tuple[Method, ...] = (
+    Method("mapo", "MAPO", "estimator", "mixed turn-level and batch-level z-scores of Monte-Carlo judge returns",
+           needs=("judge", "group"), paper=cite("MAPO"), code=f"{__name__}:_est_mapo",
+           choices=("the mixing rule alpha*z_(q,t) + (1 - alpha)*z_batch with alpha = 0.5",),
+           train={"algo": "grpo", "scorer": "judge", "estimator": "mapo"}, knobs_into="estimator_kwargs"),
+)  # fmt: skip

@@ -13,6 +13,8 @@ from agentgym.rewards.advantages.base import DEFAULT_EPS, ArrayLike, EstimatorSp
 from agentgym.rewards.advantages.batch import TurnBatch
 from agentgym.rewards.advantages.group import grpo
 from agentgym.rewards.advantages.signals import _signal_rows
+from agentgym.rewards.catalogue import Method
+from agentgym.rewards.papers import cite
 
 FinalTurn = Literal["outcome", "both"]
 
@@ -81,3 +83,11 @@ def _est_mt_grpo(
 
 #: mt_grpo reads the rewards only through the outcome: its turn credit comes from the verified signal.
 REGISTERED: tuple[EstimatorSpec, ...] = (EstimatorSpec("mt_grpo", _est_mt_grpo, outcome_only=True),)
+
+METHODS: tuple[Method, ...] = (
+    Method("mt_grpo", "MT-GRPO", "estimator",
+           "verified per-turn signal normalised per (group, turn index) plus the group outcome z-score",
+           needs=("outcome", "group", "turn_signal"), paper=cite("MT-GRPO"), code=f"{__name__}:_est_mt_grpo",
+           choices=("outcome_coef lambda = 1 as in the reference code (0.5 elsewhere)",),
+           train={"algo": "grpo", "estimator": "mt_grpo"}, knobs_into="estimator_kwargs"),
+)  # fmt: skip

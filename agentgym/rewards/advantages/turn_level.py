@@ -24,6 +24,8 @@ from agentgym.rewards.advantages.base import (
     group_zscore,
 )
 from agentgym.rewards.advantages.batch import TurnBatch
+from agentgym.rewards.catalogue import Method
+from agentgym.rewards.papers import cite
 
 
 def turn_returns(turn_rewards: ArrayLike, gamma: float = 1.0) -> np.ndarray:
@@ -190,3 +192,16 @@ REGISTERED: tuple[EstimatorSpec, ...] = (
     EstimatorSpec("siop", _est_siop),
     EstimatorSpec("a2tgpo", _est_a2tgpo),
 )
+
+METHODS: tuple[Method, ...] = (
+    Method("gtpo", "GTPO", "estimator", "group z-score of discounted per-turn returns",
+           needs=("group",), paper=cite("GTPO"), code=f"{__name__}:_est_gtpo",
+           train={"algo": "grpo", "estimator": "gtpo", "reward_components": "all"},
+           knobs_into="estimator_kwargs"),
+    Method("a2tgpo", "A^2TGPO", "estimator",
+           "turn rewards normalised per (group, turn index), accumulated with a 1/sqrt(turns left) scale",
+           needs=("group", "scoring_model"), paper=cite("A^2TGPO"), code=f"{__name__}:_est_a2tgpo",
+           choices=("the accumulation divisor sqrt(T_i - t + 1) (knob sqrt_scale)",
+                    "the adaptive clip eps*(1 + beta*(2*sigmoid(r~) - 1)) with beta = 0.3"),
+           train={"algo": "grpo", "scorer": "igpo", "estimator": "a2tgpo"}, knobs_into="estimator_kwargs"),
+)  # fmt: skip

@@ -21,6 +21,8 @@ from agentgym.rewards.advantages.base import (
 )
 from agentgym.rewards.advantages.batch import TurnBatch
 from agentgym.rewards.advantages.group import grpo
+from agentgym.rewards.catalogue import Method
+from agentgym.rewards.papers import cite
 
 UserRLTurnMethod = Literal["equalized", "r2g", "em"]
 UserRLTrajectoryMethod = Literal["sum", "r2g"]
@@ -121,3 +123,10 @@ def _est_userrl(
 
 
 REGISTERED: tuple[EstimatorSpec, ...] = (EstimatorSpec("userrl", _est_userrl),)
+
+METHODS: tuple[Method, ...] = (
+    Method("userrl", "UserRL", "estimator", "turn credit variants (equalized, reward-to-go, EM) over user-sim turns",
+           needs=("group",), paper=cite("UserRL"), code=f"{__name__}:_est_userrl",
+           train={"algo": "grpo", "estimator": "userrl", "reward_components": "all"},
+           knobs_into="estimator_kwargs"),
+)  # fmt: skip

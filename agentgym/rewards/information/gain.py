@@ -15,7 +15,9 @@ from agentgym.contract.trajectory import Trajectory
 from agentgym.grading.answers import f1_score
 from agentgym.rewards.answer_scoring import AnswerScorer, CutKind, encode_suffix, render_trajectory
 from agentgym.rewards.base import TurnScorer, TurnScores
+from agentgym.rewards.catalogue import Method
 from agentgym.rewards.information.common import _floats, _scores, _tokenizer_of, final_answer, gold_answers
+from agentgym.rewards.papers import cite
 
 #: IGPO's pseudo answer prompt, appended after the generation prompt; the gold answer follows it.
 IGPO_ANSWER_PROMPT = "<think>I now have enough information to answer.</think>\n<answer> "
@@ -87,3 +89,14 @@ class InformationGain(TurnScorer):
             return 0.0
         answer = final_answer(traj)
         return self.format_penalty if answer is None else f1_score(answer, gold_answers(traj))
+
+
+METHODS: tuple[Method, ...] = (
+    Method("igpo", "IGPO", "scorer",
+           "information gain: the rise in the policy's probability of the gold answer after each turn",
+           needs=("scoring_model", "reference", "group"), paper=cite("IGPO"), code=f"{__name__}:InformationGain",
+           choices=("the final turn gets 0 (the env's outcome component carries the outcome; final_reward='f1' "
+                    "scores it as the paper does)",),
+           train={"algo": "grpo", "scorer": "igpo", "estimator": "igpo", "reward_components": "all"},
+           knobs_into="scorer_kwargs"),
+)  # fmt: skip

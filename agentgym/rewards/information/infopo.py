@@ -13,7 +13,9 @@ import numpy as np
 from agentgym.contract.trajectory import Trajectory
 from agentgym.rewards.answer_scoring import AnswerScorer, RenderedTrajectory, Suffix, render_trajectory
 from agentgym.rewards.base import TurnScorer, TurnScores
+from agentgym.rewards.catalogue import Method
 from agentgym.rewards.information.common import _floats, _scores, _tokenizer_of
+from agentgym.rewards.papers import cite
 
 
 @dataclass
@@ -112,3 +114,13 @@ def infopo_fuse(
         z[sel] = (vals - vals.mean()) / (vals.std() + eps)
     gate = 1.0 / (1.0 + np.exp(np.asarray(outcome_std, dtype=np.float64) / tau))
     return a_out + beta * gate * m * z
+
+
+METHODS: tuple[Method, ...] = (
+    Method("infopo", "InfoPO", "scorer",
+           "counterfactual feedback: how much each observation moves the next action's likelihood, fused gated",
+           needs=("scoring_model", "outcome", "group"), paper=cite("InfoPO"),
+           code=f"{__name__}:CounterfactualInformationGain",
+           choices=("the placeholder replacing an observation is '.' repeated to the same token length",),
+           train={"algo": "grpo", "scorer": "infopo"}, knobs_into="scorer_kwargs"),
+)  # fmt: skip

@@ -13,7 +13,9 @@ import numpy as np
 from agentgym.contract.trajectory import Trajectory
 from agentgym.rewards.answer_scoring import AnswerScorer, encode_suffix, render_trajectory
 from agentgym.rewards.base import TurnScorer, TurnScores
+from agentgym.rewards.catalogue import Method
 from agentgym.rewards.information.common import _floats, _scores, _tokenizer_of, gold_answers
+from agentgym.rewards.papers import cite
 
 
 @dataclass
@@ -118,3 +120,12 @@ def _logsumexp_rows(x: np.ndarray) -> np.ndarray:
     m = np.max(x, axis=1, keepdims=True)
     with np.errstate(invalid="ignore"):
         return (m + np.log(np.sum(np.exp(x - m), axis=1, keepdims=True)))[:, 0]
+
+
+METHODS: tuple[Method, ...] = (
+    Method("tips", "TIPS", "scorer",
+           "potential-based shaping with a teacher's log-probability of the gold answer as the potential",
+           needs=("scoring_model", "reference"), paper=cite("TIPS"), code=f"{__name__}:InformationPotential",
+           choices=("the teacher is the current policy (a frozen copy is a scorer argument)",),
+           train={"algo": "ppo", "scorer": "tips", "reward_components": "all"}, knobs_into="scorer_kwargs"),
+)  # fmt: skip

@@ -16,7 +16,9 @@ from agentgym.contract.trajectory import Trajectory
 from agentgym.grading.answers import normalize_answer
 from agentgym.rewards.answer_scoring import AnswerScorer, encode_suffix, render_trajectory
 from agentgym.rewards.base import TurnScorer, TurnScores
+from agentgym.rewards.catalogue import Method
 from agentgym.rewards.information.common import _floats, _scores, _tokenizer_of, final_answer
+from agentgym.rewards.papers import cite
 
 
 class AnswerClusterer(Protocol):
@@ -195,3 +197,13 @@ class SelfInducedOutcomePotential(TurnScorer):
             extras = {"cluster": label, "q": qi, "answer": answer, "phat": _floats(phat), "references": references}
             out.append(_scores(self.name, rewards, extras))
         return out
+
+
+METHODS: tuple[Method, ...] = (
+    Method("siop", "SIOP", "scorer",
+           "label-free potential over clusters of the group's final answers, weighted by their reliability",
+           needs=("scoring_model", "group"), paper=cite("SIOP"), code=f"{__name__}:SelfInducedOutcomePotential",
+           choices=("answers clustered by normalised string (EmbeddingClusterer and NLI are options)",),
+           train={"algo": "grpo", "scorer": "siop", "estimator": "siop", "reward_components": "all"},
+           knobs_into="scorer_kwargs"),
+)  # fmt: skip
