@@ -84,7 +84,16 @@ def turn_batches(draw, max_n=8, min_t=1, max_t=5):
     observations = [draw(st.lists(st.sampled_from(["o0", "o1"]), min_size=r.size, max_size=r.size)) for r in rows]
     signal = st.one_of(st.none(), st.booleans(), reward)
     signals = [draw(st.lists(signal, min_size=r.size, max_size=r.size)) for r in rows]
-    return TurnBatch(rows, gids, outcomes, anchors, values, lengths, observations, signals)
+    # the fields of lampo, serl, hiper and dual_track
+    logprobs = draw(st.lists(st.floats(-5, 0), min_size=len(rows), max_size=len(rows)))
+    crit = [draw(st.lists(st.sampled_from([0.0, 0.5, 1.0, 0.25]), min_size=r.size, max_size=r.size)) for r in rows]
+    steps = [draw(st.lists(st.integers(0, 2), min_size=r.size, max_size=r.size)) for r in rows]
+    segments = [np.cumsum(s) for s in steps]
+    phases = [draw(st.lists(st.sampled_from(["exploration", "execution"]), min_size=r.size, max_size=r.size))
+              for r in rows]  # fmt: skip
+    exp_rewards = draw(st.lists(reward, min_size=len(rows), max_size=len(rows)))
+    return TurnBatch(rows, gids, outcomes, anchors, values, lengths, observations, signals, logprobs, crit, segments,
+                     phases, exp_rewards)  # fmt: skip
 
 
 def groups(keys):
@@ -693,7 +702,14 @@ def test_userrl_token_weighted_mean_is_the_trajectory_advantage(batch, turn_meth
 # --- registry and the batch-level properties (determinism, equivariance) ---------------------------------------
 
 NAMES = ["grpo", "dr_grpo", "rloo", "gtpo", "turn_ppo", "igpo", "siop", "a2tgpo", "gigpo", "gigpo_obs", "matchtir",
-         "mapo", "userrl", "mt_grpo"]  # fmt: skip
+         "mapo", "userrl", "mt_grpo", "gopo", "lampo", "serl", "hiper", "dual_track"]  # fmt: skip
+
+
+def extra_fields(rows):
+    """The fields lampo, serl, hiper and dual_track read, for a batch of ``rows`` (lists of turn rewards)."""
+    return {"seq_logprobs": [-1.0] * len(rows), "criticality": [[0.5] * len(r) for r in rows],
+            "segments": [list(range(len(r))) for r in rows], "phases": [["execution"] * len(r) for r in rows],
+            "exploration_rewards": [0.0] * len(rows)}  # fmt: skip
 
 
 def test_registry_names_and_unknown_name():
@@ -716,7 +732,7 @@ def test_registry_is_collected_from_every_estimator_module():
     assert [spec.name for spec in specs] == list(ESTIMATORS)
     assert all(ESTIMATORS[spec.name] is spec.fn for spec in specs)
     assert tuple(spec.name for spec in specs if spec.outcome_only) == OUTCOME_ESTIMATORS
-    assert set(OUTCOME_ESTIMATORS) == {"grpo", "dr_grpo", "rloo", "mt_grpo"}
+    assert set(OUTCOME_ESTIMATORS) == {"grpo", "dr_grpo", "rloo", "mt_grpo", "gopo", "lampo", "serl", "dual_track"}
     twice = SimpleNamespace(__name__="twice", REGISTERED=(EstimatorSpec("grpo", ESTIMATORS["rloo"]),))
     with pytest.raises(ValueError, match=r"'grpo' is registered by \S+\.group and twice"):
         registry.collect_specs([*registry.MODULES, twice])
@@ -739,22 +755,24 @@ def test_every_estimator_finite_deterministic_and_permutation_equivariant(name, 
 @pytest.mark.parametrize("name", NAMES)
 def test_every_estimator_on_empty_batch_and_single_turns(name):
     est = get_estimator(name)
-    assert est(TurnBatch([], [], anchors=[], values=[], observations=[], turn_signals=[])) == []
+    assert est(TurnBatch([], [], anchors=[], values=[], observations=[], turn_signals=[], **extra_fields([]))) == []
     one = TurnBatch([[1.0], [0.0], [0.5]], ["a", "a", "b"], anchors=[["x"], ["x"], ["x"]], values=[[0.0]] * 3,
-                    observations=[["o"]] * 3, turn_signals=[[1.0], [0.0], [True]])  # fmt: skip
+                    observations=[["o"]] * 3, turn_signals=[[1.0], [0.0], [True]],
+                    **extra_fields([[1.0]] * 3))  # fmt: skip
     out = est(one)
     assert [x.size for x in out] == [1, 1, 1] and all(np.isfinite(x).all() for x in out)
     if name != "turn_ppo":  # critic-based: no group baseline
         assert out[2].tolist() == [0.0]  # singleton group
     tied = TurnBatch([[1.0], [1.0]], [0, 0], anchors=[["x"], ["x"]], values=[[1.0], [1.0]], observations=[["o"]] * 2,
-                     turn_signals=[[1.0], [1.0]])  # fmt: skip
+                     turn_signals=[[1.0], [1.0]], **extra_fields([[1.0]] * 2))  # fmt: skip
     assert all(np.all(x == 0) for x in est(tied))
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if n != "igpo"])
 def test_estimators_accept_zero_turn_trajectories(name):
     b = TurnBatch([[], [1.0, 0.0], [0.0]], [0, 0, 0], anchors=[[], ["a", "b"], ["a"]], values=[[], [0, 0], [0]],
-                  observations=[[], ["a", "b"], ["a"]], turn_signals=[[], [1, None], [0]])  # fmt: skip
+                  observations=[[], ["a", "b"], ["a"]], turn_signals=[[], [1, None], [0]],
+                  **extra_fields([[], [1.0, 0.0], [0.0]]))  # fmt: skip
     out = get_estimator(name)(b)
     assert [x.size for x in out] == [0, 2, 1] and all(np.isfinite(x).all() for x in out)
 

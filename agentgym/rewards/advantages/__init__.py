@@ -9,14 +9,17 @@ Turn-level advantages reach tokens only through :func:`broadcast_to_tokens`, wit
 One module per method family: ``base`` (shared helpers, ``EstimatorSpec``), ``signals`` (``TurnSignal``,
 ``TURN_SIGNALS``, observation keys), ``batch`` (``TurnBatch``), ``group`` (GRPO, Dr. GRPO, RLOO), ``gae`` (token
 GAE, ``masked_whiten``, turn-PPO), ``tokens`` (turn <-> token spans), ``turn_level`` (GTPO, IGPO, SIOP, A^2TGPO),
-``anchor_groups`` (GiGPO), ``mixed`` (MatchTIR, MAPO), ``userrl``, ``multi_turn`` (multi-turn GRPO) and
-``registry`` (``ESTIMATORS`` collected from the modules' ``REGISTERED`` tuples).
+``anchor_groups`` (GiGPO), ``mixed`` (MatchTIR, MAPO), ``userrl``, ``multi_turn`` (multi-turn GRPO), ``gopo``
+(rank-only), ``lampo`` (pairwise, log-prob weighted), ``serl`` (feedback-reweighted), ``hiper`` (subgoal segments),
+``dual_track`` (exploration/execution phases) and ``registry`` (``ESTIMATORS`` collected from the modules'
+``REGISTERED`` tuples).
 
 Estimators by name (``ESTIMATORS`` / :func:`get_estimator`), each ``fn(batch: TurnBatch, **params) ->
 list[np.ndarray]`` (per-turn advantages): ``grpo``, ``dr_grpo``, ``rloo`` (trajectory-level, every turn gets
 the trajectory's value), ``gtpo``, ``turn_ppo``, ``igpo``, ``siop``, ``a2tgpo``, ``gigpo`` (state anchors),
 ``gigpo_obs`` (observation anchors), ``matchtir``, ``mapo``, ``userrl``, ``mt_grpo`` (a verified per-turn signal
-plus the outcome). Token-level PPO GAE (:func:`token_gae`) works on token arrays and is not registered.
+plus the outcome), ``gopo``, ``lampo``, ``serl``, ``hiper``, ``dual_track``. Token-level PPO GAE
+(:func:`token_gae`) works on token arrays and is not registered.
 
 >>> b = TurnBatch([[0.0, 1.0], [0.0, 0.0], [1.0]], group_ids=["q", "q", "r"])
 >>> [a.round(4).tolist() for a in get_estimator("grpo")(b)]
@@ -29,12 +32,17 @@ from __future__ import annotations
 
 from agentgym.rewards.advantages.anchor_groups import gigpo
 from agentgym.rewards.advantages.base import EstimatorSpec, group_zscore
-from agentgym.rewards.advantages.batch import TurnBatch
+from agentgym.rewards.advantages.batch import PHASES, TurnBatch
+from agentgym.rewards.advantages.dual_track import dual_track_advantages, exploration_reward, turn_phases
 from agentgym.rewards.advantages.gae import masked_whiten, token_gae, token_gae_torch, turn_gae
+from agentgym.rewards.advantages.gopo import gopo_advantages, gopo_turns, mean_ranks
 from agentgym.rewards.advantages.group import dr_grpo, grpo, rloo
+from agentgym.rewards.advantages.hiper import hiper_advantages, subgoal_segments
+from agentgym.rewards.advantages.lampo import lampo_advantages
 from agentgym.rewards.advantages.mixed import mapo_mixed, matchtir_dual
 from agentgym.rewards.advantages.multi_turn import mt_grpo
 from agentgym.rewards.advantages.registry import ESTIMATORS, OUTCOME_ESTIMATORS, get_estimator
+from agentgym.rewards.advantages.serl import SERL_FEATURES, serl_advantages, serl_criticality
 from agentgym.rewards.advantages.signals import TURN_SIGNALS, TurnSignal, observation_anchors, observation_key
 from agentgym.rewards.advantages.tokens import broadcast_to_tokens, broadcast_to_tokens_batch, place_turn_rewards
 from agentgym.rewards.advantages.turn_level import (
@@ -52,6 +60,8 @@ from agentgym.rewards.advantages.userrl import userrl_advantages, userrl_traject
 __all__ = [
     "ESTIMATORS",
     "OUTCOME_ESTIMATORS",
+    "PHASES",
+    "SERL_FEATURES",
     "TURN_SIGNALS",
     "EstimatorSpec",
     "TurnBatch",
@@ -61,26 +71,37 @@ __all__ = [
     "broadcast_to_tokens",
     "broadcast_to_tokens_batch",
     "dr_grpo",
+    "dual_track_advantages",
+    "exploration_reward",
     "get_estimator",
     "gigpo",
+    "gopo_advantages",
+    "gopo_turns",
     "group_zscore",
     "grpo",
     "gtpo",
+    "hiper_advantages",
     "igpo_advantages",
+    "lampo_advantages",
     "mapo_mixed",
     "masked_whiten",
     "matchtir_dual",
+    "mean_ranks",
     "mt_grpo",
     "normalize_turn_returns",
     "observation_anchors",
     "observation_key",
     "place_turn_rewards",
     "rloo",
+    "serl_advantages",
+    "serl_criticality",
     "siop_advantages",
+    "subgoal_segments",
     "token_gae",
     "token_gae_torch",
     "turn_gae",
     "turn_group_normalize",
+    "turn_phases",
     "turn_returns",
     "userrl_advantages",
     "userrl_trajectory_score",

@@ -15,6 +15,9 @@ from agentgym.rewards.advantages.signals import TurnSignal, _signal_rows, observ
 if TYPE_CHECKING:
     from agentgym.contract.trajectory import Trajectory, Turn
 
+#: The per-turn phases of ``TurnBatch.phases`` (TRUST-SQL's dual track: schema probing, then the final answer).
+PHASES: tuple[str, ...] = ("exploration", "execution")
+
 
 @dataclass
 class TurnBatch:
@@ -23,7 +26,11 @@ class TurnBatch:
     rewards), ``anchors`` (GiGPO, per turn: the env's state anchor, hashable or None), ``values`` (turn-PPO critic,
     ``T`` or ``T + 1`` per trajectory), ``turn_lengths`` (policy tokens per turn, UserRL's weighting),
     ``observations`` (``gigpo_obs``, per turn: a hashable key of what the agent observed, see
-    :func:`observation_anchors`), ``turn_signals`` (``mt_grpo``, per turn: a verified signal or None)."""
+    :func:`observation_anchors`), ``turn_signals`` (``mt_grpo``, per turn: a verified signal or None),
+    ``seq_logprobs`` (``lampo``, per trajectory: the mean log-prob of its sampled tokens), ``criticality`` (``serl``,
+    per turn: a score in [0, 1]), ``segments`` (``hiper``, per turn: the index of its subgoal segment, nondecreasing
+    from 0), ``phases`` (``dual_track``, per turn: ``"exploration"`` or ``"execution"``) and ``exploration_rewards``
+    (``dual_track``, per trajectory)."""
 
     turn_rewards: Sequence[ArrayLike]
     group_ids: ArrayLike
@@ -33,6 +40,11 @@ class TurnBatch:
     turn_lengths: Sequence[ArrayLike] | None = None
     observations: Sequence[Sequence[Hashable]] | None = None
     turn_signals: Sequence[Sequence[float | bool | None]] | None = None
+    seq_logprobs: ArrayLike | None = None
+    criticality: Sequence[ArrayLike] | None = None
+    segments: Sequence[ArrayLike] | None = None
+    phases: Sequence[Sequence[str]] | None = None
+    exploration_rewards: ArrayLike | None = None
 
     def __post_init__(self) -> None:
         self.turn_rewards = _ragged(self.turn_rewards, "turn_rewards")
@@ -62,6 +74,37 @@ class TurnBatch:
             self.turn_signals = _signal_rows(self.turn_signals, "turn_signals")
             if [len(s) for s in self.turn_signals] != self.lengths:
                 raise ValueError("turn_signals must have one entry per turn")
+        self._check_optional(n)
+
+    def _check_optional(self, n: int) -> None:
+        """Validate the fields of ``lampo``, ``serl``, ``hiper`` and ``dual_track`` (each None unless given)."""
+        for name in ("seq_logprobs", "exploration_rewards"):
+            if getattr(self, name) is not None:
+                v = _vec(getattr(self, name), name)
+                if v.size != n:
+                    raise ValueError(f"{name}: {v.size} values for {n} trajectories")
+                setattr(self, name, v)
+        if self.criticality is not None:
+            self.criticality = _ragged(self.criticality, "criticality")
+            if [c.size for c in self.criticality] != self.lengths:
+                raise ValueError("criticality must have one entry per turn")
+            if any(((c < 0) | (c > 1)).any() for c in self.criticality):
+                raise ValueError("criticality must lie in [0, 1]")
+        if self.segments is not None:
+            rows = _ragged(self.segments, "segments")
+            if [r.size for r in rows] != self.lengths:
+                raise ValueError("segments must have one entry per turn")
+            for i, r in enumerate(rows):
+                if (r != np.floor(r)).any() or (r < 0).any() or (np.diff(r) < 0).any():
+                    raise ValueError(f"segments[{i}]: segment indices are integers >= 0, nondecreasing, got {r}")
+            self.segments = [r.astype(np.int64) for r in rows]
+        if self.phases is not None:
+            self.phases = [list(p) for p in self.phases]
+            if [len(p) for p in self.phases] != self.lengths:
+                raise ValueError("phases must have one entry per turn")
+            bad = {x for p in self.phases for x in p} - set(PHASES)
+            if bad:
+                raise ValueError(f"phases: unknown phase(s) {sorted(map(repr, bad))}; known: {', '.join(PHASES)}")
 
     @property
     def lengths(self) -> list[int]:
@@ -89,6 +132,11 @@ class TurnBatch:
             pick(self.turn_lengths),
             pick(self.observations),
             pick(self.turn_signals),
+            None if self.seq_logprobs is None else np.asarray(self.seq_logprobs)[list(order)],
+            pick(self.criticality),
+            pick(self.segments),
+            pick(self.phases),
+            None if self.exploration_rewards is None else np.asarray(self.exploration_rewards)[list(order)],
         )
 
     @classmethod

@@ -7,11 +7,26 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType, ModuleType
 
-from agentgym.rewards.advantages import anchor_groups, gae, group, mixed, multi_turn, turn_level, userrl
+from agentgym.rewards.advantages import (
+    anchor_groups,
+    dual_track,
+    gae,
+    gopo,
+    group,
+    hiper,
+    lampo,
+    mixed,
+    multi_turn,
+    serl,
+    turn_level,
+    userrl,
+)
 from agentgym.rewards.advantages.base import Estimator, EstimatorSpec
 
 #: The modules that register estimators, in registry order.
-MODULES: tuple[ModuleType, ...] = (group, gae, turn_level, anchor_groups, mixed, userrl, multi_turn)
+MODULES: tuple[ModuleType, ...] = (
+    group, gae, turn_level, anchor_groups, mixed, userrl, multi_turn, gopo, lampo, serl, hiper, dual_track
+)  # fmt: skip
 
 
 def collect_specs(modules: Iterable[ModuleType]) -> tuple[EstimatorSpec, ...]:

@@ -1,0 +1,135 @@
+"""SERL, selective environment-reweighted learning (docs/rewards.md, 'SERL'): the outcome's group advantage sets
+each turn's sign, the env's per-turn feedback (a criticality score) sets how much of it each turn gets."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from agentgym.rewards.advantages.base import DEFAULT_EPS, ArrayLike, EstimatorSpec, _keys, _ragged
+from agentgym.rewards.advantages.batch import TurnBatch
+from agentgym.rewards.advantages.group import grpo
+from agentgym.rewards.catalogue import Method
+from agentgym.rewards.papers import cite
+
+#: The feedback features :func:`serl_criticality` reads, by name.
+SERL_FEATURES: tuple[str, ...] = ("invalid", "no_effect", "anchor_change", "progress")
+NOTHING_HAPPENS = "Nothing happens."
+
+
+def _text(obs: Any) -> str:
+    """An observation's text: a string, or the ``content`` of a list of chat messages."""
+    if isinstance(obs, str):
+        return obs
+    if isinstance(obs, Mapping):
+        return str(obs.get("content", ""))
+    if isinstance(obs, Sequence):
+        return "\n".join(_text(m) for m in obs)
+    return ""
+
+
+def _number(x: Any) -> float | None:
+    if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(float(x)):
+        return float(x)
+    return None
+
+
+def serl_criticality(
+    infos: Sequence[Mapping[str, Any]],
+    observations: Sequence[Any] | None = None,
+    reset_info: Mapping[str, Any] | None = None,
+    features: Sequence[str] = SERL_FEATURES,
+) -> list[float]:
+    """One criticality score in [0, 1] per step: the mean of the chosen feedback features of the step, each in
+    [0, 1] (choice: an unweighted mean; the feature set is the ``features`` argument):
+
+    * ``invalid``: 1 when the step's info has a truthy ``parse_error`` or ``action_valid`` is False;
+    * ``no_effect``: 1 when the step's observation text contains "Nothing happens." (needs ``observations``);
+    * ``anchor_change``: 1 when ``info["anchor"]`` differs from the state before the step (the reset's anchor for
+      the first step), 0 where neither has one;
+    * ``progress``: ``|progress_t - progress_{t-1}|`` clipped to 1 (``info["progress"]``; the reset's, else 0,
+      before the first step; a step without the key keeps the last value).
+
+    >>> serl_criticality([{"anchor": "a"}, {"anchor": "a", "parse_error": True}], reset_info={"anchor": "s"},
+    ...                  features=("invalid", "anchor_change"))
+    [0.5, 0.5]
+    """
+    unknown = sorted(set(features) - set(SERL_FEATURES))
+    if unknown or not features:
+        raise ValueError(f"features must be a non-empty subset of {SERL_FEATURES}, got {tuple(features)}")
+    if observations is not None and len(observations) != len(infos):
+        raise ValueError(f"{len(infos)} infos but {len(observations)} observations")
+    if "no_effect" in features and observations is None:
+        raise ValueError("the 'no_effect' feature needs the step observations")
+    before: Mapping[str, Any] = reset_info or {}
+    progress = _number(before.get("progress")) or 0.0
+    out = []
+    for t, info in enumerate(infos):
+        score = {}
+        score["invalid"] = float(bool(info.get("parse_error")) or info.get("action_valid") is False)
+        score["no_effect"] = float(observations is not None and NOTHING_HAPPENS in _text(observations[t]))
+        prev, now = before.get("anchor"), info.get("anchor")
+        score["anchor_change"] = float(not (prev is None and now is None) and prev != now)
+        p = _number(info.get("progress"))
+        score["progress"] = 0.0 if p is None else min(abs(p - progress), 1.0)
+        progress = progress if p is None else p
+        before = info
+        out.append(math.fsum(score[f] for f in features) / len(features))
+    return out
+
+
+def serl_advantages(
+    outcomes: ArrayLike,
+    criticality: Sequence[ArrayLike],
+    group_ids: ArrayLike,
+    kappa: float = 1.0,
+    eps: float = DEFAULT_EPS,
+) -> list[np.ndarray]:
+    """SERL: ``A_{i,t} = A^GRPO_i * w_{i,t}`` with ``w_{i,t} = (1 + kappa * c_{i,t}) / mean_t (1 + kappa * c_{i,t})``
+    (``c`` in [0, 1]: the turn's criticality). The weights are positive and average 1 over a trajectory's turns,
+    so every turn keeps the sign of ``A^GRPO_i`` and ``mean_t A_{i,t} = A^GRPO_i``; ``kappa=0`` is GRPO.
+
+    >>> [a.tolist() for a in serl_advantages([1.0, 0.0], [[1.0, 0.0], [0.0, 0.0]], [0, 0], kappa=1.0, eps=0.0)]
+    [[1.3333333333333333, 0.6666666666666666], [-1.0, -1.0]]
+    """
+    a = grpo(outcomes, group_ids, eps)
+    c = _ragged(criticality, "criticality")
+    _keys(group_ids, len(c))
+    if len(c) != a.size:
+        raise ValueError(f"{a.size} outcomes but {len(c)} criticality rows")
+    if not (math.isfinite(kappa) and kappa >= 0):
+        raise ValueError(f"kappa must be a finite number >= 0, got {kappa}")
+    out = []
+    for ai, ci in zip(a, c, strict=True):
+        if ((ci < 0) | (ci > 1)).any():
+            raise ValueError("criticality must lie in [0, 1]")
+        w = 1.0 + kappa * ci  # choice: w = 1 + kappa*c renormalised to mean 1 per trajectory (the spec's; knob kappa)
+        out.append(ai * (w / (math.fsum(w) / w.size)) + 0.0 if w.size else np.zeros(0))
+    return out
+
+
+def _est_serl(b: TurnBatch, kappa: float = 1.0, eps: float = DEFAULT_EPS) -> list[np.ndarray]:
+    if b.criticality is None:
+        raise ValueError("serl needs TurnBatch.criticality (per-turn scores in [0, 1], see serl_criticality)")
+    return serl_advantages(b.outcome_array, b.criticality, b.group_ids, kappa, eps)
+
+
+REGISTERED: tuple[EstimatorSpec, ...] = (EstimatorSpec("serl", _est_serl, outcome_only=True),)
+
+METHODS: tuple[Method, ...] = (
+    Method("serl", "SERL", "estimator",
+           "GRPO's outcome advantage reweighted across turns by the env's per-turn feedback (criticality)",
+           needs=("outcome", "group", "turn_signal"), paper=cite("SERL"), code=f"{__name__}:_est_serl",
+           status="partial",
+           choices=("w = 1 + kappa*c renormalised to mean 1 over each trajectory's turns; knob kappa (0 is GRPO)",
+                    "criticality c = the unweighted mean of the feedback features parse error / invalid action, "
+                    "'Nothing happens.', anchor change and |progress delta| (serl_criticality's features argument; "
+                    "the trainer uses all four)",
+                    "granularity: turn (every token of a turn gets the turn's weight)"),
+           train={"algo": "grpo", "estimator": "serl"}, knobs_into="estimator_kwargs",
+           missing="the token granularity and the reference-trajectory agreement feature; the feature set is not "
+                   "a train knob"),
+)  # fmt: skip
