@@ -931,6 +931,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         note = " ".join(str(e).split())
         print(f"{name}: interrupted" + (f"; {note}" if note else ""), file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (``agentgym methods | head``): stop quietly, as other tools do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush of stdout does not fail again
+        return 141
 
 
 def _dispatch(argv: list[str]) -> int:

@@ -321,11 +321,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     folder that holds a run without ``--resume`` or ``--overwrite``) are one line and exit 2, before a model is built
     or the run folder is written; Ctrl-C says where the last checkpoint is (``agentgym.cli.main`` prints it, 130).
     """
+    from agentgym.baselines.methods import get_method, method_overrides
     from agentgym.cli import OneLineParser, UserError
 
     parser = OneLineParser(prog="agentgym train", description=__doc__.splitlines()[0])
     parser.add_argument("--preset", choices=sorted(PRESETS))
     parser.add_argument("--config", dest="config_file")
+    parser.add_argument("--method", help="start from this method's settings (agentgym methods lists them); "
+                        "--set KNOB=VALUE then sets its knobs")  # fmt: skip
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--model", help="local model directory, tiny or a named model such as smollm2-135m "
                         "(overrides the preset's model)")  # fmt: skip
@@ -338,7 +341,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("give --preset or --config")
     flags = {"model": args.model, "out_dir": args.out_dir, "iterations": args.iterations, "resume": args.resume or None}
     try:
-        overrides = {**key_values(args.set), **{k: v for k, v in flags.items() if v is not None}}
+        sets = key_values(args.set)
+        if args.method is not None:
+            sets = method_overrides(get_method(args.method), sets)
+        overrides = {**sets, **{k: v for k, v in flags.items() if v is not None}}
         config = load_config(args.preset, args.config_file, overrides)
     except (ValueError, KeyError, OSError) as exc:
         parser.error(str(exc.args[0]) if isinstance(exc, KeyError) else str(exc))
