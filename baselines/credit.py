@@ -143,6 +143,28 @@ def turn_signals(rollouts: Sequence[Rollout], config: TrainConfig) -> list[list[
     return out
 
 
+def estimator_fields(rollouts: Sequence[Rollout], config: TrainConfig) -> dict[str, Any]:
+    """The optional ``TurnBatch`` fields the configured estimator reads, from the rollouts: ``seq_logprobs``
+    (``lampo``: the mean log-prob of each rollout's sampled tokens), ``criticality`` (``serl``: ``serl_criticality``
+    of the step infos and observations), ``segments`` (``hiper``: ``subgoal_segments`` of the actions), ``phases``
+    and ``exploration_rewards`` (``dual_track``: ``turn_phases`` and ``exploration_reward`` of the step infos).
+    Empty for every other estimator."""
+    from agentgym.rewards import advantages as adv
+
+    name = config.estimator_name
+    if name == "lampo":
+        sampled = [[lp for lp, m in zip(r.rollout_logprobs, r.loss_mask, strict=True) if m] for r in rollouts]
+        return {"seq_logprobs": [math.fsum(s) / len(s) if s else 0.0 for s in sampled]}
+    if name == "serl":
+        return {"criticality": [adv.serl_criticality(r.infos, r.observations, r.reset_info) for r in rollouts]}
+    if name == "hiper":
+        return {"segments": [adv.subgoal_segments(r.actions) for r in rollouts]}
+    if name == "dual_track":
+        return {"phases": [adv.turn_phases(r.infos) for r in rollouts],
+                "exploration_rewards": [adv.exploration_reward(r.infos) for r in rollouts]}  # fmt: skip
+    return {}
+
+
 def group_stats(rollouts: Sequence[Rollout], config: TrainConfig) -> dict[Any, float]:
     """Population std per group id of the trajectory return (sum of the training turn rewards)."""
     groups: dict[Any, list[float]] = {}
@@ -201,7 +223,8 @@ def compute_advantages(
         batch = TurnBatch(rewards, [r.group_id for r in rollouts], anchors=[r.anchors for r in rollouts],
                           turn_lengths=[[e - s for s, e in r.turn_spans] for r in rollouts],
                           observations=observation_keys(rollouts),
-                          turn_signals=turn_signals(rollouts, config))  # fmt: skip
+                          turn_signals=turn_signals(rollouts, config),
+                          **estimator_fields(rollouts, config))  # fmt: skip
         per_turn = get_estimator(config.estimator_name)(batch, **config.estimator_kwargs)
         return [broadcast_to_tokens(a, r.turn_spans, len(r.response_ids), r.loss_mask)
                 for a, r in zip(per_turn, rollouts, strict=True)], None  # fmt: skip
