@@ -8,7 +8,8 @@ agentgym methods                      # every method: kind, status, needs, paper
 agentgym methods --need group --kind estimator --status built
 agentgym methods gigpo                # one card: paper, code, knobs and defaults, choices, how to train it
 agentgym methods --json               # the registry, for tools
-agentgym methods --markdown           # the table docs/methods.md holds (a test keeps them equal)
+agentgym methods --markdown           # the catalogue as a Markdown table
+python -m agentgym.baselines.methods docs/methods.md   # regenerate the page's tables (a test keeps them equal)
 
 >>> get_method("grpo").kind
 'estimator'
@@ -31,7 +32,7 @@ from typing import Any
 from agentgym.rewards.catalogue import KINDS, NEEDS, STATUSES, Method, collect, merge, reward_methods
 
 #: The trainer modules that hold cards (imported only when the catalogue is read).
-TRAINER_MODULES: tuple[str, ...] = ()
+TRAINER_MODULES: tuple[str, ...] = ("agentgym.baselines.trainer_methods", "agentgym.baselines.branches")
 
 
 def catalogue() -> tuple[Method, ...]:
@@ -102,6 +103,21 @@ def markdown(cards: Sequence[Method]) -> str:
     return "\n".join(lines)
 
 
+def needs_markdown() -> str:
+    """The words a card's ``needs`` uses, as the Markdown table of docs/methods.md."""
+    return "\n".join(["| need | meaning |", "|---|---|", *(f"| `{k}` | {v} |" for k, v in NEEDS.items())])
+
+
+def fill_docs(text: str, cards: Sequence[Method]) -> str:
+    """``text`` (docs/methods.md) with its generated blocks (between ``<!-- methods:begin -->`` and
+    ``<!-- methods:end -->``, the same for ``needs``) made from the registry."""
+    for block, body in (("methods", markdown(cards)), ("needs", needs_markdown())):
+        start, end = f"<!-- {block}:begin -->", f"<!-- {block}:end -->"
+        head, rest = text.split(start)
+        text = f"{head}{start}\n{body}\n{end}{rest.split(end, 1)[1]}"
+    return text
+
+
 def coverage(cards: Sequence[Method]) -> str:
     """One line: how many methods are built, partial and missing."""
     counts = Counter(c.status for c in cards)
@@ -168,3 +184,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(format_table(rows(cards)) if cards else "no method matches")
         print(coverage(cards))
     return 0
+
+
+if __name__ == "__main__":  # python -m agentgym.baselines.methods docs/methods.md: regenerate the page's tables
+    import sys
+
+    page = Path(sys.argv[1])
+    page.write_text(fill_docs(page.read_text(), catalogue()))

@@ -172,6 +172,14 @@ BIBLIOGRAPHY: Mapping[str, Paper] = MappingProxyType({
         2026,
         "2601.04703",
     ),
+    "SOAR": Paper("Teaching Models to Teach Themselves: Reasoning at the Edge of Learnability", 2026, "2601.18778"),
+    "Behavior-alignment bi-level": Paper("Behavior Alignment via Reward Function Optimization", 2023, "2310.19007"),
+    "LEARN": Paper("Using Natural Language for Reward Shaping in Reinforcement Learning", 2019, "1903.02020"),
+    "RUBRIC-ARROW": Paper(
+        "RUBRIC-ARROW: Alternating Pointwise Rubric Reward Modeling for LLM Post-training in Non-verifiable Domains",
+        2026,
+        "2605.29156",
+    ),
 })  # fmt: skip
 
 
