@@ -53,6 +53,10 @@ Methods (``METHODS``; the trainer's estimators):
   grpo`` (the default) each stops at the sampled tokens (main rollouts and forks) of ``grpo``'s run of the same
   cell and seed, which it waits for: the comparison is at equal sampled tokens, not equal episodes.
 
+- ``gopo`` / ``lampo`` / ``serl``: GOPO (the outcome's rank in its group, magnitudes discarded), LamPO (pairwise
+  outcome differences weighted by how likely the model found each rollout) and SERL (GRPO's advantage reweighted
+  over turns by the env's feedback: invalid actions, progress changes), with their cards' defaults.
+
 IGPO is not in the grid: its turn reward is the gain in the policy's probability of a gold answer string, and the
 diagnostics have choices, not an answer to score.
 
@@ -106,6 +110,10 @@ METHODS: dict[str, dict[str, Any]] = {
              "reward_components": ["outcome"]},
     "tree": {"algo": "grpo", "estimator": "tree", "branch_k": 2, "branch_turns": "uncertain", "branch_frac": 0.125,
              "reward_components": ["outcome"]},
+    # the catalogue's estimators of the second round (agentgym methods gopo, ...), with their cards' defaults
+    "gopo": {"algo": "grpo", "estimator": "gopo"},
+    "lampo": {"algo": "grpo", "estimator": "lampo"},
+    "serl": {"algo": "grpo", "estimator": "serl"},
 }  # fmt: skip
 #: The methods that fork branches: they sample more tokens per iteration than the others.
 BRANCH_METHODS = tuple(m for m, o in METHODS.items() if o.get("branch_k", 0) > 0)

@@ -143,7 +143,8 @@ class Method:
 #: The reward modules that hold cards (a test fails on a module with ``METHODS`` that is missing here).
 CARD_MODULES: tuple[str, ...] = tuple(f"agentgym.rewards.{m}" for m in (
     "advantages.group", "advantages.gae", "advantages.turn_level", "advantages.anchor_groups", "advantages.mixed",
-    "advantages.userrl", "advantages.multi_turn", "information.gain", "information.potential", "information.siop",
+    "advantages.userrl", "advantages.multi_turn", "advantages.gopo", "advantages.lampo", "advantages.serl",
+    "advantages.hiper", "advantages.dual_track", "information.gain", "information.potential", "information.siop",
     "information.infopo", "matching", "judge", "process", "wrappers",
 ))  # fmt: skip
 
