@@ -19,9 +19,14 @@ from agentgym.baselines.branches import (
     BranchSet,
     branch_advantages,
     choose_turns,
+    fork_group_advantages,
+    resample_stalled,
     returns_to_go,
     run_forks,
+    stalled_turn,
+    target_value,
     tree_advantages,
+    turn_entropy,
     vine_advantages,
 )
 from agentgym.baselines.config import TrainConfig
@@ -162,11 +167,11 @@ def test_choose_turns_uncertain_picks_the_least_likely_tokens():
     a, b = hand_rollout([0, 0], 0), hand_rollout([0, 0], 0)
     a.rollout_logprobs = [-0.1, -0.05, 0.0, -2.0, -0.3]
     b.rollout_logprobs = [-0.5, -0.5, 0.0, -0.2, -3.0]
-    assert choose_turns([a, b], "all") == [(0, 0), (0, 1), (1, 0), (1, 1)]
-    assert choose_turns([a, b], "uncertain", 0.5) == [(0, 1), (1, 1)]
-    assert choose_turns([a, b], "uncertain", 0.6) == [(0, 1), (1, 0), (1, 1)]
+    assert choose_turns([a, b], "all", entropy=None) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert choose_turns([a, b], "uncertain", 0.5, entropy=None) == [(0, 1), (1, 1)]
+    assert choose_turns([a, b], "uncertain", 0.6, entropy=None) == [(0, 1), (1, 0), (1, 1)]
     with pytest.raises(ValueError, match="branch_turns"):
-        choose_turns([a], "some")
+        choose_turns([a], "some", entropy=None)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -184,7 +189,7 @@ def chain_mains(policy):
 
 
 def fork_all(policy, mains, k, **kw):
-    chosen = choose_turns(mains, "all")
+    chosen = choose_turns(mains, "all", entropy=None)
     envs = [chain()() for _ in range(len(chosen) * k)]
     try:
         return run_forks(policy, envs, mains, chosen, k=k, sample_seed=11, config=kw.pop("config", CHAIN), **kw)
@@ -300,7 +305,7 @@ def test_branch_values_converge_to_the_true_values(policy):
     truth_arr = np.array(truth)
     errors = []
     for k in (4, 16, 64):
-        chosen = choose_turns(mains, "all")
+        chosen = choose_turns(mains, "all", entropy=None)
         fork_envs = [chain(horizon)() for _ in range(len(chosen) * k)]
         forks, origins = run_forks(skill, fork_envs, mains, chosen, k=k, sample_seed=k, config=config)
         values = BranchSet(mains, forks, origins).values(train_config)
@@ -402,3 +407,387 @@ def test_token_budget_stops_the_run_and_survives_resume(tmp_path):
     assert more["last"]["sampled_tokens_total"] == budget - 1 + more["last"]["sampled_tokens"] >= budget
     assert main(["--config", str(out / "config.json"), "--set", "resume=true", "--set", f"max_sampled_tokens={budget}",
                  "--set", "iterations=6"]) == 0  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# BranPO: tail turns, difficulty-aware frequency, redundant-step masking
+
+
+def with_success(r: Rollout, success: bool) -> Rollout:
+    r.success = success
+    return r
+
+
+def test_choose_turns_tail_prefix_by_hand():
+    """Rollouts of 3, 1 and 2 turns. tail m=1: each one's last turn -> (0, 2), (1, 0), (2, 1); tail m=2: t >= T - 2
+    -> (0, 1), (0, 2), (1, 0), (2, 0), (2, 1); prefix m=1: turn 0 of each; prefix m=2: t < 2."""
+    rs = [hand_rollout([0, 0, 0], 0), hand_rollout([0], 0), hand_rollout([0, 0], 1)]
+    assert choose_turns(rs, "tail", branch_tail=1, entropy=None) == [(0, 2), (1, 0), (2, 1)]
+    assert choose_turns(rs, "tail", branch_tail=2, entropy=None) == [(0, 1), (0, 2), (1, 0), (2, 0), (2, 1)]
+    assert choose_turns(rs, "prefix", branch_prefix=1, entropy=None) == [(0, 0), (1, 0), (2, 0)]
+    assert choose_turns(rs, "prefix", branch_prefix=2, entropy=None) == [(0, 0), (0, 1), (1, 0), (2, 0), (2, 1)]
+    for bad in ({"branch_tail": 0}, {"branch_prefix": 0}):
+        with pytest.raises(ValueError, match="branch_tail"):
+            choose_turns(rs, "tail", entropy=None, **bad)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=6), st.integers(1, 7))
+def test_tail_picks_exactly_the_last_m_turns(lengths, m):
+    """tail: a pair (i, t) is chosen iff t >= T_i - m; prefix: iff t < m."""
+    rs = [hand_rollout([0] * n, i) for i, n in enumerate(lengths)]
+    tail = set(choose_turns(rs, "tail", branch_tail=m, entropy=None))
+    prefix = set(choose_turns(rs, "prefix", branch_prefix=m, entropy=None))
+    for i, n in enumerate(lengths):
+        for t in range(n):
+            assert ((i, t) in tail) == (t >= n - m) and ((i, t) in prefix) == (t < m)
+
+
+def test_difficulty_thins_each_task_by_its_success_rate():
+    """Group 0: 1 success of 2 -> p = 1/2, w = 1 - |2 * 1/2 - 1| = 1: its 4 turns all stay. Group 1: 0 of 2 ->
+    w = 1 - |0 - 1| = 0: none. Group 2: 1 of 4 -> w = 1 - |1/2 - 1| = 1/2: of its 4 chosen (tail m=1: one per
+    rollout) ceil(4 * 1/2) = 2 stay; all tie in tail priority (each is its rollout's last turn, t - T = -1), so
+    the earlier pairs (4, 0) and (5, 0) stay. With mode "all" group 0 keeps all; an all-success group keeps none."""
+    rs = [with_success(hand_rollout([0, 0], 0), True), hand_rollout([0, 0], 0),
+          hand_rollout([0, 0], 1), hand_rollout([0], 1),
+          with_success(hand_rollout([0], 2), True), hand_rollout([0], 2), hand_rollout([0], 2),
+          hand_rollout([0], 2)]  # fmt: skip
+    assert choose_turns(rs, "all", branch_difficulty=True, entropy=None) == [(0, 0), (0, 1), (1, 0), (1, 1),
+                                                                            (4, 0), (5, 0)]  # fmt: skip
+    assert choose_turns(rs, "tail", branch_difficulty=True, entropy=None) == [(0, 1), (1, 1), (4, 0), (5, 0)]
+    won = [with_success(hand_rollout([0, 0], 0), True), with_success(hand_rollout([0], 0), True)]
+    assert choose_turns(won, "all", branch_difficulty=True, entropy=None) == []
+
+
+def tied_branches() -> tuple[BranchSet, TrainConfig]:
+    """hand_branches, but main 1's two forks at s_0 both return 1 (rewards (0, 1) and (1,)): a redundant step."""
+    branches, config = hand_branches()
+    forks = [*branches.forks[:2], hand_rollout([0, 1], 0), hand_rollout([1], 0)]
+    return BranchSet(branches.mains, forks, branches.origins), dataclasses.replace(config, branch_mask_ties=True)
+
+
+def test_masked_steps_get_exactly_zero():
+    """vine: main 1 turn 0 (forks tie at 1) gets 0 instead of G_0 - V(s_0) = 0 - 1 = -1; main 0's s_1 forks return
+    1 and 0 (no tie): A = 1 + 0 - 0.5 = 0.5 as before. tree: the group at (1, 0) is (0, 1, 1): unmasked
+    (-2/3, 1/3, 1/3), masked 0 on the main's turn and on both forks' first turns; (0, 1) keeps (1/3, 1/3, -2/3).
+    The forks' sampled tokens are the same with or without masking (masking only zeroes credit)."""
+    branches, config = tied_branches()
+    for name in ("vine", "tree"):
+        cfg = dataclasses.replace(config, estimator=name)
+        rows, advs = branch_advantages(branches, cfg)
+        got = per_turn(advs, rows)
+        assert got[1][0] == 0.0 and got[0][1] == pytest.approx(0.5 if name == "vine" else 1 / 3)
+        if name == "tree":
+            assert [g[0] for g in got[2:]] == [pytest.approx(1 / 3), pytest.approx(-2 / 3), 0.0, 0.0]
+            assert all((advs[k] == 0.0).all() for k in (4, 5))  # every token of a masked fork row is exactly 0
+        plain = per_turn(*reversed(branch_advantages(branches, dataclasses.replace(cfg, branch_mask_ties=False))))
+        assert plain[1][0] == pytest.approx(-1.0 if name == "vine" else -2 / 3)
+        m = branches.metrics(cfg)
+        assert m["branch_masked_frac"] == 0.5 and m["branch_sampled_tokens"] == 2 + 2 + 4 + 2
+
+
+def test_masking_needs_two_forks_and_tree_knobs_need_tree():
+    base = {"env_id": "agentgym/Chain-v0"}
+    with pytest.raises(ValueError, match="branch_k >= 2"):
+        TrainConfig(**base, estimator="tree", branch_k=1, branch_mask_ties=True)
+    for knob in ({"tree_target": "immediate"}, {"tree_std": True}, {"tree_blend": 0.5}, {"step_bonus": 0.1}):
+        with pytest.raises(ValueError, match="knobs of estimator 'tree'"):
+            TrainConfig(**base, estimator="vine", branch_k=2, **knob)
+    for bad, match in [({"tree_target": "best"}, "tree_target"), ({"tree_blend": 1.5}, "tree_blend"),
+                       ({"branch_tail": 0}, "branch_tail"), ({"branch_resample": -1}, "branch_resample"),
+                       ({"branch_turns": "middle"}, "branch_turns")]:  # fmt: skip
+        with pytest.raises(ValueError, match=match):
+            TrainConfig(**base, estimator="tree", branch_k=2, **bad)
+
+
+def test_tail_forks_count_their_tokens_as_vines_do(policy, chain_mains):
+    """Real forks from the tail turns: every fork starts at one of the last m turns, the forks' sampled tokens are
+    exactly the loss-mask tokens of their rows (as for vine's forks), and masking changes no count."""
+    mains, _ = chain_mains
+    chosen = choose_turns(mains, "tail", branch_tail=1, entropy=None)
+    assert chosen == [(i, len(r.turn_spans) - 1) for i, r in enumerate(mains)]
+    envs = [chain()() for _ in range(2 * len(chosen))]
+    forks, origins = run_forks(policy, envs, mains, chosen, k=2, sample_seed=3, config=CHAIN)
+    for env in envs:
+        env.close()
+    branches = BranchSet(mains, forks, origins)
+    batch = make_batch(forks, policy.tokenizer.pad_token_id)
+    config = TrainConfig(env_id="agentgym/Chain-v0", estimator="vine", branch_k=2, branch_turns="tail")
+    for cfg in (config, dataclasses.replace(config, branch_mask_ties=True)):
+        assert branches.metrics(cfg)["branch_sampled_tokens"] == int(batch["loss_mask"].sum()) > 0
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# TL-GRPO: immediate and max-to-go targets, std
+
+
+def test_tl_grpo_targets_by_hand():
+    """Prefix rewards (0.5,), rest (0, 0.2) with gamma 0.5: return = 0 + 0.5 * 0.2 = 0.1; immediate = 0; max_to_go =
+    max(0.5, 0, 0.2) = 0.5. No turn played: 0 (return, immediate) or the prefix's best 0.5. std: the group
+    (1, 0, 0) has deviations (2/3, -1/3, -1/3) and population std sqrt((4/9 + 1/9 + 1/9) / 3) = sqrt(2)/3, so
+    A = (sqrt(2), -1/sqrt(2), -1/sqrt(2)) up to the 1e-6 in the denominator; a tied group gives exactly 0."""
+    assert target_value([0.5], [0.0, 0.2], tree_target="return", gamma=0.5) == pytest.approx(0.1)
+    assert target_value([0.5], [0.0, 0.2], tree_target="immediate") == 0.0
+    assert target_value([0.5], [0.0, 0.2], tree_target="max_to_go") == 0.5
+    assert target_value([0.5], [], tree_target="return") == target_value([0.5], [], tree_target="immediate") == 0.0
+    assert target_value([0.5], [], tree_target="max_to_go") == 0.5
+    assert target_value([], [], tree_target="max_to_go") == 0.0
+    with pytest.raises(ValueError, match="tree_target"):
+        target_value([], [1.0], tree_target="best")
+    r2 = math.sqrt(2)
+    assert tree_advantages([[1.0, 0.0, 0.0]], tree_std=True)[0] == pytest.approx([r2, -1 / r2, -1 / r2], rel=1e-5)
+    for std in (False, True):
+        assert tree_advantages([[0.1, 0.1, 0.1], [3.0]], tree_std=std)[0].tolist() == [0.0] * 3
+
+
+def test_tree_targets_on_a_branch_set_by_hand():
+    """hand_branches with tree_target="immediate": at (main 0, s_1) the main's turn-1 reward 1 and the forks' first
+    rewards 1, 0 -> mean 2/3 -> (1/3, 1/3, -2/3); at (main 1, s_0) main 0 and forks 0, 0 -> all tie -> 0 (the
+    'return' target gave (-1/3, 2/3, -1/3) there: the fork (0, 1) is no longer credited for its later reward).
+    max_to_go at (1, 0): trajectory bests (0, 1, 0) -> (-1/3, 2/3, -1/3); at (0, 1): prefix (0,) then (1 | 1 | 0)
+    -> (1/3, 1/3, -2/3)."""
+    branches, config = hand_branches()
+    imm = dataclasses.replace(config, estimator="tree", tree_target="immediate")
+    got = per_turn(*reversed(branch_advantages(branches, imm)))
+    third = 1 / 3
+    assert got[0][1] == pytest.approx(third) and got[1][0] == 0.0
+    assert [g[0] for g in got[2:]] == pytest.approx([third, -2 * third, 0.0, 0.0])
+    best = dataclasses.replace(imm, tree_target="max_to_go")
+    got = per_turn(*reversed(branch_advantages(branches, best)))
+    assert [got[0][1], got[1][0]] == pytest.approx([third, -third])
+    assert [g[0] for g in got[2:]] == pytest.approx([third, -2 * third, 2 * third, -third])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(-2, 2), max_size=4),
+       st.lists(st.lists(st.floats(-2, 2), min_size=1, max_size=5), min_size=1, max_size=5),
+       st.randoms(use_true_random=False))  # fmt: skip
+def test_immediate_ignores_later_turns_and_max_to_go_needs_a_new_best(prefix, rests, rnd):
+    """immediate: shuffling each member's later rewards leaves its value (and the group's advantages) unchanged.
+    max_to_go: when the prefix's best is at least every member's best, every member's value is that best and the
+    group's advantages are exactly 0; a member's advantage is positive only if its trajectory's best is above the
+    group's mean best."""
+    imm = [target_value(prefix, r, tree_target="immediate") for r in rests]
+    shuffled = [[r[0], *rnd.sample(r[1:], len(r) - 1)] for r in rests]
+    assert [target_value(prefix, r, tree_target="immediate") for r in shuffled] == imm
+    assert np.array_equal(tree_advantages([imm])[0], tree_advantages([[r[0] for r in shuffled]])[0])
+    top = max(x for r in rests for x in r)
+    high = [*prefix, top + 1.0]
+    vals = [target_value(high, r, tree_target="max_to_go") for r in rests]
+    assert tree_advantages([vals])[0].tolist() == [0.0] * len(rests)
+    vals = [target_value(prefix, r, tree_target="max_to_go") for r in rests]
+    for v, a in zip(vals, tree_advantages([vals])[0], strict=True):
+        assert (a > 0) == (v > math.fsum(vals) / len(vals)) or abs(a) < 1e-12
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# PORTool: blend, step bonus, prefix forks
+
+
+def test_portool_blend_by_hand():
+    """hand_branches (tree). RLOO A^traj: main 0 = 1, main 1 = -1 (fallback). Forks' A^traj: their whole episode's
+    outcome minus the group's mean main outcome (1 + 0) / 2: forks of (0, 1) with prefix reward 0: 1 - 0.5 = 0.5
+    and 0 - 0.5 = -0.5; forks of (1, 0): 1 - 0.5 = 0.5, 0 - 0.5 = -0.5.
+    alpha = 0.5, beta = 0: (0, 1): 0.5 * (1/3, 1/3, -2/3) + 0.5 * (1, 0.5, -0.5) = (2/3, 5/12, -7/12);
+    (1, 0): 0.5 * (-1/3, 2/3, -1/3) + 0.5 * (-1, 0.5, -0.5) = (-2/3, 7/12, -5/12). Unforked turns keep RLOO.
+    alpha = 0: RLOO on every main turn. alpha = 1 (the default): today's tree."""
+    branches, config = hand_branches()
+    tree = dataclasses.replace(config, estimator="tree")
+    got = per_turn(*reversed(branch_advantages(branches, dataclasses.replace(tree, tree_blend=0.5))))
+    assert got[0] == pytest.approx([1.0, 2 / 3]) and got[1] == pytest.approx([-2 / 3, -1.0])
+    assert [g[0] for g in got[2:]] == pytest.approx([5 / 12, -7 / 12, 7 / 12, -5 / 12])
+    rloo_rows = per_turn(*reversed(branch_advantages(branches, dataclasses.replace(tree, tree_blend=0.0))))
+    assert rloo_rows[:2] == [[1.0, 1.0], [-1.0, -1.0]]
+    assert [g[0] for g in rloo_rows[2:]] == [0.5, -0.5, 0.5, -0.5]
+    one = branch_advantages(branches, dataclasses.replace(tree, tree_blend=1.0))
+    base = branch_advantages(branches, tree)
+    assert all(np.array_equal(a, b) for a, b in zip(one[1], base[1], strict=True))
+
+
+def test_step_bonus_and_siblings_by_hand():
+    """Values (1, 1, 0) with validity (yes, no, yes), beta = 0.5: scored (1.5, 1, 0.5), mean 1 -> (0.5, 0, -0.5).
+    Siblings with equal values and equal validity get a zero fork term: alpha A^fork = 0 leaves (1 - alpha) A^traj.
+    A singleton group's fork term is 0; std makes a two-member group +-1 (up to 1e-6)."""
+    out = fork_group_advantages([1.0, 1.0, 0.0], [0.0] * 3, [True, False, True], step_bonus=0.5)
+    assert out.tolist() == [0.5, 0.0, -0.5]
+    tied = fork_group_advantages([0.3, 0.3], [0.4, -0.2], [True, True], tree_blend=0.25, step_bonus=2.0)
+    assert tied == pytest.approx([0.75 * 0.4, 0.75 * -0.2])
+    assert fork_group_advantages([5.0], [0.0], [True]).tolist() == [0.0]
+    assert fork_group_advantages([2.0, 0.0], [0.0, 0.0], [True, True], tree_std=True) == pytest.approx([1, -1], 1e-5)
+    with pytest.raises(ValueError, match="differ"):
+        fork_group_advantages([1.0], [0.0, 1.0], [True])
+
+
+def test_a_shared_step_is_trained_once(policy, chain_mains):
+    """PORTool: a step shared by the main and its forks has one advantage because it is trained in one row: a fork
+    row's prompt is the main's prefix (no loss there) and its loss covers its first turn only."""
+    mains, _ = chain_mains
+    chosen = choose_turns(mains, "prefix", branch_prefix=2, entropy=None)
+    assert chosen and all(t < 2 for _, t in chosen)
+    envs = [chain()() for _ in range(2 * len(chosen))]
+    forks, origins = run_forks(policy, envs, mains, chosen, k=2, sample_seed=3, config=CHAIN)
+    for env in envs:
+        env.close()
+    config = TrainConfig(env_id="agentgym/Chain-v0", estimator="tree", branch_k=2, branch_turns="prefix",
+                         branch_prefix=2, tree_blend=0.5, step_bonus=0.1, tree_std=True)  # fmt: skip
+    rows, advs = branch_advantages(BranchSet(mains, forks, origins), config)
+    for r, (i, t, _) in zip(rows[len(mains) :], [o for o, f in zip(origins, forks, strict=True) if f.turn_spans],
+                            strict=True):  # fmt: skip
+        assert r.prompt_ids == mains[i].input_ids[: mains[i].context_lengths[t]]
+        assert sum(r.loss_mask) == r.turn_spans[0][1] - r.turn_spans[0][0] and len(r.turn_spans) == 1
+    assert all(np.isfinite(a).all() for a in advs)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# AT^2PO: entropy-guided expansion
+
+
+def test_choose_turns_entropy_by_hand():
+    """Entropies (0.2, 1.5 | 0.9, 0.1): frac 0.5 of 4 turns -> the two highest, (0, 1) and (1, 0); frac 0.75 ->
+    ceil(3) = 3: plus (0, 0). A missing or misshapen entropy list raises."""
+    rs = [hand_rollout([0, 0], 0), hand_rollout([0, 0], 0)]
+    ent = [[0.2, 1.5], [0.9, 0.1]]
+    assert choose_turns(rs, "entropy", 0.5, entropy=ent) == [(0, 1), (1, 0)]
+    assert choose_turns(rs, "entropy", 0.75, entropy=ent) == [(0, 0), (0, 1), (1, 0)]
+    for bad in (None, [[0.2], [0.9, 0.1]]):
+        with pytest.raises(ValueError, match="entropy"):
+            choose_turns(rs, "entropy", 0.5, entropy=bad)
+
+
+def test_turn_entropy_equals_a_full_forward(policy, chain_mains):
+    """turn_entropy: per turn, the mean over its sampled tokens of -sum p log p of softmax(logits / T), checked
+    against one plain forward of each rollout alone (no padding, every position's logits)."""
+    mains, _ = chain_mains
+    got = turn_entropy(policy, mains, 0.7)
+    for r, ents in zip(mains, got, strict=True):
+        with torch.no_grad():
+            logits = policy.model(torch.tensor([r.input_ids])).logits[0].double() / 0.7
+        logp = torch.log_softmax(logits, -1)
+        h = -(logp.exp() * logp).sum(-1)  # h[j]: the distribution of token j + 1
+        p = len(r.prompt_ids)
+        want = [float(h[p + s - 1 : p + e - 1].mean()) for s, e in r.turn_spans]
+        assert ents == pytest.approx(want, abs=1e-4)
+        assert all(0.0 < x <= math.log(logits.shape[-1]) + 1e-9 for x in ents)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# T^2PO: resampling turns without progress
+
+
+def test_stalled_turn_by_hand():
+    """Anchors before turns ("a", "a", "b") and after them ("a", "b", "b"): turn 0 left the anchor unchanged, so
+    did turn 2; from turn 1 on the first stalled one is turn 2, unless it ended the episode (terminated). Without
+    anchors, a turn whose observation repeats one seen before is stalled."""
+    r = hand_rollout([0, 0, 0], 0)
+    r.anchors = ["a", "a", "b"]
+    r.infos = [{"anchor": "a"}, {"anchor": "b"}, {"anchor": "b"}]
+    r.observations = [[{"content": "x"}], [{"content": "y"}], [{"content": "z"}]]
+    assert stalled_turn(r) == 0 and stalled_turn(r, 1) == 2
+    r.terminated = True
+    assert stalled_turn(r, 1) is None
+    r.anchors, r.infos = [None] * 3, [{}] * 3
+    r.initial_observation, r.terminated = [{"content": "y"}], False
+    assert stalled_turn(r) == 1 and stalled_turn(r, 2) is None
+
+
+SEARCH = RolloutConfig(max_turns=3, max_new_tokens=8, temperature=1.0, stop=("</search>", "</answer>"))
+
+
+def search_env():
+    return gymnasium.make("agentgym/SearchQA-v0", dataset="tiny")
+
+
+def test_resample_stalled_on_search_qa(policy):
+    """SearchQA with the tiny random model: most actions are invalid and leave the anchor as it was. Resampling
+    (r = 2) replays each stalled rollout from the snapshot before its first stalled turn: the new turn starts from
+    the same anchor, the prefix is kept token for token, the spliced episode's log-probs equal the trainer's
+    recomputation, each rollout is resampled at most r times and the continuations' tokens are counted. r = 0
+    changes nothing."""
+    envs: list = []
+    mains = collect_rollouts(policy, search_env, [0, 1], group_size=2, config=SEARCH, sample_seed=2, envs=envs,
+                             snapshots=True)  # fmt: skip
+    first = [stalled_turn(r) for r in mains]
+    assert any(t is not None for t in first)
+    spare = [search_env() for _ in mains]
+    try:
+        same, tokens, count = resample_stalled(policy, spare, mains, SEARCH, 9, branch_resample=0,
+                                               generation_batch=None)  # fmt: skip
+        assert same == mains and tokens == count == 0
+        out, tokens, count = resample_stalled(policy, spare, mains, SEARCH, 9, branch_resample=2,
+                                              generation_batch=None)  # fmt: skip
+    finally:
+        for env in envs + spare:
+            env.close()
+    assert 1 <= count <= 2 * sum(t is not None for t in first)
+    changed = 0
+    for old, new, t in zip(mains, out, first, strict=True):
+        if t is None:
+            assert new is old
+            continue
+        changed += new is not old
+        assert new.anchors[t] == old.anchors[t] and new.actions[:t] == old.actions[:t]
+        cut = old.context_lengths[t]
+        assert new.input_ids[:cut] == old.input_ids[:cut] and len(new.snapshots) == len(new.turn_spans)
+    assert changed >= 1
+    batch = make_batch(out, policy.tokenizer.pad_token_id)
+    lp, _ = score_batch(policy.model, batch, SEARCH.temperature, minibatch_size=8)
+    on = batch["loss_mask"] > 0
+    assert torch.allclose(lp[on], batch["rollout_logprobs"][on], atol=1e-5, rtol=0)
+    resampled = sum(
+        new.num_sampled - sum(old.loss_mask[: old.context_lengths[t] - len(old.prompt_ids)])
+        for old, new, t in zip(mains, out, first, strict=True)
+        if t is not None and new is not old
+    )
+    assert tokens >= resampled > 0  # a rollout resampled twice also counts its discarded first continuation
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# finiteness and the cards
+
+
+def test_no_forks_singletons_and_one_turn_rollouts_stay_finite():
+    """No forked state at all, a group of one, one-turn rollouts, and a state whose forks played no turn: every
+    advantage is finite, and an all-masked batch is all 0."""
+    lone = hand_rollout([1.0], 7)
+    config = TrainConfig(env_id="agentgym/Chain-v0", estimator="tree", branch_k=2, reward_components="all",
+                         tree_std=True, tree_blend=0.5, step_bonus=0.1, tree_target="max_to_go")  # fmt: skip
+    rows, advs = branch_advantages(BranchSet([lone], [], []), config)
+    assert rows == [lone] and advs[0].tolist() == [0.0, 0.0]
+    empty = Rollout(prompt_ids=[1], group_id=7)
+    rows, advs = branch_advantages(BranchSet([lone], [empty, empty], [(0, 0, 0), (0, 0, 1)]), config)
+    assert len(rows) == 1 and all(np.isfinite(a).all() for a in advs)
+    masked = dataclasses.replace(config, branch_mask_ties=True)
+    rows, advs = branch_advantages(BranchSet([lone], [hand_rollout([1.0], 7)] * 2, [(0, 0, 0), (0, 0, 1)]), masked)
+    assert all((a == 0.0).all() for a in advs)
+    assert choose_turns([], "tail", entropy=None) == [] and turn_entropy_empty()
+
+
+def turn_entropy_empty() -> bool:
+    return turn_entropy(None, [], 1.0) == []  # type: ignore[arg-type]
+
+
+def test_cards_train_recipes_are_valid_configs():
+    """Every card of the module names its code and gives a TrainConfig that builds on Chain (a branch run)."""
+    from agentgym.baselines.branches import METHODS
+
+    assert {c.name for c in METHODS} == {"vine", "tree", "branpo", "tl_grpo", "portool", "at2po", "t2po"}
+    for card in METHODS:
+        assert card.kind == "branch" and card.load() is not None and card.knobs_into == "config"
+        config = TrainConfig(env_id="agentgym/Chain-v0", **card.train)
+        assert config.branch_k >= 1
+        assert set(card.knobs()) <= {f.name for f in dataclasses.fields(TrainConfig)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["branpo", "tl_grpo", "portool", "at2po", "t2po"])
+def test_every_card_trains_end_to_end(tmp_path, warm_start, name):
+    """One iteration of each card's recipe on Chain H=4 from the warm start: forks are sampled and counted, the
+    forks' log-probs match the trainer's and every advantage is finite (the loss is)."""
+    from agentgym.baselines.branches import METHODS
+    from agentgym.baselines.trainer import train
+
+    card = next(c for c in METHODS if c.name == name)
+    out = train(trainer_config(tmp_path, iterations=1, init_from=warm_start, **card.train))
+    h = out["last"]
+    assert h["sampled_tokens"] >= h["branch_sampled_tokens"] and h["rollout_logprob_maxdiff"] < 1e-4
+    assert math.isfinite(h["loss"]) and h["kept_rollouts"] == 4
