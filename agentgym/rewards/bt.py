@@ -77,7 +77,7 @@ class BTScorer(TurnScorer):
     -1.44019
     """
 
-    components: Sequence[str | TurnScorer] = ()
+    components: Sequence[str | TurnScorer]
     ref: Mapping[str, float] | Literal["group"] = "group"
     quantile: float | None = None
     level: Literal["turn", "outcome"] = "turn"

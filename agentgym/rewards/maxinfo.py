@@ -117,8 +117,11 @@ class DisagreementTable:
     adds the batch to every member's sufficient statistics, weighted by that member's Poisson(1) bootstrap draw
     (``bootstrap=False``: weight 1), old statistics multiplied by ``decay``, and re-solves
     W_k = (A_k + ridge*I)^-1 (B_k + ridge*W0_k). The transitions are sorted before drawing the weights, so an
-    update does not depend on the batch's order. sigma is the running population std of the disagreements the
-    rollouts saw, measured before each refit, as in ``RNDTable`` (``normalize=False``: 1).
+    update does not depend on the batch's order. The raw disagreement is on a known scale (about prior_scale^2 off
+    the data, towards 0 on it), so by default it is not normalised; ``normalize=True`` divides it by the running
+    population std of the disagreements the rollouts saw, measured before each refit, as ``RNDTable`` does (the
+    priors' disagreements are nearly equal, so that std is small and the bonus grows many times after the first
+    update).
 
     ``members=1``, or ``prior_scale=0`` with ``bootstrap=False``, gives identical members and a zero bonus.
     """
@@ -131,7 +134,7 @@ class DisagreementTable:
     prior_scale: float = 1.0
     bootstrap: bool = True
     decay: float = 1.0
-    normalize: bool = True
+    normalize: bool = False
     updates: int = 0
     moments: RunningMoments = field(default_factory=RunningMoments)
     _features: HashedNgrams = field(init=False, repr=False)
@@ -251,7 +254,8 @@ METHODS = (
             "weights (table knobs prior_scale, bootstrap)",
             "disagreement: variance across members, ddof 0, summed over output features; predicts features only, "
             "not the reward",
-            "normaliser: running std of the disagreements the rollouts saw, before each refit (table knob normalize)",
+            "no normaliser by default: the raw disagreement is about prior_scale^2 off the data and falls towards 0 "
+            "on it (table knob normalize=True divides by the running std of the disagreements the rollouts saw)",
             "weight: a fixed coef added to the step reward; the paper's auto-tuned weight and Boltzmann exploration "
             "(ent_coef) are not built",
         ),

@@ -104,8 +104,9 @@ class RNDTable:
 
     sigma (the bonus's divisor, unstated in the spec) is the running population std of the raw errors the rollouts
     saw: each update first measures the batch's errors under the old predictor (the snapshot they read), merges
-    them into running moments, then refits; ``normalize=False`` keeps sigma = 1. The texts are sorted before
-    fitting, so an update does not depend on the batch's order.
+    them into running moments, then refits; ``normalize=False`` keeps sigma = 1. sigma is 1 until the first update
+    (or ``calibrate``), so the first batch's bonuses are raw errors. The texts are sorted before fitting, so an
+    update does not depend on the batch's order.
     """
 
     seed: int = 0
@@ -150,6 +151,13 @@ class RNDTable:
             self._snapshot = _frozen(self._features, self._w1, self._w2, self._p, sigma, self.updates)
         return self._snapshot
 
+    def calibrate(self, items: Sequence[str]) -> None:
+        """Merge the errors of ``items`` into sigma's running moments without refitting (the paper initialises its
+        normalisers from a random agent's first steps; without it sigma is 1 until the first update)."""
+        if items:
+            self.moments.merge(self.snapshot().errors(list(items)))
+            self._snapshot = None
+
     def update(self, items: Sequence[str]) -> None:
         """Measure the batch's errors under the current predictor (for sigma), then refit the predictor on them."""
         texts = sorted(items)  # order-independent: the sums and the gradient steps see one fixed order
@@ -157,7 +165,7 @@ class RNDTable:
             x = self._features.batch(texts)
             y = self.snapshot().target(x)
             diff = x @ self._p - y
-            self.moments.merge((diff * diff).sum(axis=1))
+            self.moments.merge((diff * diff).sum(axis=1))  # the errors the batch's rollouts were given
             if self.fit == "ridge":
                 self._gram = self.decay * self._gram + x.T @ x
                 self._cross = self.decay * self._cross + x.T @ y

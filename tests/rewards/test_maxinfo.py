@@ -88,14 +88,17 @@ def test_deterministic_with_a_seed_and_order_free():
 
 
 def test_sigma_and_empty_update():
-    table = DisagreementTable(seed=0)
+    table = DisagreementTable(seed=0, normalize=True)
     first = table.snapshot()
     d = [first.disagreement(o, a) for o, a in [DOOR[:2], OTHERS[1]]]
     table.update([DOOR, (*OTHERS[1], "It bites.")])
     assert table.snapshot().sigma == pytest.approx(abs(d[0] - d[1]) / 2)  # population std of the two it saw
+    weights = table.snapshot().weights
     table.update([])
-    assert table.snapshot().updates == 2 and np.array_equal(table.snapshot().weights, table.snapshot().weights)
-    assert DisagreementTable(normalize=False).snapshot().sigma == 1.0
+    assert table.snapshot().updates == 2 and np.array_equal(table.snapshot().weights, weights)
+    raw = DisagreementTable(seed=0)
+    raw.update([DOOR, (*OTHERS[1], "It bites.")])
+    assert raw.snapshot().sigma == 1.0  # not normalised by default
 
 
 def test_snapshot_is_frozen_and_shared_by_copies():

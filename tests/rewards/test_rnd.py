@@ -48,6 +48,10 @@ def test_sigma_is_the_std_of_the_errors_the_rollouts_saw():
     assert snap.sigma == pytest.approx(abs(e1 - e2) / 2)  # population std of two values
     assert snap.bonus(DRAGON) == pytest.approx(snap.error(DRAGON) / snap.sigma)
     assert RNDTable(seed=0, normalize=False).snapshot().sigma == 1.0
+    calibrated = RNDTable(seed=0)
+    calibrated.calibrate([KITCHEN, DRAGON])  # the normaliser without a refit
+    assert calibrated.snapshot().sigma == pytest.approx(abs(e1 - e2) / 2)
+    assert calibrated.snapshot().error(KITCHEN) == e1 and calibrated.updates == 0
     one = RNDTable(seed=0)
     one.update([KITCHEN] * 3)  # equal errors: std 0, so sigma stays 1
     assert one.snapshot().sigma == 1.0
