@@ -28,14 +28,15 @@ import numpy as np
 import torch
 
 from agentgym.baselines.backends import BACKENDS
+from agentgym.baselines.components import FALLBACK_SCORERS, check_scorer, wrapper_specs
 from agentgym.baselines.rollout import RolloutConfig, derive_seed
 from agentgym.rewards.advantages import ESTIMATORS, OUTCOME_ESTIMATORS, TURN_SIGNALS, TurnSignal
 from agentgym.rewards.advantages.signals import SignalMode
 from agentgym.running.pool import POOLS
 
 __all__ = ["ALGOS", "BRANCH_ESTIMATORS", "BRANCH_TURNS", "CRITIC_ESTIMATORS", "LOSS_AGG_MODES", "OTHER_NAMES",
-           "PRESETS", "SCORERS", "SIGNAL_ESTIMATORS", "TREE_TARGETS", "Seeds", "TrainConfig", "did_you_mean",
-           "load_config"]  # fmt: skip
+           "PRESETS", "SCORERS", "SCORER_FUSIONS", "SIGNAL_ESTIMATORS", "TREE_TARGETS", "Seeds", "TrainConfig",
+           "did_you_mean", "load_config"]  # fmt: skip
 
 ALGOS = ("grpo", "dr_grpo", "rloo", "ppo")
 #: Estimators that need a critic (``algo="ppo"``); ``None`` there is token-level GAE.
@@ -49,8 +50,11 @@ BRANCH_ESTIMATORS = ("vine", "tree")
 BRANCH_TURNS = ("all", "uncertain", "tail", "prefix", "entropy")
 #: What ``tree`` scores each action of a turn group by (``tree_target``; TL-GRPO's immediate and max-to-go).
 TREE_TARGETS = ("return", "immediate", "max_to_go")
-#: Post-episode turn scorers of ``agentgym.rewards.information`` the trainer runs with the policy as scorer model.
-SCORERS = ("info_gain", "info_potential", "siop")
+#: Turn scorer names that work without a catalogue card (``scorer`` also takes any card of kind "scorer" or an import
+#: path "package.module:Class" of a TurnScorer subclass: baselines/components.py).
+SCORERS = tuple(FALLBACK_SCORERS)
+#: How a scorer's per-turn rewards reach the advantages: added to the turn rewards, or InfoPO's gated fusion.
+SCORER_FUSIONS = ("auto", "add", "infopo")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "constant")
 #: Where the rollout envs live: ``"list"`` (stepped in the trainer's thread) or an ``agentgym.running.pool`` kind.
 ENV_POOLS = ("list", *POOLS)
@@ -95,9 +99,20 @@ class TrainConfig:
     estimator_kwargs: dict[str, Any] = field(default_factory=dict)
     progress_key: str | None = None  # dense reward: ProgressReward(key, progress_coef) wraps the env
     progress_coef: float = 1.0
-    scorer: str | None = None  # post-episode turn scorer run on the policy each iteration (SCORERS), added to turns
-    scorer_kwargs: dict[str, Any] = field(default_factory=dict)
-    scorer_coef: float = 1.0
+    # post-episode turn scorer run each iteration: a card of kind "scorer", a SCORERS name or "pkg.module:Class"
+    scorer: str | None = None
+    scorer_kwargs: dict[str, Any] = field(default_factory=dict)  # its constructor's arguments (client: a judge URL)
+    scorer_coef: float = 1.0  # the scorer's weight ("add": on its rewards; "infopo": InfoPO's beta)
+    # "add": coef x scorer rewards join the turn rewards; "infopo": A = A_out + coef*g*z(A_int), g = sigmoid(-std/tau)
+    # over each group (InfoPO, credit.infopo_advantages); "auto": "infopo" for CounterfactualInformationGain
+    scorer_fusion: str = "auto"
+    infopo_tau: float = 0.05  # InfoPO's gate temperature tau
+    # env reward wrappers, outermost last (after ProgressReward): [{"name": card or "pkg.module:Class", **kwargs}]
+    # ("component": the wrapper's component name, "table": its cross-batch table's arguments; components.py)
+    reward_wrappers: list[dict[str, Any]] = field(default_factory=list)
+    # S2D: the weight c(k) of one shaping component over iterations k: {"component": "shaping", "start": k_switch,
+    # "ramp": m, "final": 1.0}: 0 before start, then final (ramp 0) or a linear ramp over m iterations (credit.py)
+    shaping_schedule: dict[str, Any] | None = None
     # the reward components a turn's training reward sums: "auto" (outcome-only estimators, OUTCOME_ESTIMATORS: the
     # "outcome" alone, plus "progress" with progress_key; the others: the env's whole reward), "all", or the names
     reward_components: str | tuple[str, ...] = "auto"
@@ -118,6 +133,7 @@ class TrainConfig:
     tree_std: bool = False  # tree: divide each turn group by its std (+ 1e-6), as GRPO does
     tree_blend: float = 1.0  # PORTool: alpha A^fork + (1 - alpha) A^traj on forked turns (1: tree; 0: RLOO)
     step_bonus: float = 0.0  # PORTool: + beta * 1[action_valid] on each turn-group member's value
+    branch_depth: int = 1  # AT^2PO: levels of forks of forks (tree, default tree knobs only); 1: one level
     # the token budget: stop the run once it has sampled this many tokens (main rollouts and forks; None: no limit)
     max_sampled_tokens: int | None = None
     gamma: float = 1.0  # PPO's GAE (token-level, or over turns with estimator="turn_ppo"); vine's and tree's returns
@@ -127,6 +143,18 @@ class TrainConfig:
     eps_high: float = 0.28
     kl_coef: float = 0.0
     ent_coef: float = 0.0
+    # EPO's phase schedule of ent_coef: None keeps it flat; else ent_coef for the first ent_coef_phase share of the
+    # iterations, then linear to ent_coef_final at the last iteration
+    ent_coef_final: float | None = None
+    ent_coef_phase: float = 0.5
+    # EPO's entropy smoothing: + kappa * max(0, |H - EMA(H)| - delta) on the loss, H the minibatch's token-mean
+    # entropy, EMA over iterations' mean entropies with decay entropy_ema (0: off)
+    entropy_kappa: float = 0.0
+    entropy_delta: float = 0.1
+    entropy_ema: float = 0.9
+    # A^2TGPO's adaptive clip (estimator a2tgpo): turn t's clip range is eps * (1 + beta * tanh(r~_t / 2)), r~ the
+    # group-normalised turn rewards (0: the global eps_low / eps_high)
+    adaptive_clip_beta: float = 0.0
     vf_coef: float = 0.5
     value_clip: float = 0.2
     value_lr: float | None = None  # the value head's learning rate (None: lr); its gradient is clipped on its own
@@ -184,7 +212,7 @@ class TrainConfig:
         for name, value, known in [("algo", self.algo, ALGOS), ("loss_agg", self.loss_agg, (None, *LOSS_AGG_MODES)),
                                    ("old_logprobs", self.old_logprobs, ("recompute", "rollout")),
                                    ("env_pool", self.env_pool, ENV_POOLS), ("rollout_backend", self.rollout_backend,
-                                   tuple(BACKENDS)), ("scorer", self.scorer, (None, *SCORERS))]:  # fmt: skip
+                                   tuple(BACKENDS))]:  # fmt: skip
             if value not in known:
                 raise ValueError(f"{name} must be one of {tuple(k for k in known if k is not None)}, got {value!r}")
         if self.algo == "ppo":
@@ -207,6 +235,7 @@ class TrainConfig:
                 raise ValueError(f"estimator {self.estimator_name!r} takes no {unknown}")
         self._check_credit_inputs()
         self._check_branches()
+        self._check_methods()
         positive = {"group_size": self.group_size, "batch_tasks": self.batch_tasks, "epochs": self.epochs,
                     "minibatch_size": self.minibatch_size, "max_turns": self.max_turns,
                     "max_new_tokens": self.max_new_tokens, "sft_batch": self.sft_batch}  # fmt: skip
@@ -257,6 +286,82 @@ class TrainConfig:
                              f"turn_signal_key (an info key; {self.env_id} has no entry in "
                              "agentgym.rewards.advantages.TURN_SIGNALS)")  # fmt: skip
 
+    def _check_methods(self) -> None:
+        """The scorer, ``reward_wrappers``, ``shaping_schedule``, EPO's and A^2TGPO's knobs."""
+        if self.scorer_fusion not in SCORER_FUSIONS or self.infopo_tau <= 0:
+            raise ValueError(f"scorer_fusion must be one of {SCORER_FUSIONS} and infopo_tau > 0, got "
+                             f"{self.scorer_fusion!r} and {self.infopo_tau}")  # fmt: skip
+        self._fusion = "add" if self.scorer_fusion == "auto" else self.scorer_fusion  # scorer_fusion_mode reads it
+        if self.scorer is not None:
+            cls = check_scorer(self.scorer, self.scorer_kwargs)
+            if self.scorer_fusion == "auto":
+                from agentgym.rewards.information import CounterfactualInformationGain
+
+                self._fusion = "infopo" if issubclass(cls, CounterfactualInformationGain) else "add"
+            if self._fusion == "infopo" and self.critic:
+                raise ValueError("scorer_fusion 'infopo' fuses into critic-free advantages: use a critic-free algo")
+        elif self.scorer_kwargs:
+            raise ValueError("scorer_kwargs without a scorer")
+        specs = wrapper_specs(self.reward_wrappers)
+        self._wrapper_components = tuple(s.component for s in specs if s.component)  # counted_components reads it
+        if self.env_pool == "ray" and any(s.table_cls is not None for s in specs):
+            raise ValueError("reward wrappers with a table need envs in this process (env_pool list, serial or thread)")
+        names = [s.component for s in specs] + (["progress"] if self.progress_key is not None else [])
+        rc = self.reward_components
+        if not isinstance(rc, str) and any(s.component and s.component not in rc for s in specs):
+            raise ValueError(f"reward_components {rc} leaves out a reward_wrappers component {names}")
+        sched = self.shaping_schedule
+        if sched is not None:
+            unknown = sorted(set(sched) - {"component", "start", "ramp", "final"})
+            start, ramp, final = sched.get("start", 0), sched.get("ramp", 0), sched.get("final", 1.0)
+            if unknown or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in (start, ramp)):
+                raise ValueError(f"shaping_schedule takes component, start (int >= 0), ramp (int >= 0) and final, "
+                                 f"got {sched}")  # fmt: skip
+            if not isinstance(final, (int, float)) or isinstance(final, bool):
+                raise ValueError(f"shaping_schedule final must be a number, got {final!r}")
+            if sched.get("component", "shaping") not in names:
+                raise ValueError(f"shaping_schedule component {sched.get('component', 'shaping')!r} is no reward "
+                                 f"component of reward_wrappers or progress_key ({names})")  # fmt: skip
+        if self.ent_coef_final is not None and (self.ent_coef_final < 0 or not 0.0 <= self.ent_coef_phase <= 1.0):
+            raise ValueError(f"ent_coef_final must be >= 0 and ent_coef_phase in [0, 1], got {self.ent_coef_final} "
+                             f"and {self.ent_coef_phase}")  # fmt: skip
+        if self.entropy_kappa < 0 or self.entropy_delta < 0 or not 0.0 <= self.entropy_ema < 1.0:
+            raise ValueError(f"entropy_kappa and entropy_delta must be >= 0 and entropy_ema in [0, 1), got "
+                             f"{self.entropy_kappa}, {self.entropy_delta}, {self.entropy_ema}")  # fmt: skip
+        if not 0.0 <= self.adaptive_clip_beta < 1.0:
+            raise ValueError(f"adaptive_clip_beta must be in [0, 1), got {self.adaptive_clip_beta}")
+        if self.adaptive_clip_beta and (self.critic or self.estimator_name != "a2tgpo"):
+            raise ValueError(f"adaptive_clip_beta is A^2TGPO's clip: it needs estimator 'a2tgpo' (got "
+                             f"{self.estimator_name!r})")  # fmt: skip
+
+    @property
+    def scorer_fusion_mode(self) -> str:
+        """``"add"`` or ``"infopo"``: ``scorer_fusion``, with ``"auto"`` resolved by the scorer's class (``"infopo"``
+        for InfoPO's ``CounterfactualInformationGain``)."""
+        return str(self._fusion)
+
+    def ent_coef_at(self, iteration: int) -> float:
+        """EPO's phase schedule: ``ent_coef`` through the first ``ent_coef_phase`` share of the iterations, then
+        linear to ``ent_coef_final`` at the last (flat when ``ent_coef_final`` is None)."""
+        if self.ent_coef_final is None:
+            return self.ent_coef
+        switch = self.ent_coef_phase * self.iterations
+        if iteration <= switch or self.iterations <= switch:
+            return self.ent_coef
+        frac = min(1.0, (iteration - switch) / (self.iterations - switch))
+        return self.ent_coef + frac * (self.ent_coef_final - self.ent_coef)
+
+    def shaping_scale(self, iteration: int) -> float:
+        """S2D's c(k) at iteration ``k`` (1-based): 0 before ``start``, then ``final`` at once (``ramp`` 0) or after a
+        linear ramp over ``ramp`` iterations (1.0 without a schedule)."""
+        sched = self.shaping_schedule
+        if sched is None:
+            return 1.0
+        start, ramp, final = sched.get("start", 0), sched.get("ramp", 0), float(sched.get("final", 1.0))
+        if iteration < start:
+            return 0.0
+        return final if ramp == 0 else final * min(1.0, (iteration - start + 1) / ramp)
+
     def _check_branches(self) -> None:
         """``branch_k`` / ``branch_turns`` / ``branch_frac`` with the branch estimators, and ``max_sampled_tokens``."""
         if self.max_sampled_tokens is not None and self.max_sampled_tokens < 1:
@@ -276,6 +381,10 @@ class TrainConfig:
             raise ValueError("tree_target, tree_std, tree_blend and step_bonus are knobs of estimator 'tree'")
         if self.branch_mask_ties and self.branch_k < 2:
             raise ValueError("branch_mask_ties compares the forks of a state: it needs branch_k >= 2")
+        if self.branch_depth < 1 or (self.branch_depth > 1 and (self.estimator_name != "tree" or any(tree_knobs)
+                                                                or self.branch_mask_ties)):  # fmt: skip
+            raise ValueError(f"branch_depth must be >= 1; above 1 (got {self.branch_depth}) it takes estimator 'tree' "
+                             "without tree_target, tree_std, tree_blend, step_bonus or branch_mask_ties")  # fmt: skip
         branch = self.estimator_name in BRANCH_ESTIMATORS
         if branch != (self.branch_k > 0):
             raise ValueError(f"the branch estimators {BRANCH_ESTIMATORS} need branch_k >= 1 and only they use forks "
@@ -297,8 +406,9 @@ class TrainConfig:
         rc = self.reward_components
         if rc == "all" or (rc == "auto" and self.estimator_name not in OUTCOME_ESTIMATORS):
             return None
-        if rc == "auto":
-            return ("outcome", "progress") if self.progress_key is not None else ("outcome",)
+        if rc == "auto":  # plus the components of the operator's reward_wrappers
+            extra = ("progress",) if self.progress_key is not None else ()
+            return ("outcome", *extra, *self._wrapper_components)
         return tuple(rc)
 
     @property

@@ -23,7 +23,7 @@ All of it comes from ``agentgym.rewards``; the trainer keeps no copies:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +32,12 @@ import torch
 
 from agentgym.baselines.backends import amp_dtype
 from agentgym.baselines.checkpoint import TrainState
+from agentgym.baselines.components import (
+    WrapperSpec,
+    build_scorer as components_build_scorer,
+    table_items,
+    wrapper_specs,
+)
 from agentgym.baselines.config import SIGNAL_ESTIMATORS, TrainConfig
 from agentgym.baselines.rollout import Rollout, autocast, collect_rollouts
 from agentgym.rewards.advantages import (
@@ -44,31 +50,42 @@ from agentgym.rewards.advantages import (
     token_gae,
 )
 
-__all__ = ["EnvMaker", "compute_advantages", "group_stats", "observation_keys", "score_turns", "training_rollouts",
-           "turn_rewards", "turn_signals"]  # fmt: skip
+__all__ = ["EnvMaker", "clip_scales", "compute_advantages", "group_stats", "infopo_advantages", "make_tables",
+           "observation_keys", "scale_components", "score_turns", "training_rollouts", "turn_rewards", "turn_signals",
+           "update_tables"]  # fmt: skip
 
 
 @dataclass(frozen=True)
 class EnvMaker:
     """Builds the trainer's env: ``gymnasium.make(env_id, **env_kwargs)``, in ``ProgressReward`` when
-    ``progress_key`` is set. Picklable, so env pools build it in their workers."""
+    ``progress_key`` is set, then in each of ``wrappers`` (``TrainConfig.reward_wrappers``, resolved) in order, the
+    ones with a table given their entry of ``tables`` (one object shared by every env built, updated by the trainer
+    once per iteration: :func:`update_tables`). Picklable, so env pools build it in their workers."""
 
     env_id: str
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     progress_key: str | None = None
     progress_coef: float = 1.0
     spec: Any = None  # the driver's registration of env_id, for workers that lack it (envs registered by tests)
+    wrappers: tuple[WrapperSpec, ...] = ()
+    tables: tuple[Any, ...] = ()  # one per wrapper (None: it keeps no table)
 
     @classmethod
-    def of(cls, config: TrainConfig, env_kwargs: dict[str, Any] | None = None, *, shaped: bool = True) -> EnvMaker:
-        """The training env of ``config`` (``shaped=False``: without the dense reward, as evaluations play it)."""
+    def of(cls, config: TrainConfig, env_kwargs: dict[str, Any] | None = None, *, shaped: bool = True,
+           tables: Sequence[Any] | None = None) -> EnvMaker:  # fmt: skip
+        """The training env of ``config`` (``shaped=False``: without the dense reward and the reward wrappers, as
+        evaluations play it). ``tables``: the run's tables (:func:`make_tables`; None: fresh ones)."""
         import gymnasium
 
         import agentgym  # noqa: F401  (registers the envs)
 
         kwargs = config.env_kwargs if env_kwargs is None else env_kwargs
         key = config.progress_key if shaped else None
-        return cls(config.env_id, dict(kwargs), key, config.progress_coef, gymnasium.spec(config.env_id))
+        specs = tuple(wrapper_specs(config.reward_wrappers)) if shaped else ()
+        tabs = tuple(tables) if tables is not None and shaped else tuple(s.make_table() for s in specs)
+        if len(tabs) != len(specs):
+            raise ValueError(f"{len(tabs)} tables for {len(specs)} reward wrappers")
+        return cls(config.env_id, dict(kwargs), key, config.progress_coef, gymnasium.spec(config.env_id), specs, tabs)
 
     def __call__(self) -> Any:
         import gymnasium
@@ -78,18 +95,56 @@ class EnvMaker:
         if self.env_id not in gymnasium.registry and self.spec is not None:
             gymnasium.registry[self.env_id] = self.spec
         env = gymnasium.make(self.env_id, **self.env_kwargs)
-        if self.progress_key is None:
-            return env
-        from agentgym.rewards.wrappers import ProgressReward
+        if self.progress_key is not None:
+            from agentgym.rewards.wrappers import ProgressReward
 
-        return ProgressReward(env, key=self.progress_key, scale=self.progress_coef)
+            env = ProgressReward(env, key=self.progress_key, scale=self.progress_coef)
+        for spec, table in zip(self.wrappers, self.tables, strict=True):
+            env = spec.wrap(env, table)
+        return env
+
+
+def make_tables(config: TrainConfig) -> tuple[Any, ...]:
+    """One fresh table per ``reward_wrappers`` entry (None for a wrapper without one)."""
+    return tuple(s.make_table() for s in wrapper_specs(config.reward_wrappers))
+
+
+def update_tables(config: TrainConfig, tables: Sequence[Any], rollouts: Sequence[Rollout]) -> dict[str, float]:
+    """After all of an iteration's rollouts: each table's ``update`` with the items its class asks for
+    (``components.table_items``: anchors, observations or transitions). Returns how many items each read."""
+    out = {}
+    for k, (spec, table) in enumerate(zip(wrapper_specs(config.reward_wrappers), tables, strict=True)):
+        if table is not None:
+            items = table_items(spec, rollouts)
+            table.update(items)
+            out[f"table{k}_items"] = float(len(items))
+    return out
+
+
+def scale_components(rollouts: Sequence[Rollout], factors: Mapping[str, float]) -> None:
+    """Multiply reward components by ``factors`` (component name -> factor) in every rollout's record, in place:
+    each turn's reward changes by ``(factor - 1) * component``, so components still sum to the reward. S2D's
+    schedule (``TrainConfig.shaping_schedule``) scales its shaping component this way; a factor of 1 changes
+    nothing (not even by rounding)."""
+    factors = {k: float(v) for k, v in factors.items() if float(v) != 1.0}
+    if not factors:
+        return
+    for r in rollouts:
+        for t, comps in enumerate(r.reward_components):
+            hit = {k: f for k, f in factors.items() if k in comps}
+            if not hit:
+                continue
+            new = {k: (v * hit[k] if k in hit else v) for k, v in comps.items()}
+            r.turn_rewards[t] = r.turn_rewards[t] + math.fsum(new[k] - comps[k] for k in hit)
+            r.reward_components[t] = new
 
 
 def training_rollouts(state: TrainState, config: TrainConfig, task_seeds: list[int], sample_seed: int,
-                      group_offset: int) -> list[Rollout]:  # fmt: skip
+                      group_offset: int, tables: Sequence[Any] | None = None) -> list[Rollout]:  # fmt: skip
     """``group_size`` rollouts of each task seed on the training envs of :class:`EnvMaker` (built once, kept in
-    ``state.envs``: a list, or the ``env_pool`` named in the config)."""
-    make_env = EnvMaker.of(config)
+    ``state.envs``: a list, or the ``env_pool`` named in the config; ``tables``: the run's reward-wrapper tables,
+    which those envs keep reading)."""
+    make_env = EnvMaker.of(config, tables=tables)
     if config.env_pool != "list" and isinstance(state.envs, list):
         from agentgym.running.pool import make_pool
 
@@ -116,7 +171,7 @@ def turn_rewards(r: Rollout, config: TrainConfig) -> list[float]:
         comps = r.reward_components or [{}] * len(r.turn_rewards)  # a hand-built rollout may record none
         base = [math.fsum(c.get(k, 0.0) for k in names) if c else x
                 for x, c in zip(r.turn_rewards, comps, strict=True)]  # fmt: skip
-    if not r.scored_rewards:
+    if not r.scored_rewards or config.scorer_fusion_mode == "infopo":  # InfoPO fuses advantages instead
         return base
     return [x + config.scorer_coef * s for x, s in zip(base, r.scored_rewards, strict=True)]
 
@@ -174,12 +229,12 @@ def group_stats(rollouts: Sequence[Rollout], config: TrainConfig) -> dict[Any, f
 
 
 def build_scorer(config: TrainConfig, model: Any, tokenizer: Any) -> Any:
-    """The ``config.scorer`` turn scorer over the current policy weights (IGPO scores with the policy itself)."""
-    from agentgym.rewards.answer_scoring import LocalAnswerScorer
-    from agentgym.rewards.information import InformationGain, InformationPotential, SelfInducedOutcomePotential
-
-    cls = {"info_gain": InformationGain, "info_potential": InformationPotential, "siop": SelfInducedOutcomePotential}
-    return cls[config.scorer](LocalAnswerScorer(model, tokenizer), **config.scorer_kwargs)  # type: ignore[index]
+    """The ``config.scorer`` turn scorer (a card, a fallback name or an import path; baselines/components.py), its
+    ``scorer`` input the current policy weights (IGPO, TIPS, SIOP, InfoPO score with the policy itself), a judge's
+    client built from ``scorer_kwargs``."""
+    if config.scorer is None:
+        raise ValueError("no scorer configured")
+    return components_build_scorer(config.scorer, config.scorer_kwargs, model, tokenizer)
 
 
 @torch.no_grad()
@@ -210,6 +265,52 @@ def score_turns(rollouts: Sequence[Rollout], config: TrainConfig, model: Any, to
     }
 
 
+def infopo_advantages(a_out: Sequence[np.ndarray], rollouts: Sequence[Rollout], rewards: Sequence[Sequence[float]],
+                      config: TrainConfig) -> list[np.ndarray]:  # fmt: skip
+    """InfoPO's gated fusion, applied by the trainer (``scorer_fusion="infopo"``, the default for
+    ``CounterfactualInformationGain``): per group, ``A = A_out + beta * g * z(A_int)`` (``infopo_fuse``) with
+    ``A_out`` the estimator's per-turn advantages of the outcome-side rewards (the scorer's rewards are not added to
+    them), ``A_int`` the scorer's per-turn information gains ``I_t``, ``z`` over the group's turns,
+    ``g = sigmoid(-std(group returns) / infopo_tau)`` and ``beta = scorer_coef``. The fusion lives here, not in a
+    registered estimator, because it reads two reward streams (the outcome and the scorer's) that a ``TurnBatch``
+    keeps as one; any critic-free estimator gives ``A_out``. Chosen as docs/rewards.md's example does: every turn
+    is in ``z`` (mask all ones; the last turn's ``I`` is 0 by construction, an unscorable turn's 0 as stored)."""
+    from agentgym.rewards.information import infopo_fuse
+
+    groups: dict[Any, list[int]] = {}
+    for i, r in enumerate(rollouts):
+        groups.setdefault(r.group_id, []).append(i)
+    out = [np.asarray(a, dtype=np.float64) for a in a_out]
+    for idx in groups.values():
+        if not all(rollouts[i].scored_rewards for i in idx):
+            continue
+        a = np.concatenate([out[i] for i in idx])
+        b = np.concatenate([np.asarray(rollouts[i].scored_rewards, dtype=np.float64) for i in idx])
+        std = float(np.std([math.fsum(rewards[i]) for i in idx]))
+        fused = infopo_fuse(a, b, outcome_std=std, beta=config.scorer_coef, tau=config.infopo_tau)
+        for i, part in zip(idx, np.split(fused, np.cumsum([out[i].size for i in idx])[:-1]), strict=True):
+            out[i] = part
+    return out
+
+
+def clip_scales(rollouts: Sequence[Rollout], config: TrainConfig) -> list[np.ndarray] | None:
+    """A^2TGPO's per-token clip scale (``adaptive_clip_beta`` > 0, estimator ``a2tgpo``): turn t of rollout i gets
+    ``adaptive_clip_scale(r~_{i,t}, beta)``, ``r~`` the training turn rewards normalised over the group's turns
+    (``turn_group_normalize``, as the a2tgpo estimator normalises them, with its ``eps``), on the turn's sampled
+    tokens; 1 on every other token. None when the knob is off (the loss then clips at the global eps)."""
+    if not config.adaptive_clip_beta:
+        return None
+    from agentgym.rewards.advantages import adaptive_clip_scale, turn_group_normalize
+
+    eps = config.estimator_kwargs.get("eps")
+    rewards = [turn_rewards(r, config) for r in rollouts]
+    groups = [r.group_id for r in rollouts]
+    r_tilde = turn_group_normalize(rewards, groups) if eps is None else turn_group_normalize(rewards, groups, eps)
+    return [1.0 + broadcast_to_tokens(adaptive_clip_scale(rt, config.adaptive_clip_beta) - 1.0, r.turn_spans,
+                                      len(r.response_ids), r.loss_mask)
+            for rt, r in zip(r_tilde, rollouts, strict=True)]  # fmt: skip
+
+
 def compute_advantages(
     rollouts: Sequence[Rollout], config: TrainConfig, values: Sequence[np.ndarray] | None = None
 ) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
@@ -226,6 +327,8 @@ def compute_advantages(
                           turn_signals=turn_signals(rollouts, config),
                           **estimator_fields(rollouts, config))  # fmt: skip
         per_turn = get_estimator(config.estimator_name)(batch, **config.estimator_kwargs)
+        if config.scorer is not None and config.scorer_fusion_mode == "infopo":
+            per_turn = infopo_advantages(per_turn, rollouts, rewards, config)
         return [broadcast_to_tokens(a, r.turn_spans, len(r.response_ids), r.loss_mask)
                 for a, r in zip(per_turn, rollouts, strict=True)], None  # fmt: skip
     if values is None:

@@ -57,9 +57,20 @@ from agentgym.baselines.checkpoint import (
     save_checkpoint,
 )
 from agentgym.baselines.config import PRESETS, TrainConfig, load_config
-from agentgym.baselines.credit import EnvMaker, compute_advantages, group_stats, score_turns, training_rollouts
+from agentgym.baselines.credit import (
+    EnvMaker,
+    clip_scales,
+    compute_advantages,
+    group_stats,
+    make_tables,
+    scale_components,
+    score_turns,
+    training_rollouts,
+    update_tables,
+)
 from agentgym.baselines.guards import RunGuard, check_start, claim_out_dir, undo_failed_start
 from agentgym.baselines.rollout import collect_rollouts
+from agentgym.baselines.trainer_methods import MethodState
 from agentgym.baselines.update import (
     build_policy,
     build_value_head,
@@ -92,21 +103,33 @@ def setup(config: TrainConfig) -> TrainState:
     return TrainState(model, tok, ref_model, value_head, optimizer, make_backend(model, tok, config))
 
 
-def train_iteration(state: TrainState, config: TrainConfig, it: int) -> dict[str, Any]:
-    """Rollouts, advantages, updates for iteration ``it`` (1-based); returns its metrics."""
+def train_iteration(state: TrainState, config: TrainConfig, it: int, methods: MethodState | None = None
+                    ) -> dict[str, Any]:  # fmt: skip
+    """Rollouts, advantages, updates for iteration ``it`` (1-based); returns its metrics. ``methods``: what the
+    trainer-side methods keep across iterations (reward-wrapper tables, EPO's entropy EMA); pass the same object
+    every iteration (None: a fresh one, i.e. a run of this one iteration)."""
     model, tok, device = state.model, state.tokenizer, next(state.model.parameters()).device
     metrics: dict[str, Any] = {"iteration": it}
+    if methods is None:
+        methods = MethodState(make_tables(config))
 
     # 1. rollouts: batch_tasks tasks x group_size episodes each (one task seed per group)
     t0 = time.perf_counter()
     task_seeds = config.seeds.tasks(it).integers(0, config.task_seed_range, size=config.batch_tasks).tolist()
-    rollouts = training_rollouts(state, config, task_seeds, config.seeds.sampling(it), (it - 1) * config.batch_tasks)
+    rollouts = training_rollouts(state, config, task_seeds, config.seeds.sampling(it), (it - 1) * config.batch_tasks,
+                                 methods.tables)  # fmt: skip
     branches: BranchSet | None = None
     if config.branch_k > 0:  # forks from the states before chosen turns (baselines/branches.py)
-        branches = grow_branches(state.policy, state.envs, EnvMaker.of(config), rollouts, config,
-                                 config.seeds.sampling(it))  # fmt: skip
+        branches = grow_branches(state.policy, state.envs, EnvMaker.of(config, tables=methods.tables), rollouts,
+                                 config, config.seeds.sampling(it))  # fmt: skip
         metrics.update(branches.metrics(config))
     t_rollout = time.perf_counter() - t0
+    # the reward wrappers' tables learn from this batch only after all of it was played (siblings read one snapshot)
+    metrics.update(update_tables(config, methods.tables, rollouts))
+    if config.shaping_schedule is not None:  # S2D: this iteration's weight of the shaping component
+        c = config.shaping_scale(it)
+        scale_components(rollouts, {config.shaping_schedule.get("component", "shaping"): c})
+        metrics["shaping_scale"] = c
 
     # 2. dense rewards from a post-episode turn scorer; drop groups whose returns all tie (no GRPO signal)
     if config.scorer is not None:
@@ -154,7 +177,12 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int) -> dict[str
     values = None if old_v is None else [old_v[i, len(r.prompt_ids) : len(r.input_ids)].double().numpy()
                                          for i, r in enumerate(rollouts)]  # fmt: skip
     advs, rets = (branch_advs, None) if branch_advs is not None else compute_advantages(rollouts, config, values)
-    batch = make_batch(rollouts, tok.pad_token_id, advantages=advs, returns=rets, mask_truncated=config.mask_truncated)
+    scales = clip_scales(rollouts, config) if branch_advs is None else None  # A^2TGPO's adaptive clip
+    batch = make_batch(rollouts, tok.pad_token_id, advantages=advs, returns=rets, mask_truncated=config.mask_truncated,
+                       clip_scales=scales)  # fmt: skip
+    if scales is not None:
+        on = batch["loss_mask"] > 0
+        metrics["clip_scale_mean"] = float(batch["clip_scale"][on].mean()) if bool(on.any()) else 1.0
     batch["old_logprobs"] = old_lp
     if config.kl_coef > 0:
         ref_lp, _ = score_batch(state.ref_model, batch, config.temperature, config.minibatch_size, amp=amp)
@@ -172,14 +200,16 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int) -> dict[str
     policy_params = state.optimizer.param_groups[0]["params"]
     value_params = list(state.value_head.parameters()) if state.value_head is not None else []
     keys = ("loss", "pg_loss", "value_loss", "approx_kl", "kl_ref", "clip_frac", "entropy", "grad_norm",
-            "value_grad_norm")  # fmt: skip
+            "value_grad_norm", "entropy_penalty")  # fmt: skip
+    ent_coef = config.ent_coef_at(it)  # EPO's phase schedule (flat by default)
+    entropy_ref = methods.entropy_ema  # EPO's band centre: past iterations only
     logs: dict[str, list[float]] = {k: [] for k in keys}
     skipped = 0  # minibatches with no gradient at all: no optimizer step (config.skip_zero_grad_steps)
     for epoch in range(config.epochs):
         order = torch.randperm(len(rollouts), generator=config.seeds.minibatches(it, epoch))
         for start in range(0, len(rollouts), minibatch):
             mb = {k: v.to(device) for k, v in select(batch, order[start : start + minibatch]).items()}
-            out = minibatch_loss(model, state.value_head, mb, config)
+            out = minibatch_loss(model, state.value_head, mb, config, ent_coef=ent_coef, entropy_ref=entropy_ref)
             state.optimizer.zero_grad(set_to_none=True)
             out["loss"].backward()
             out["grad_norm"] = torch.nn.utils.clip_grad_norm_(policy_params, config.max_grad_norm)  # before clipping
@@ -201,6 +231,8 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int) -> dict[str
     metrics.update({k: float(np.mean(v)) for k, v in logs.items() if v})
     metrics["grad_norm_max"] = float(np.max(logs["grad_norm"]))
     metrics["skipped_steps"] = skipped
+    if config.entropy_kappa > 0 or config.ent_coef_final is not None:
+        metrics.update(ent_coef=ent_coef, entropy_ema=methods.observe_entropy(metrics["entropy"], config.entropy_ema))
     kept_tokens = sum(r.num_sampled for r in rollouts)
     metrics.update(time_update=t_update, update_tokens_per_s=kept_tokens * config.epochs / max(t_update, 1e-9))
     return metrics
@@ -255,8 +287,12 @@ def train(config: TrainConfig) -> dict[str, Any]:
         out_dir.mkdir(parents=True, exist_ok=True)
         state = setup(config)
         resumed = config.resume and ckpt.is_file()
+        methods_path = out_dir / "methods.pt"  # the trainer-side methods' state, written with each checkpoint
+        methods = MethodState(make_tables(config))
         if resumed:
             load_checkpoint(state, ckpt)
+            if methods_path.is_file():
+                methods = MethodState.load(methods_path)
         elif config.init_from is not None:  # a warm start shared by several runs: the weights only
             load_weights(state, config.init_from)
         history = read_history(metrics_path, state.iteration) if resumed else []
@@ -277,7 +313,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
     bar = tqdm(total=config.iterations, initial=state.iteration, desc="train", unit="it",
                disable=not config.progress or start > config.iterations)  # fmt: skip
     for it in range(start, config.iterations + 1):
-        metrics = train_iteration(state, config, it)
+        metrics = train_iteration(state, config, it, methods)
         guard.count(metrics)
         if config.sft_steps_per_iteration > 0:
             metrics["sft_loss"] = float(np.mean([sft_step(state, config, it, k)
@@ -291,6 +327,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
         append_metrics(metrics_path, metrics)
         if config.checkpoint_every > 0 and (it % config.checkpoint_every == 0 or it == config.iterations or guard.done):
             save_checkpoint(state, config, ckpt)
+            methods.save(methods_path)
         shown = {"reward": metrics["reward_mean"], "success": metrics["success_rate"]}
         if "eval_success_rate" in metrics:
             shown["eval"] = metrics["eval_success_rate"]

@@ -29,6 +29,8 @@ __all__ = [
     "aggregate_loss",
     "build_policy",
     "build_value_head",
+    "clip_bounds",
+    "entropy_band_penalty",
     "explained_variance",
     "forward_tokens",
     "freeze_lower_layers",
@@ -177,10 +179,12 @@ def make_batch(
     advantages: Sequence[np.ndarray] | None = None,
     returns: Sequence[np.ndarray] | None = None,
     mask_truncated: bool = False,
+    clip_scales: Sequence[np.ndarray] | None = None,
 ) -> dict[str, torch.Tensor]:
     """Right-padded tensors ``(B, L)`` in sequence coordinates (prompt + response); response-coordinate arrays are
     shifted by each row's prompt length. ``loss_mask`` is 0 on prompts, env tokens, padding (and on truncated
-    episodes when ``mask_truncated``)."""
+    episodes when ``mask_truncated``). With ``advantages``, also ``clip_scale``: the per-token factor of the clip
+    range (``clip_scales``, A^2TGPO's adaptive clip; 1.0 everywhere when None)."""
     length = max(len(r.input_ids) for r in rollouts)
 
     def seq(r: Rollout, resp: Sequence[float] | np.ndarray) -> list[float]:
@@ -200,6 +204,13 @@ def make_batch(
     if advantages is not None:
         batch["advantages"] = pad_rows(
             [seq(r, a) for r, a in zip(rollouts, advantages, strict=True)], length, 0.0, torch.float32
+        )
+        scales = clip_scales or [np.ones(len(r.response_ids)) for r in rollouts]
+        batch["clip_scale"] = pad_rows(
+            [[1.0] * len(r.prompt_ids) + list(c) for r, c in zip(rollouts, scales, strict=True)],
+            length,
+            1.0,
+            torch.float32,
         )
     if returns is not None:
         batch["returns"] = pad_rows(
@@ -247,10 +258,40 @@ def score_batch(
     return lps, vals
 
 
+def clip_bounds(ratio: torch.Tensor, scale: torch.Tensor | None, eps_low: float, eps_high: float
+                ) -> tuple[torch.Tensor | float, torch.Tensor | float]:  # fmt: skip
+    """The clip range ``[1 - eps_low * s, 1 + eps_high * s]`` per token (``s``: the batch's ``clip_scale``; None:
+    the global range). Computed in float64 and rounded once to the ratio's dtype, so ``s = 1`` gives exactly the
+    bounds of the scalar range."""
+    if scale is None:
+        return 1.0 - eps_low, 1.0 + eps_high
+    s = scale.double()
+    return (1.0 - eps_low * s).to(ratio.dtype), (1.0 + eps_high * s).to(ratio.dtype)
+
+
+def entropy_band_penalty(entropy: torch.Tensor, reference: float | None, kappa: float, delta: float) -> torch.Tensor:
+    """EPO's entropy smoothing: ``kappa * max(0, |H - ref| - delta)`` for the minibatch's entropy ``H`` (a scalar
+    tensor, differentiable) and ``ref`` the EMA of past iterations' entropies (None before the first: 0). Inside
+    the band ``|H - ref| <= delta`` it is 0 and so is its gradient."""
+    if reference is None or kappa == 0.0:
+        return torch.zeros((), device=entropy.device)
+    return kappa * torch.clamp((entropy - reference).abs() - delta, min=0.0)
+
+
 def minibatch_loss(
-    model: Any, value_head: torch.nn.Module | None, mb: dict[str, torch.Tensor], config: TrainConfig
+    model: Any,
+    value_head: torch.nn.Module | None,
+    mb: dict[str, torch.Tensor],
+    config: TrainConfig,
+    *,
+    ent_coef: float | None = None,
+    entropy_ref: float | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Clipped surrogate (clip-higher) + k3 KL to the reference - entropy bonus (+ clipped value loss)."""
+    """Clipped surrogate (clip-higher; per-token range ``eps * clip_scale`` when the batch carries ``clip_scale``)
+    + k3 KL to the reference - entropy bonus (+ clipped value loss) + EPO's entropy band penalty
+    (``config.entropy_kappa`` around ``entropy_ref``, the EMA of past entropies; :func:`entropy_band_penalty`).
+    ``ent_coef``: this iteration's entropy weight (None: ``config.ent_coef``; EPO's schedule is
+    ``config.ent_coef_at``)."""
     lp, entropy, values = forward_tokens(
         model,
         mb["input_ids"],
@@ -265,10 +306,11 @@ def minibatch_loss(
     on = mask > 0
     log_ratio = (lp - mb["old_logprobs"]) * mask
     ratio = torch.exp(log_ratio)
+    low, high = clip_bounds(ratio, mb.get("clip_scale"), config.eps_low, config.eps_high)
     pg1 = -adv * ratio
-    pg2 = -adv * torch.clamp(ratio, 1.0 - config.eps_low, 1.0 + config.eps_high)
+    pg2 = -adv * torch.clamp(ratio, low, high)  # type: ignore[arg-type]
     pg = torch.maximum(pg1, pg2)
-    per_token = pg - config.ent_coef * entropy
+    per_token = pg - (config.ent_coef if ent_coef is None else ent_coef) * entropy
     kl_ref = torch.zeros((), device=lp.device)
     if "ref_logprobs" in mb:
         d = (mb["ref_logprobs"] - lp) * mask
@@ -277,6 +319,11 @@ def minibatch_loss(
         kl_ref = aggregate_loss(kl.detach(), mask, "token-mean")
     loss = aggregate_loss(per_token, mask, mode, config.norm_const)
     out = {"pg_loss": aggregate_loss(pg.detach(), mask, mode, config.norm_const), "kl_ref": kl_ref}
+    if config.entropy_kappa > 0 and entropy_ref is not None:  # EPO (never touches the loss when off)
+        band = entropy_band_penalty(aggregate_loss(entropy, mask, "token-mean"), entropy_ref, config.entropy_kappa,
+                                    config.entropy_delta)  # fmt: skip
+        loss = loss + band
+        out["entropy_penalty"] = band.detach()
     if values is not None:
         old_v, ret = mb["old_values"], mb["returns"]
         v_clipped = old_v + torch.clamp(values - old_v, -config.value_clip, config.value_clip)
@@ -286,7 +333,7 @@ def minibatch_loss(
         out["value_loss"] = value_loss.detach()
     with torch.no_grad():
         lr_ = log_ratio.detach()
-        clipped = ((ratio < 1.0 - config.eps_low) & (adv < 0)) | ((ratio > 1.0 + config.eps_high) & (adv > 0))
+        clipped = ((ratio < low) & (adv < 0)) | ((ratio > high) & (adv > 0))
         out.update(
             approx_kl=aggregate_loss(torch.exp(lr_) - 1.0 - lr_, mask, "token-mean"),
             clip_frac=aggregate_loss(clipped.float(), mask, "token-mean"),

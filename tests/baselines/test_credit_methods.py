@@ -92,7 +92,7 @@ def test_reward_components_knob():
         ({"reward_components": ("outcome", "")}, "at least one component"),
         ({"reward_components": ("outcome",), "progress_key": "progress"}, "leaves out"),
         ({"turn_signal_mode": "sum"}, "turn_signal_mode"),
-        ({"estimator": "mt_grpo", "env_id": "agentgym/ToolUse-v0", "env_kwargs": {}}, "needs a verified per-turn"),
+        ({"estimator": "mt_grpo", "env_id": "agentgym/Clarify-v0", "env_kwargs": {}}, "needs a verified per-turn"),
     ]:
         with pytest.raises(ValueError, match=message):
             config(**bad)

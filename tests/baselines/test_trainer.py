@@ -464,7 +464,7 @@ def test_turn_scorer_runs_inside_the_trainer(tmp_path, scorer):
     assert m["scorer_invalid_frac"] == 0.0 and np.isfinite(m["scorer_reward_mean"]) and m["time_scorer"] > 0
     if scorer == "info_potential":  # TIPS emits shaping even without an answer; its rewards are not all zero
         assert m["scorer_reward_mean"] != 0.0
-    with pytest.raises(ValueError, match="scorer must be one of"):
+    with pytest.raises(ValueError, match="unknown scorer 'nope'"):
         load_config("tiny", overrides={"scorer": "nope"})
 
 

@@ -177,6 +177,9 @@ ENV_KWARGS = {
     "agentgym/KeyDoor-v0": {"horizon": 3},
     "agentgym/SearchQA-v0": {"dataset": "tiny"},
     "agentgym/Household-v0": {"split": "train", "expert_plan": True},
+    "agentgym/ToolUse-v0": {},  # action_valid: the oracle's tool calls are valid (1.0)
+    "agentgym/BFCL-v0": {},
+    "agentgym/CodeExec-v0": {},
 }
 
 

@@ -82,7 +82,8 @@ class TurnSignal:
 
 
 #: The verified per-turn signal each built-in env reports (what :func:`mt_grpo` reads by default in the reference
-#: trainer). Household reports ``progress`` only with ``expert_plan=True``; envs not listed report none.
+#: trainer). Household reports ``progress`` only with ``expert_plan=True``; envs not listed report none. The tool
+#: envs' ``action_valid`` (a bool, read as 0/1) is the seed's "tool execution and format" turn signal.
 TURN_SIGNALS: Mapping[str, TurnSignal] = MappingProxyType(
     {
         # the step's choice was right (True/False); None on a distractor stage
@@ -93,6 +94,13 @@ TURN_SIGNALS: Mapping[str, TurnSignal] = MappingProxyType(
         "agentgym/SearchQA-v0": TurnSignal("supporting_recall", "delta"),
         # 1 - (expert plan length) / (initial plan length): its increase is the step's plan progress (< 0: a detour)
         "agentgym/Household-v0": TurnSignal("progress", "delta"),
+        # MT-GRPO's tool-execution and format signal: the step's tool calls parsed, named a known function with valid
+        # arguments (and, for CodeExec, a non-empty answer); every step's info has it. Their verified effects
+        # (ToolUse's state_checks, BFCL's turn_checks, CodeExec's run_statuses) are per-episode lists, not per-step
+        # numbers, so a TurnSignal cannot read them
+        "agentgym/ToolUse-v0": TurnSignal("action_valid"),
+        "agentgym/BFCL-v0": TurnSignal("action_valid"),
+        "agentgym/CodeExec-v0": TurnSignal("action_valid"),
     }
 )
 
