@@ -126,6 +126,9 @@ class DisagreementTable:
     ``members=1``, or ``prior_scale=0`` with ``bootstrap=False``, gives identical members and a zero bonus.
     """
 
+    #: What ``update`` reads, for the trainer: (observation, action, next observation) triples (``transitions_of``).
+    items: ClassVar[str] = "transitions"
+
     seed: int = 0
     members: int = 5
     dim: int = 128

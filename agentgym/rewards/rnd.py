@@ -109,6 +109,9 @@ class RNDTable:
     update does not depend on the batch's order.
     """
 
+    #: What ``update`` reads, for the trainer: every step's observation text (``observations_of``).
+    items: ClassVar[str] = "observations"
+
     seed: int = 0
     dim: int = 256
     ngrams: tuple[int, ...] = (2, 3)
