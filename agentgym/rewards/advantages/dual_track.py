@@ -92,7 +92,8 @@ METHODS: tuple[Method, ...] = (
     Method("dual_track", "TRUST-SQL", "estimator",
            "dual-track GRPO: exploration turns get the exploration reward's group advantage, execution turns the "
            "outcome's",
-           needs=("outcome", "group", "turn_signal"), paper=cite("TRUST-SQL"), code=f"{__name__}:_est_dual_track",
+           needs=("outcome", "group", "segments", "turn_signal"), paper=cite("TRUST-SQL"),
+           code=f"{__name__}:_est_dual_track",
            choices=("exploration turns get (1 - lam)*A^exp + lam*A^out (a convex mix, so lam=1 is GRPO); knob lam, "
                     "default 0 (isolated tracks)",
                     "phases from info['phase']; where absent the final turn is execution and earlier turns "
