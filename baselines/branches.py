@@ -24,7 +24,8 @@ The papers' variants are knobs of the two (``TrainConfig``; docs/rewards.md, 'Br
 - PORTool: ``branch_turns="prefix"`` (the first ``branch_prefix`` turns), ``tree_blend`` (``alpha A^fork +
   (1 - alpha) A^traj``) and ``step_bonus`` (``+ beta * 1[action_valid]`` on each group member's value);
 - AT^2PO: ``branch_turns="entropy"`` (the ``branch_frac`` of turns with the highest mean full-distribution entropy,
-  :func:`turn_entropy`);
+  :func:`turn_entropy`) and ``branch_depth`` (forks of forks, :func:`grow_levels`; node value = mean of its
+  children, A = V(child) - V(node), :func:`level_advantages`);
 - T^2PO (turn level): ``branch_resample`` (a main rollout whose turn made no progress is played again from the
   snapshot before that turn, up to r times, :func:`resample_stalled`).
 
@@ -41,7 +42,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -66,12 +67,14 @@ from agentgym.rewards.papers import cite
 from agentgym.running.pool import SerialPool
 
 __all__ = ["BRANCH_TURNS", "METHODS", "TREE_TARGETS", "BranchSet", "branch_advantages", "branch_rows", "choose_turns",
-           "fork_group_advantages", "fork_start", "grow_branches", "resample_stalled", "returns_to_go", "run_forks",
-           "splice", "stalled_turn", "target_value", "tree_advantages", "turn_entropy", "turn_uncertainty",
-           "vine_advantages"]  # fmt: skip
+           "fork_group_advantages", "fork_start", "grow_branches", "grow_levels", "level_advantages",
+           "resample_stalled", "returns_to_go", "run_forks", "splice", "stalled_turn", "target_value",
+           "tree_advantages", "turn_entropy", "turn_uncertainty", "vine_advantages"]  # fmt: skip
 
-#: The seed tag of the resampled continuations (:func:`resample_stalled`): their streams differ from the forks'.
+#: The seed tags of the resampled continuations (:func:`resample_stalled`) and of the deeper tree levels
+#: (:func:`grow_levels`): their streams differ from the first level's forks'.
 _RESAMPLE_TAG = 7_919
+_LEVEL_TAG = 7_927
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -337,12 +340,15 @@ def run_forks(
     generation_batch: int | None = None,
     share_prefill: bool = False,
     snapshots: bool = False,
+    offsets: Sequence[int] | None = None,
 ) -> tuple[list[Rollout], list[tuple[int, int, int]]]:
     """``k`` continuations from the state before each chosen turn on ``envs`` (at least ``k * len(chosen)`` spare
     envs built like the mains', restored from ``Rollout.snapshots``), in lockstep waves: the forks of every turn
     position ``t`` together. Fork ``j`` of ``(i, t)`` plays at most ``config.max_turns - t`` turns and samples with
     ``derive_seed(sample_seed, i, t, j)`` (its tokens do not depend on the batching). Returns the forks and their
-    origins ``(i, t, j)``, in that order. ``snapshots``: the forks record the env before each of their turns too."""
+    origins ``(i, t, j)``, in that order. ``snapshots``: the forks record the env before each of their turns too.
+    ``offsets[i]``: the episode turn at which rollout ``i``'s turn 0 was played (a fork's; 0 for a main rollout): its
+    turn ``t`` is episode turn ``offsets[i] + t``, which sets the turn limit and the wave."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     origins = [(i, t, j) for i, t in chosen for j in range(k)]
@@ -357,12 +363,13 @@ def run_forks(
         restore(env, mains[i].snapshots[t])
         forks.append(fork_start(mains[i], t))
     generators = [torch.Generator().manual_seed(derive_seed(sample_seed, i, t, j)) for i, t, j in origins]
+    at = [t + (offsets[i] if offsets is not None else 0) for i, t, _ in origins]  # episode turns
     contexts: list[list[list[int]]] = [[] for _ in forks]
     was_training = policy.model.training
     policy.model.eval()
     try:  # one lockstep wave per turn position: similar prefix lengths, little left-padding (2x faster on Chain H=8)
-        for turn in sorted({t for _, t, _ in origins}):
-            rows = [m for m, (_, t, _) in enumerate(origins) if t == turn]
+        for turn in sorted(set(at)):
+            rows = [m for m, t in enumerate(at) if t == turn]
             wave = advance_episodes(policy, SerialPool.of_envs([envs[m] for m in rows]), [forks[m] for m in rows],
                                     [generators[m] for m in rows], turn_limits=[config.max_turns - turn] * len(rows),
                                     config=config, generation_batch=generation_batch,
@@ -377,17 +384,17 @@ def run_forks(
     return forks, origins
 
 
-def first_turn(fork: Rollout) -> Rollout:
-    """The fork cut after its first turn (what ``tree`` trains on: its later turns have no turn group)."""
-    if not fork.turn_spans:
-        raise ValueError("the fork played no turn")
-    end = fork.turn_spans[0][1]
+def first_turn(fork: Rollout, turns: int = 1) -> Rollout:
+    """The fork cut after its first ``turns`` turns (what ``tree`` trains on: its later turns have no turn group)."""
+    if len(fork.turn_spans) < turns or turns < 1:
+        raise ValueError(f"the fork played {len(fork.turn_spans)} turns, not {turns}")
+    end, n = fork.turn_spans[turns - 1][1], turns
     return replace(fork, response_ids=fork.response_ids[:end], loss_mask=fork.loss_mask[:end],
-                   rollout_logprobs=fork.rollout_logprobs[:end], turn_spans=fork.turn_spans[:1],
-                   turn_rewards=fork.turn_rewards[:1], actions=fork.actions[:1], anchors=fork.anchors[:1],
-                   reward_components=fork.reward_components[:1], context_lengths=fork.context_lengths[:1],
-                   turn_metrics=fork.turn_metrics[:1], observations=fork.observations[:1], infos=fork.infos[:1],
-                   scored_rewards=fork.scored_rewards[:1], snapshots=[])  # fmt: skip
+                   rollout_logprobs=fork.rollout_logprobs[:end], turn_spans=fork.turn_spans[:n],
+                   turn_rewards=fork.turn_rewards[:n], actions=fork.actions[:n], anchors=fork.anchors[:n],
+                   reward_components=fork.reward_components[:n], context_lengths=fork.context_lengths[:n],
+                   turn_metrics=fork.turn_metrics[:n], observations=fork.observations[:n], infos=fork.infos[:n],
+                   scored_rewards=fork.scored_rewards[:n], snapshots=[])  # fmt: skip
 
 
 def splice(main: Rollout, turn: int, cont: Rollout) -> Rollout:
@@ -466,6 +473,16 @@ class BranchSet:
     origins: list[tuple[int, int, int]]
     resampled_tokens: int = 0  # tokens of T^2PO's resampled continuations (resample_stalled)
     resamples: int = 0
+    # AT^2PO's deeper levels (grow_levels): forks of forks, their origins (row of ``rows``, turn, fork index) and the
+    # level of every expanded node (row, turn) past the first
+    sub_forks: list[Rollout] = field(default_factory=list)
+    sub_origins: list[tuple[int, int, int]] = field(default_factory=list)
+    levels: dict[tuple[int, int], int] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> list[Rollout]:
+        """The mains, the first level's forks, then the deeper levels' (the row indexes of ``sub_origins``)."""
+        return [*self.mains, *self.forks, *self.sub_forks]
 
     @property
     def chosen(self) -> list[tuple[int, int]]:
@@ -475,7 +492,9 @@ class BranchSet:
     @property
     def sampled_tokens(self) -> int:
         """Tokens sampled by the forks and the resampled continuations (the first mains' are counted apart)."""
-        return sum(f.num_sampled for f in self.forks) + self.resampled_tokens
+        return (
+            sum(f.num_sampled for f in self.forks) + sum(f.num_sampled for f in self.sub_forks) + self.resampled_tokens
+        )
 
     def fork_returns(self, config: TrainConfig) -> dict[tuple[int, int], list[float]]:
         """Per forked state, each fork's return (the counted rewards of its turns, discounted by ``config.gamma``)."""
@@ -497,7 +516,7 @@ class BranchSet:
         vals = [v for row in self.values(config) for v in row]
         known = [v for v in vals if v is not None]
         out = {
-            "branch_rollouts": len(self.forks),
+            "branch_rollouts": len(self.forks) + len(self.sub_forks),
             "branch_turns": len(self.chosen),
             "branch_sampled_tokens": self.sampled_tokens,
             "branch_value_mean": float(np.mean(known)) if known else 0.0,
@@ -560,6 +579,8 @@ def branch_advantages(branches: BranchSet, config: TrainConfig) -> tuple[list[Ro
     mains, name = branches.mains, config.estimator_name
     if name not in BRANCH_ESTIMATORS:
         raise ValueError(f"{name!r} is not a branch estimator ({', '.join(BRANCH_ESTIMATORS)})")
+    if branches.sub_forks:  # a multi-level tree (AT^2PO, branch_depth > 1)
+        return _level_rows(branches, config)
     fallback = outcome_fallback(mains, config)
     rewards = [turn_rewards(r, config) for r in mains]
     masked = tied_states(branches, config) if config.branch_mask_ties else set()
@@ -601,6 +622,121 @@ def branch_advantages(branches: BranchSet, config: TrainConfig) -> tuple[list[Ro
     return rows, advs
 
 
+def tree_nodes(branches: BranchSet) -> tuple[dict[tuple[int, int], int], dict[tuple[int, int], list[tuple[int, int]]]]:
+    """The tree's nodes (row, turn) of ``branches.rows`` with their levels, and each node's children: the actions
+    taken there, as (row, turn): the row's own action, then each fork's first action ``(fork row, 0)``."""
+    n, m = len(branches.mains), len(branches.forks)
+    levels = {node: 1 for node in branches.chosen}
+    levels.update(branches.levels)
+    kids: dict[tuple[int, int], list[tuple[int, int]]] = {node: [node] for node in levels}
+    for k, (i, t, _) in enumerate(branches.origins):
+        kids[i, t].append((n + k, 0))
+    for k, (r, t, _) in enumerate(branches.sub_origins):
+        kids[r, t].append((n + m + k, 0))
+    return levels, kids
+
+
+def level_advantages(branches: BranchSet, config: TrainConfig) -> dict[tuple[int, int], float]:
+    """AT^2PO's turn-wise credit on a multi-level tree: ``V(node) = mean of its children's values``; a child's
+    value is ``r + gamma * V(next node)`` when the state its action led to was expanded one level deeper, else its
+    return-to-go (a leaf); each child (an action, keyed (row, turn)) gets ``V(child) - V(node)``. With one level
+    every child is a leaf and this is ``tree``'s return minus the group's mean. Siblings' advantages sum to 0."""
+    rows = branches.rows
+    rewards = [turn_rewards(r, config) for r in rows]
+    rtg = [returns_to_go(rew, config.gamma) for rew in rewards]
+    levels, kids = tree_nodes(branches)
+    memo: dict[tuple[int, int], float] = {}
+
+    def child_value(child: tuple[int, int], level: int) -> float:
+        row, turn = child
+        if turn >= len(rewards[row]):
+            return 0.0  # a fork that played no turn
+        if levels.get((row, turn + 1)) == level + 1:
+            return float(rewards[row][turn]) + config.gamma * node_value((row, turn + 1))
+        return float(rtg[row][turn])
+
+    def node_value(node: tuple[int, int]) -> float:
+        if node not in memo:
+            vals = [child_value(c, levels[node]) for c in kids[node]]
+            memo[node] = math.fsum(vals) / len(vals)
+        return memo[node]
+
+    out: dict[tuple[int, int], float] = {}
+    for node in sorted(levels, key=lambda q: -levels[q]):  # deepest first: shallow recursion
+        vals = [child_value(c, levels[node]) for c in kids[node]]
+        group = tree_advantages([vals])[0]  # exact 0 for a tied node
+        for c, a in zip(kids[node], group, strict=True):
+            out[c] = float(a)
+    return out
+
+
+def _level_rows(branches: BranchSet, config: TrainConfig) -> tuple[list[Rollout], list[np.ndarray]]:
+    """``branch_advantages`` for a multi-level tree: the mains (their unforked turns: the RLOO fallback), then every
+    fork of every level cut after its last turn taken at a node."""
+    adv = level_advantages(branches, config)
+    mains, rows = branches.mains, branches.rows
+    fallback = outcome_fallback(mains, config)
+    out_rows: list[Rollout] = list(mains)
+    advs = []
+    for i, r in enumerate(mains):
+        per = [adv.get((i, t), float(fallback[i])) for t in range(len(r.turn_spans))]
+        advs.append(broadcast_to_tokens(per, r.turn_spans, len(r.response_ids), r.loss_mask))
+    for idx in range(len(mains), len(rows)):
+        f = rows[idx]
+        turns = 0
+        while (idx, turns) in adv and turns < len(f.turn_spans):
+            turns += 1
+        if turns:
+            cut = first_turn(f, turns)
+            per = [adv[idx, t] for t in range(turns)]
+            out_rows.append(cut)
+            advs.append(broadcast_to_tokens(per, cut.turn_spans, len(cut.response_ids), cut.loss_mask))
+    return out_rows, advs
+
+
+def grow_levels(
+    policy: HFPolicy,
+    envs: list[Any],
+    make_env: Callable[[], Any],
+    branches: BranchSet,
+    config: TrainConfig,
+    sample_seed: int,
+) -> BranchSet:
+    """AT^2PO's multi-level tree: levels 2 .. ``branch_depth`` expand, for every node of the level above, the state
+    each of its children's actions led to (the row's next turn), unless that state is a node already, with
+    ``branch_k`` forks each (seeds ``derive_seed(derive_seed(sample_seed, _LEVEL_TAG, level), row, turn, j)``). The
+    forks of every level but the last record snapshots."""
+    rows = branches.rows
+    n = len(branches.mains)
+    offsets = [0] * n + [t for _, t, _ in branches.origins]  # the episode turn of each row's turn 0
+    levels, kids = tree_nodes(branches)
+    frontier = sorted(node for node, lvl in levels.items() if lvl == 1)
+    for level in range(2, config.branch_depth + 1):
+        new = sorted({(row, turn + 1) for node in frontier for row, turn in kids[node]
+                      if turn + 1 < len(rows[row].turn_spans) and (row, turn + 1) not in levels})  # fmt: skip
+        if not new:
+            break
+        need = len(new) * config.branch_k
+        while len(envs) < n + need:
+            envs.append(make_env())
+        forks, origins = run_forks(policy, envs[n : n + need], rows, new, k=config.branch_k,
+                                   sample_seed=derive_seed(sample_seed, _LEVEL_TAG, level),
+                                   config=config.rollout_config, generation_batch=config.generation_batch,
+                                   share_prefill=config.rollout_backend == "hf", snapshots=level < config.branch_depth,
+                                   offsets=offsets)  # fmt: skip
+        for node in new:
+            levels[node] = branches.levels[node] = level
+            kids[node] = [node]
+        for f, (r, t, j) in zip(forks, origins, strict=True):
+            kids[r, t].append((len(rows), 0))
+            rows.append(f)
+            offsets.append(offsets[r] + t)
+            branches.sub_forks.append(f)
+            branches.sub_origins.append((r, t, j))
+        frontier = new
+    return branches
+
+
 def branch_rows(branches: BranchSet, config: TrainConfig) -> tuple[list[Rollout], list[np.ndarray], int]:
     """The trainer's rows and token advantages (:func:`branch_advantages`) and its minibatch size: ``tree`` trains on
     the forks' first turns too, in as many optimizer steps as the main rollouts alone would take."""
@@ -637,8 +773,12 @@ def grow_branches(
         envs.append(make_env())
     forks, origins = run_forks(policy, envs[n : n + need], mains, chosen, k=config.branch_k, sample_seed=sample_seed,
                                config=config.rollout_config, generation_batch=config.generation_batch,
-                               share_prefill=config.rollout_backend == "hf")  # fmt: skip
-    return BranchSet(mains, forks, origins, resampled_tokens=extra, resamples=resamples)
+                               share_prefill=config.rollout_backend == "hf",
+                               snapshots=config.branch_depth > 1)  # fmt: skip
+    branches = BranchSet(mains, forks, origins, resampled_tokens=extra, resamples=resamples)
+    if config.branch_depth > 1:
+        grow_levels(policy, envs, make_env, branches, config, sample_seed)
+    return branches
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -692,15 +832,21 @@ METHODS: tuple[Method, ...] = (
                     "a step's 'mean outcome of the leaves below' is its own continuation's return (one leaf each)"),
            train={"algo": "grpo", "estimator": "tree", "branch_k": 2, "branch_turns": "prefix", "branch_prefix": 2,
                   "tree_blend": 0.5, "step_bonus": 0.1, "tree_std": True}, knobs_into="config"),
-    Method("at2po", "AT^2PO", "branch", "entropy-guided turn trees (one level here)",
+    Method("at2po", "AT^2PO", "branch", "entropy-guided multi-level turn trees with turn-wise credit",
            needs=("snapshots", "outcome", "group"), paper=cite("AT^2PO"),
            code="agentgym.baselines.branches:choose_turns", status="partial",
            choices=("expansion: the branch_frac of the batch's turns with the highest mean full-distribution "
                     "entropy, by one scoring pass with the rollouts' weights (knobs branch_turns='entropy', "
-                    "branch_frac)",),
-           train={"algo": "grpo", "estimator": "tree", "branch_k": 2, "branch_turns": "entropy", "branch_frac": 0.5},
-           missing="multi-level trees (forks of forks, node value = mean of its children, A = V(child) - V(parent)) "
-                   "and the turn-level objective (one clipped importance ratio per turn)",
+                    "branch_frac)",
+                    "levels 2 .. branch_depth expand the state after every child action of the level above (a "
+                    "state that is a node already is not expanded twice), branch_k forks each (knob branch_depth)",
+                    "node value = mean of its children; a child's value = r + gamma V(next node) when its next "
+                    "state was expanded one level deeper, else its return-to-go; A = V(child) - V(node); depth 1 "
+                    "is tree"),
+           train={"algo": "grpo", "estimator": "tree", "branch_k": 2, "branch_turns": "entropy", "branch_frac": 0.5,
+                  "branch_depth": 2},
+           missing="the turn-level objective (one clipped importance ratio per turn, the geometric mean of its "
+                   "token ratios: a loss mode in update.py)",
            knobs_into="config"),
     Method("t2po", "T^2PO", "branch", "resampling turns without progress (turn level)",
            needs=("snapshots", "anchors"), paper=cite("T^2PO"),

@@ -495,7 +495,8 @@ def test_masking_needs_two_forks_and_tree_knobs_need_tree():
             TrainConfig(**base, estimator="vine", branch_k=2, **knob)
     for bad, match in [({"tree_target": "best"}, "tree_target"), ({"tree_blend": 1.5}, "tree_blend"),
                        ({"branch_tail": 0}, "branch_tail"), ({"branch_resample": -1}, "branch_resample"),
-                       ({"branch_turns": "middle"}, "branch_turns")]:  # fmt: skip
+                       ({"branch_turns": "middle"}, "branch_turns"), ({"branch_depth": 0}, "branch_depth"),
+                       ({"branch_depth": 2, "tree_std": True}, "branch_depth")]:  # fmt: skip
         with pytest.raises(ValueError, match=match):
             TrainConfig(**base, estimator="tree", branch_k=2, **bad)
 
@@ -791,3 +792,98 @@ def test_every_card_trains_end_to_end(tmp_path, warm_start, name):
     h = out["last"]
     assert h["sampled_tokens"] >= h["branch_sampled_tokens"] and h["rollout_logprob_maxdiff"] < 1e-4
     assert math.isfinite(h["loss"]) and h["kept_rollouts"] == 4
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# AT^2PO: multi-level trees
+
+
+def test_one_level_tree_equals_tree():
+    """With no deeper level every child is a leaf: the level credit gives tree's rows and advantages exactly."""
+    from agentgym.baselines.branches import _level_rows
+
+    branches, config = hand_branches()
+    config = dataclasses.replace(config, estimator="tree")
+    rows, advs = branch_advantages(branches, config)
+    lrows, ladvs = _level_rows(branches, config)
+    assert [r.response_ids for r in lrows] == [r.response_ids for r in rows]
+    assert all(np.array_equal(a, b) for a, b in zip(advs, ladvs, strict=True))
+
+
+def two_level_branches() -> tuple[BranchSet, TrainConfig]:
+    """Main 0 rewards (0, 0, 1), main 1 (0, 0, 0), one group. Level 1: main 0 forked at turn 1 by F1 (0, 1) and
+    F2 (0, 0). Level 2: the states after each of those three actions, two forks each: after main 0's turn 1
+    (node (0, 2)): S1 (0), S2 (1); after F1's first turn (node (2, 1)): S3 (1), S4 (1); after F2's (node (3, 1)):
+    S5 (0), S6 (1)."""
+    mains = [hand_rollout([0, 0, 1], 0), hand_rollout([0, 0, 0], 0)]
+    forks = [hand_rollout([0, 1], 0), hand_rollout([0, 0], 0)]
+    subs = [hand_rollout([x], 0) for x in (0, 1, 1, 1, 0, 1)]
+    branches = BranchSet(mains, forks, [(0, 1, 0), (0, 1, 1)], sub_forks=subs,
+                         sub_origins=[(0, 2, 0), (0, 2, 1), (2, 1, 0), (2, 1, 1), (3, 1, 0), (3, 1, 1)],
+                         levels={(0, 2): 2, (2, 1): 2, (3, 1): 2})  # fmt: skip
+    config = TrainConfig(env_id="agentgym/Chain-v0", estimator="tree", branch_k=2, branch_depth=2,
+                         reward_components="all")  # fmt: skip
+    return branches, config
+
+
+def test_two_level_tree_by_hand():
+    """Level 2 (leaves): node (0, 2): children main 0's turn 2 (return 1), S1 0, S2 1 -> V = 2/3, A = (1/3, -2/3,
+    1/3). Node (2, 1): F1's turn 1 (1), S3 1, S4 1 -> V = 1, A = 0. Node (3, 1): F2's turn 1 (0), S5 0, S6 1 ->
+    V = 1/3, A = (-1/3, -1/3, 2/3).
+    Level 1, node (0, 1): main 0's turn 1: r 0 + V(0, 2) = 2/3; F1's first: 0 + V(2, 1) = 1; F2's: 0 + 1/3 -> V =
+    (2/3 + 1 + 1/3) / 3 = 2/3, A = (0, 1/3, -1/3).
+    Main turns at no node: the RLOO fallback (outcomes 1 and 0: +1 and -1). F1 and F2 are trained on two turns."""
+    branches, config = two_level_branches()
+    rows, advs = branch_advantages(branches, config)
+    got = per_turn(advs, rows)
+    t = 1 / 3
+    assert got[0] == pytest.approx([1.0, 0.0, t]) and got[1] == [-1.0, -1.0, -1.0]
+    assert got[2] == pytest.approx([t, 0.0]) and got[3] == pytest.approx([-t, -t])
+    assert [g[0] for g in got[4:]] == pytest.approx([-2 * t, t, 0.0, 0.0, -t, 2 * t])
+    assert branches.metrics(config)["branch_rollouts"] == 8 and branches.sampled_tokens == 2 * (2 + 2 + 6)
+
+
+@pytest.mark.slow
+def test_grow_levels_on_chain(policy, chain_mains):
+    """Depth 2 on Chain H=3 from each rollout's first turn: the second level forks the state after every child
+    action of the first (main turn 1, each fork's turn 1); a sub-fork starts from its parent's token prefix, plays
+    at most max_turns minus its episode turn, its log-probs equal the trainer's, its tokens are counted, and the
+    siblings' advantages at every node sum to 0."""
+    from agentgym.baselines.branches import grow_branches, level_advantages, tree_nodes
+
+    mains, _ = chain_mains
+    config = TrainConfig(
+        env_id="agentgym/Chain-v0",
+        env_kwargs={"horizon": 3},
+        max_turns=3,
+        max_new_tokens=8,
+        stop=("</answer>",),
+        estimator="tree",
+        branch_k=2,
+        branch_turns="prefix",
+        branch_depth=2,
+    )
+    envs: list = []
+    try:
+        branches = grow_branches(policy, envs, chain(), list(mains), config, 4)
+    finally:
+        for env in envs:
+            env.close()
+    rows, n = branches.rows, len(mains)
+    assert branches.chosen == [(i, 0) for i in range(n)] and branches.sub_forks
+    assert set(branches.levels) == {(r, 1) for r in range(n + len(branches.forks)) if len(rows[r].turn_spans) > 1}
+    for f, (r, t, _) in zip(branches.sub_forks, branches.sub_origins, strict=True):
+        assert t == 1 and f.prompt_ids == rows[r].input_ids[: rows[r].context_lengths[1]]
+        episode_turn = 1 + (0 if r < n else branches.origins[r - n][1])
+        assert 1 <= len(f.turn_spans) <= config.max_turns - episode_turn
+    batch = make_batch(branches.sub_forks, policy.tokenizer.pad_token_id)
+    lp, _ = score_batch(policy.model, batch, 1.0, minibatch_size=8)
+    on = batch["loss_mask"] > 0
+    assert torch.allclose(lp[on], batch["rollout_logprobs"][on], atol=1e-5, rtol=0)
+    assert branches.sampled_tokens == sum(f.num_sampled for f in branches.forks + branches.sub_forks)
+    adv = level_advantages(branches, config)
+    for _, kids in tree_nodes(branches)[1].items():
+        assert abs(math.fsum(adv[c] for c in kids)) < 1e-12
+    rows_out, advs = branch_advantages(branches, config)
+    assert len(rows_out) == n + sum(bool(f.turn_spans) for f in branches.forks + branches.sub_forks)
+    assert all(np.isfinite(a).all() for a in advs)
