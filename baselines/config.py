@@ -134,7 +134,6 @@ class TrainConfig:
     tree_blend: float = 1.0  # PORTool: alpha A^fork + (1 - alpha) A^traj on forked turns (1: tree; 0: RLOO)
     step_bonus: float = 0.0  # PORTool: + beta * 1[action_valid] on each turn-group member's value
     branch_depth: int = 1  # AT^2PO: levels of forks of forks (tree, default tree knobs only); 1: one level
-    branch_depth: int = 1  # AT^2PO: levels of forks of forks (tree, default tree knobs only); 1: one level
     # the token budget: stop the run once it has sampled this many tokens (main rollouts and forks; None: no limit)
     max_sampled_tokens: int | None = None
     gamma: float = 1.0  # PPO's GAE (token-level, or over turns with estimator="turn_ppo"); vine's and tree's returns
@@ -382,10 +381,6 @@ class TrainConfig:
             raise ValueError("tree_target, tree_std, tree_blend and step_bonus are knobs of estimator 'tree'")
         if self.branch_mask_ties and self.branch_k < 2:
             raise ValueError("branch_mask_ties compares the forks of a state: it needs branch_k >= 2")
-        if self.branch_depth < 1 or (self.branch_depth > 1 and (self.estimator_name != "tree" or any(tree_knobs)
-                                                                or self.branch_mask_ties)):  # fmt: skip
-            raise ValueError(f"branch_depth must be >= 1; above 1 (got {self.branch_depth}) it takes estimator 'tree' "
-                             "without tree_target, tree_std, tree_blend, step_bonus or branch_mask_ties")  # fmt: skip
         if self.branch_depth < 1 or (self.branch_depth > 1 and (self.estimator_name != "tree" or any(tree_knobs)
                                                                 or self.branch_mask_ties)):  # fmt: skip
             raise ValueError(f"branch_depth must be >= 1; above 1 (got {self.branch_depth}) it takes estimator 'tree' "
