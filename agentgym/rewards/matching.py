@@ -31,7 +31,7 @@ from agentgym.rewards.papers import cite
 
 CallLike = ToolCall | Mapping[str, Any]
 Method = Literal["optimal", "greedy", "sinkhorn"]
-METHODS: tuple[str, ...] = ("optimal", "greedy", "sinkhorn")
+MATCH_METHODS: tuple[str, ...] = ("optimal", "greedy", "sinkhorn")
 
 
 def _name_args(call: CallLike) -> tuple[str, Mapping[str, Any]]:
@@ -168,8 +168,8 @@ def match_calls(
     >>> m.pairs, m.score
     ([(0, 1, 1.0), (1, 0, 1.0)], 1.0)
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if method not in MATCH_METHODS:
+        raise ValueError(f"method must be one of {MATCH_METHODS}, got {method!r}")
     if reg <= 0:
         raise ValueError(f"reg must be > 0, got {reg}")
     sim = similarity_matrix(pred_calls, gold_calls)
@@ -222,8 +222,8 @@ class ToolCallMatching(TurnScorer):
     gold_key: str = "calls"
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+        if self.method not in MATCH_METHODS:
+            raise ValueError(f"method must be one of {MATCH_METHODS}, got {self.method!r}")
         if self.scope not in ("turn", "trajectory"):
             raise ValueError(f"scope must be 'turn' or 'trajectory', got {self.scope!r}")
 
