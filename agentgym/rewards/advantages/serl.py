@@ -128,8 +128,12 @@ METHODS: tuple[Method, ...] = (
                     "criticality c = the unweighted mean of the feedback features parse error / invalid action, "
                     "'Nothing happens.', anchor change and |progress delta| (serl_criticality's features argument; "
                     "the trainer uses all four)",
-                    "granularity: turn (every token of a turn gets the turn's weight)"),
+                    "granularity: turn (every token of a turn gets the turn's weight)",
+                    "the weights come from the env's feedback directly; the paper's released code instead has a "
+                    "teacher copy of the policy score the action tokens under hindsight feedback contexts and turns "
+                    "the teacher-student probability gaps into bounded weights (that needs a second forward pass "
+                    "per rollout and is not built)"),
            train={"algo": "grpo", "estimator": "serl"}, knobs_into="estimator_kwargs",
-           missing="the token granularity and the reference-trajectory agreement feature; the feature set is not "
-                   "a train knob"),
+           missing="the teacher-scored hindsight weights of the paper's code, the token granularity and the "
+                   "reference-trajectory agreement feature; the feature set is not a train knob"),
 )  # fmt: skip
