@@ -155,6 +155,7 @@ METHODS = (
             "an absent recorded component reads 0.0 (it adds nothing to the reward; knob missing)",
         ),
         missing="agentgym train cannot run it yet: the trainer has no judge or reward-model scorer giving "
-        "property scores to aggregate (the envs' own components are one outcome plus shaping terms)",
+        "several property scores (the envs record one outcome plus shaping terms), and its training reward always "
+        "counts an env component, so U could only be added to the outcome, not replace it",
     ),
 )  # fmt: skip

@@ -170,9 +170,10 @@ class DisagreementTable:
         """Measure the batch's disagreements under the current ensemble (for sigma), then refit every member."""
         batch = sorted((str(o), str(a), str(n)) for o, a, n in items)
         if batch:
-            snap = self.snapshot()
-            x = snap.inputs([o for o, _, _ in batch], [a for _, a, _ in batch])
-            y = self._features.batch(n for _, _, n in batch)
+            n = len(batch)
+            texts = [o for o, _, _ in batch] + [a for _, a, _ in batch] + [nxt for _, _, nxt in batch]
+            feats = self._features.batch(texts)  # one pass: o' of a step is usually o of the next
+            x, y = np.hstack([feats[:n], feats[n : 2 * n]]), feats[2 * n :]
             preds = np.einsum("ni,kio->kno", x, self._w)
             self.moments.merge(_spread(preds))
             rng = np.random.default_rng([self.seed, self.updates])  # one stream per update: order-free, replayable

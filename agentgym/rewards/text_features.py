@@ -58,8 +58,9 @@ class HashedNgrams:
         return v / norm if norm else v
 
     def batch(self, texts: Iterable[str]) -> np.ndarray:
-        """``(N, dim)``: one row per text."""
-        rows = [self(t) for t in texts]
+        """``(N, dim)``: one row per text (each distinct text hashed once)."""
+        seen: dict[str, np.ndarray] = {}
+        rows = [seen[t] if t in seen else seen.setdefault(t, self(t)) for t in texts]
         return np.stack(rows) if rows else np.zeros((0, self.dim))
 
 

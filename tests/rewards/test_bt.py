@@ -106,6 +106,13 @@ def test_empty_group_singleton_and_empty_trajectory_are_finite():
         assert BTScorer(("a",), level=level)([traj([])])[0].rewards == []
 
 
+def test_all_unscored_rows_are_invalid_not_an_error():
+    group = [traj([{"a": 1.0}, {"a": 2.0}]), traj([{"a": 0.0}])]
+    scores = BTScorer(("a",), source="info", missing=math.nan)(group)  # no turn has info["a"]: every value NaN
+    assert all(not any(s.valid) and all(math.isnan(x) for x in s.rewards) for s in scores)
+    assert math.isnan(scores[0].extras["references"]["a"])  # no valid value to take a group mean of
+
+
 def test_rejects_bad_arguments():
     with pytest.raises(ValueError):
         BTScorer(())

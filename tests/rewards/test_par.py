@@ -66,6 +66,15 @@ def test_empty_and_one_turn_inputs_are_finite():
         assert PreferenceAsReward((1.0,), level=level)([1.0]) == [0.5]
 
 
+def test_empty_group_and_all_unscored_rows():
+    scorer = PARScorer(ComponentScorer("judge"), {"q": [0.0]})
+    assert scorer([]) == []
+    scores = scorer([traj("q", [{}, {}])])[0]  # no judge score on any turn: NaN, invalid, never a silent 0
+    assert scores.valid == [False, False] and all(math.isnan(x) for x in scores.rewards)
+    outcome = PARScorer(ComponentScorer("judge"), {"q": [0.0]}, level="outcome")([traj("q", [{}, {}])])[0]
+    assert outcome.valid == [False, False]
+
+
 def test_rejects_bad_arguments():
     with pytest.raises(ValueError):
         PreferenceAsReward(())
