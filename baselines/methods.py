@@ -9,7 +9,7 @@ agentgym methods --need group --kind estimator --status built
 agentgym methods gigpo                # one card: paper, code, knobs and defaults, choices, how to train it
 agentgym methods --json               # the registry, for tools
 agentgym methods --markdown           # the catalogue as a Markdown table
-python -m agentgym.baselines.methods docs/methods.md   # regenerate the page's tables (a test keeps them equal)
+python -m agentgym.baselines.methods README.md docs/methods.md   # regenerate their tables (tests keep them equal)
 
 >>> get_method("grpo").kind
 'estimator'
@@ -58,8 +58,10 @@ def method_overrides(card: Method, sets: Mapping[str, Any]) -> dict[str, Any]:
     settings, then each ``--set``. A key that is one of the method's knobs goes where the card says its knobs go
     (``estimator_kwargs``, ``scorer_kwargs``, the method's ``reward_wrappers`` entry); any other key is a
     ``TrainConfig`` field as usual."""
-    if card.status == "missing":
-        raise ValueError(f"method {card.name!r} ({card.system}) is not built yet: {card.missing}")
+    if card.status == "missing" or not card.train:
+        raise ValueError(f"method {card.name!r} ({card.system}) is not built yet: {card.missing}"
+                         if card.status == "missing" else
+                         f"method {card.name!r} ({card.system}) cannot train yet: {card.missing}")  # fmt: skip
     out: dict[str, Any] = json.loads(json.dumps(dict(card.train)))  # a deep copy: the card stays as it is
     knobs = card.knobs() if card.knobs_into != "config" else {}
     for key, value in sets.items():
@@ -103,15 +105,31 @@ def markdown(cards: Sequence[Method]) -> str:
     return "\n".join(lines)
 
 
+def kinds_markdown(cards: Sequence[Method]) -> str:
+    """The catalogue by kind as the README's Markdown table: the built methods' names, how many are partial or
+    missing."""
+    lines = ["| kind | built | partial | missing |", "|---|---|---:|---:|"]
+    for kind in KINDS:
+        of_kind = [c for c in cards if c.kind == kind]
+        built = ", ".join(f"`{c.name}`" for c in of_kind if c.status == "built") or "-"
+        counts = Counter(c.status for c in of_kind)
+        lines.append(f"| {kind} | {built} | {counts['partial']} | {counts['missing']} |")
+    return "\n".join(lines)
+
+
 def needs_markdown() -> str:
     """The words a card's ``needs`` uses, as the Markdown table of docs/methods.md."""
     return "\n".join(["| need | meaning |", "|---|---|", *(f"| `{k}` | {v} |" for k, v in NEEDS.items())])
 
 
 def fill_docs(text: str, cards: Sequence[Method]) -> str:
-    """``text`` (docs/methods.md) with its generated blocks (between ``<!-- methods:begin -->`` and
-    ``<!-- methods:end -->``, the same for ``needs``) made from the registry."""
-    for block, body in (("methods", markdown(cards)), ("needs", needs_markdown())):
+    """``text`` (docs/methods.md, README.md) with the generated blocks it has (between ``<!-- NAME:begin -->`` and
+    ``<!-- NAME:end -->``; NAME one of methods, needs, kinds, coverage) made from the registry."""
+    blocks = {"methods": markdown(cards), "needs": needs_markdown(), "kinds": kinds_markdown(cards),
+              "coverage": f"`agentgym methods` ends with: {coverage(cards)}."}  # fmt: skip
+    for block, body in blocks.items():
+        if f"<!-- {block}:begin -->" not in text:
+            continue
         start, end = f"<!-- {block}:begin -->", f"<!-- {block}:end -->"
         head, rest = text.split(start)
         text = f"{head}{start}\n{body}\n{end}{rest.split(end, 1)[1]}"
@@ -186,8 +204,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":  # python -m agentgym.baselines.methods docs/methods.md: regenerate the page's tables
+if __name__ == "__main__":  # python -m agentgym.baselines.methods README.md docs/methods.md: regenerate their tables
     import sys
 
-    page = Path(sys.argv[1])
-    page.write_text(fill_docs(page.read_text(), catalogue()))
+    for name in sys.argv[1:]:
+        page = Path(name)
+        page.write_text(fill_docs(page.read_text(), catalogue()))
