@@ -113,6 +113,11 @@ class TrainConfig:
     # S2D: the weight c(k) of one shaping component over iterations k: {"component": "shaping", "start": k_switch,
     # "ramp": m, "final": 1.0}: 0 before start, then final (ramp 0) or a linear ramp over m iterations (credit.py)
     shaping_schedule: dict[str, Any] | None = None
+    # AIRS (baselines/airs.py): each iteration only one of these reward_wrappers components counts, chosen by UCB1
+    # over the extrinsic-return gain seen while each was active (None: all count)
+    airs_arms: list[str] | None = None
+    airs_c: float = 0.1  # AIRS's UCB1 exploration weight
+    airs_window: int = 10  # AIRS: an arm's score averages its last airs_window gains
     # the reward components a turn's training reward sums: "auto" (outcome-only estimators, OUTCOME_ESTIMATORS: the
     # "outcome" alone, plus "progress" with progress_key; the others: the env's whole reward), "all", or the names
     reward_components: str | tuple[str, ...] = "auto"
@@ -322,6 +327,13 @@ class TrainConfig:
             if sched.get("component", "shaping") not in names:
                 raise ValueError(f"shaping_schedule component {sched.get('component', 'shaping')!r} is no reward "
                                  f"component of reward_wrappers or progress_key ({names})")  # fmt: skip
+        if self.airs_arms is not None:
+            arms = self.airs_arms
+            if len(arms) < 2 or len(set(arms)) != len(arms) or any(a not in self._wrapper_components for a in arms):
+                raise ValueError(f"airs_arms must name two or more distinct reward_wrappers components "
+                                 f"{list(self._wrapper_components)}, got {arms}")  # fmt: skip
+        if self.airs_c < 0 or self.airs_window < 1:
+            raise ValueError(f"airs_c must be >= 0 and airs_window >= 1, got {self.airs_c} and {self.airs_window}")
         if self.ent_coef_final is not None and (self.ent_coef_final < 0 or not 0.0 <= self.ent_coef_phase <= 1.0):
             raise ValueError(f"ent_coef_final must be >= 0 and ent_coef_phase in [0, 1], got {self.ent_coef_final} "
                              f"and {self.ent_coef_phase}")  # fmt: skip

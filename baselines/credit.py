@@ -50,9 +50,22 @@ from agentgym.rewards.advantages import (
     token_gae,
 )
 
-__all__ = ["EnvMaker", "clip_scales", "compute_advantages", "group_stats", "infopo_advantages", "make_tables",
-           "observation_keys", "scale_components", "score_turns", "training_rollouts", "turn_rewards", "turn_signals",
-           "update_tables"]  # fmt: skip
+__all__ = [
+    "EnvMaker",
+    "clip_scales",
+    "compute_advantages",
+    "extrinsic_return",
+    "group_stats",
+    "infopo_advantages",
+    "make_tables",
+    "observation_keys",
+    "scale_components",
+    "score_turns",
+    "training_rollouts",
+    "turn_rewards",
+    "turn_signals",
+    "update_tables",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -102,6 +115,12 @@ class EnvMaker:
         for spec, table in zip(self.wrappers, self.tables, strict=True):
             env = spec.wrap(env, table)
         return env
+
+
+def extrinsic_return(r: Rollout, arms: Sequence[str]) -> float:
+    """An episode's return without the components named in ``arms`` (AIRS's extrinsic return)."""
+    comps = r.reward_components or [{}] * len(r.turn_rewards)  # a hand-built rollout may record none
+    return math.fsum(x - math.fsum(c.get(a, 0.0) for a in arms) for x, c in zip(r.turn_rewards, comps, strict=True))
 
 
 def make_tables(config: TrainConfig) -> tuple[Any, ...]:

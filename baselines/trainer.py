@@ -44,6 +44,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from agentgym.baselines.airs import AIRSController
 from agentgym.baselines.backends import amp_dtype, make_backend
 from agentgym.baselines.branches import BranchSet, branch_rows, grow_branches
 from agentgym.baselines.checkpoint import (
@@ -61,6 +62,7 @@ from agentgym.baselines.credit import (
     EnvMaker,
     clip_scales,
     compute_advantages,
+    extrinsic_return,
     group_stats,
     make_tables,
     scale_components,
@@ -126,6 +128,13 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int, methods: Me
     t_rollout = time.perf_counter() - t0
     # the reward wrappers' tables learn from this batch only after all of it was played (siblings read one snapshot)
     metrics.update(update_tables(config, methods.tables, rollouts))
+    if config.airs_arms is not None:  # AIRS: credit the last arm with the extrinsic gain, count only the next arm
+        arms = config.airs_arms
+        ctl = methods.extra.setdefault("airs", AIRSController.of(len(arms), config.airs_c, config.airs_window))
+        ret = float(np.mean([extrinsic_return(r, arms) for r in rollouts]))
+        arm = ctl.step(ret)
+        scale_components(rollouts, {a: 0.0 for k, a in enumerate(arms) if k != arm})
+        metrics.update(airs_arm=arm, airs_extrinsic_return=ret)
     if config.shaping_schedule is not None:  # S2D: this iteration's weight of the shaping component
         c = config.shaping_scale(it)
         scale_components(rollouts, {config.shaping_schedule.get("component", "shaping"): c})

@@ -10,9 +10,10 @@ cards (``METHODS``).
   turn-level estimators (gtpo, a2tgpo, ...) and the critic's.
 - EPO (``entropy_kappa``, ``ent_coef_final``): an entropy band penalty around the EMA of past iterations'
   entropies, and a phase schedule of ``ent_coef`` (``update.entropy_band_penalty``, ``TrainConfig.ent_coef_at``).
+- AIRS (``airs_arms``): which bonus component counts each iteration, by UCB1 (baselines/airs.py).
 
-The state (the reward wrappers' tables, the entropy EMA) is saved beside the checkpoint (``methods.pt``), so a
-resumed run continues with it.
+The state (the reward wrappers' tables, the entropy EMA, the AIRS controller) is saved beside the checkpoint
+(``methods.pt``), so a resumed run continues with it.
 """
 
 from __future__ import annotations
@@ -86,5 +87,19 @@ METHODS: tuple[Method, ...] = (
                     "ent_coef_final"),
            train={"algo": "grpo", "ent_coef": 0.01, "ent_coef_final": 0.0, "ent_coef_phase": 0.5,
                   "entropy_kappa": 0.1, "entropy_delta": 0.1, "entropy_ema": 0.9},
+           knobs_into="config"),
+    Method("airs", "AIRS", "trainer",
+           "each iteration one intrinsic bonus counts, chosen by UCB1 over the extrinsic-return gain it brought",
+           needs=("outcome",), paper=cite("AIRS"), code="agentgym.baselines.airs:AIRSController.of",
+           choices=("arm score: mean of the arm's last airs_window = 10 gains + airs_c * sqrt(2 ln N / n_a), "
+                    "airs_c = 0.1",
+                    "the gain E_k - E_{k-1} of the mean extrinsic return (each episode's return without any arm's "
+                    "component) is credited to the arm of iteration k - 1, whose update lies between the batches",
+                    "the arms not chosen have their components zeroed in the batch before the advantages; every "
+                    "arm is tried once first"),
+           train={"algo": "grpo", "reward_components": "all",
+                  "reward_wrappers": [{"name": "novelty", "beta": 0.1},
+                                      {"name": "novelty", "beta": 0.0, "episodic": 0.1, "component": "episodic"}],
+                  "airs_arms": ["novelty", "episodic"]},
            knobs_into="config"),
 )  # fmt: skip

@@ -452,3 +452,63 @@ def test_the_tool_envs_report_action_valid_on_every_step(env_id):
     infos = [env.step("no tool call here <tool_call>{oops")[-1]]
     assert all(isinstance(i.get("action_valid"), bool) for i in infos)
     assert TURN_SIGNALS[env_id].read(reset_info, infos) == [0.0]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# 7. AIRS
+
+
+def test_airs_tries_every_arm_once_then_follows_the_paying_arm():
+    """Three arms: the first three steps try 0, 1, 2. A stub where arm 1's update raises the extrinsic return by
+    0.1 (plus noise 0.02) and the others by 0 (same noise): after 30 warm-up steps arm 1 is chosen >= 90%."""
+    from agentgym.baselines.airs import AIRSController
+
+    ctl = AIRSController(3, c=0.1, window=10)
+    rng = np.random.default_rng(0)
+    ret, chosen = 0.0, []
+    for _ in range(300):
+        arm = ctl.step(ret)
+        chosen.append(arm)
+        ret += (0.1 if arm == 1 else 0.0) + rng.normal(0.0, 0.02)
+    assert chosen[:3] == [0, 1, 2]
+    assert np.mean(np.array(chosen[30:]) == 1) >= 0.9
+    with pytest.raises(ValueError, match="finite"):
+        ctl.step(math.nan)
+
+
+def test_airs_scores_on_hand_numbers():
+    """Gains: arm 0 [0.2], arm 1 [0.0, 0.3]; N = 3. Arm 0: 0.2 + 0.1 * sqrt(2 ln 3 / 1) = 0.2 + 0.148230 = 0.348230;
+    arm 1 (window 1: last gain 0.3): 0.3 + 0.1 * sqrt(2 ln 3 / 2) = 0.3 + 0.104815 = 0.404815."""
+    from agentgym.baselines.airs import AIRSController
+
+    ctl = AIRSController(2, c=0.1, window=1, gains=[[0.2], [0.0, 0.3]])
+    assert ctl.score(0) == pytest.approx(0.348230, abs=1e-6) and ctl.score(1) == pytest.approx(0.404815, abs=1e-6)
+
+
+def test_airs_config_and_extrinsic_return():
+    two = [{"name": "step_cost", "cost": 0.1, "component": "a"}, {"name": "step_cost", "cost": 0.2, "component": "b"}]
+    config = config_of(reward_wrappers=two, airs_arms=["a", "b"])
+    r = play(EnvMaker.of(config)())  # three steps: -0.1 - 0.2 each, outcome 1 at the end
+    from agentgym.baselines.credit import extrinsic_return
+
+    assert math.fsum(r.turn_rewards) == pytest.approx(1.0 - 0.9) and extrinsic_return(r, ["a", "b"]) == 1.0
+    scale_components([r], {"a": 0.0})  # arm b chosen: a's cost no longer counts
+    assert math.fsum(r.turn_rewards) == pytest.approx(1.0 - 0.6)
+    for bad in (["a"], ["a", "a"], ["a", "zz"]):
+        with pytest.raises(ValueError, match="airs_arms"):
+            config_of(reward_wrappers=two, airs_arms=bad)
+
+
+@pytest.mark.slow
+def test_airs_runs_in_the_trainer_and_resumes_with_its_controller(tmp_path):
+    """ProgressToy always ends with outcome 1: the gains are 0, so the arms go 0, 1 (each tried), then 0 (a tie
+    goes to the first); a resumed run continues the controller saved in methods.pt."""
+    two = [{"name": "step_cost", "cost": 0.1, "component": "a"}, {"name": "step_cost", "cost": 0.2, "component": "b"}]
+    config = config_of(reward_wrappers=two, airs_arms=["a", "b"], iterations=2, out_dir=str(tmp_path / "run"),
+                       reward_components="all", estimator="gtpo")  # fmt: skip
+    first = train(config)["history"]
+    assert [h["airs_arm"] for h in first] == [0, 1] and first[0]["airs_extrinsic_return"] == 1.0
+    config.iterations, config.resume = 3, True
+    assert [h["airs_arm"] for h in train(config)["history"]] == [0, 1, 0]
+    # the gains credited so far: arm 0 at iteration 2 and arm 1 at 3 (a fresh controller at 3 would hold none)
+    assert MethodState.load(tmp_path / "run" / "methods.pt").extra["airs"].gains == [[0.0], [0.0]]
