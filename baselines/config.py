@@ -305,6 +305,9 @@ class TrainConfig:
                 self._fusion = "infopo" if issubclass(cls, CounterfactualInformationGain) else "add"
             if self._fusion == "infopo" and self.critic:
                 raise ValueError("scorer_fusion 'infopo' fuses into critic-free advantages: use a critic-free algo")
+            if self._fusion == "infopo" and self.dynamic_sampling:  # its gate is open only on the groups it drops
+                raise ValueError("scorer_fusion 'infopo' acts on groups whose outcomes tie, which dynamic_sampling "
+                                 "drops: turn one of them off")  # fmt: skip
         elif self.scorer_kwargs:
             raise ValueError("scorer_kwargs without a scorer")
         specs = wrapper_specs(self.reward_wrappers)

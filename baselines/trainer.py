@@ -191,7 +191,8 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int, methods: Me
                        clip_scales=scales)  # fmt: skip
     if scales is not None:
         on = batch["loss_mask"] > 0
-        metrics["clip_scale_mean"] = float(batch["clip_scale"][on].mean()) if bool(on.any()) else 1.0
+        sampled = batch["clip_scale"][on] if bool(on.any()) else torch.ones(1)
+        metrics.update(clip_scale_mean=float(sampled.mean()), clip_scale_maxdev=float((sampled - 1.0).abs().max()))
     batch["old_logprobs"] = old_lp
     if config.kl_coef > 0:
         ref_lp, _ = score_batch(state.ref_model, batch, config.temperature, config.minibatch_size, amp=amp)

@@ -65,6 +65,35 @@ if PROGRESS_ID not in gymnasium.registry:
     gymnasium.register(id=PROGRESS_ID, entry_point=ProgressToy, disable_env_checker=True)
 
 
+WORDS_ID = "agentgym_test/WordsToy-v0"
+
+
+class WordsToy(gymnasium.Env):
+    """Two turns; each step's outcome reward = distinct words in the action / 10 (siblings' rewards differ)."""
+
+    observation_space = gymnasium.spaces.Text(64)
+    action_space = gymnasium.spaces.Text(4096)
+
+    def __init__(self) -> None:
+        self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return [{"role": "user", "content": f"say words {seed}"}], {"task_id": f"w{seed}", "anchor": "start"}
+
+    def step(self, action: str):
+        self.t += 1
+        reward = min(len(set(action.split())), 10) / 10.0
+        done = self.t >= 2
+        info = {"anchor": f"t{self.t}", "reward_components": {"outcome": reward}, "success": done and reward >= 0.5}
+        return ([] if done else [{"role": "user", "content": "more"}]), reward, done, False, info
+
+
+if WORDS_ID not in gymnasium.registry:
+    gymnasium.register(id=WORDS_ID, entry_point=WordsToy, disable_env_checker=True)
+
+
 def config_of(**kw: Any) -> TrainConfig:
     base: dict[str, Any] = {"env_id": PROGRESS_ID, "env_kwargs": {}, "batch_tasks": 1, "group_size": 2, "max_turns": 3,
                             "max_new_tokens": 4, "minibatch_size": 2, "iterations": 1, "plot": False,
@@ -179,6 +208,8 @@ def test_infopo_fusion_on_a_hand_example():
     assert config_of(scorer="siop").scorer_fusion_mode == "add"
     with pytest.raises(ValueError, match="critic-free"):
         config_of(scorer="infopo", algo="ppo")
+    with pytest.raises(ValueError, match="dynamic_sampling"):
+        config_of(scorer="infopo", dynamic_sampling=True)
 
 
 @pytest.mark.slow
@@ -327,6 +358,15 @@ def test_a_token_with_clip_scale_s_is_clipped_at_one_plus_minus_eps_s():
     wide = minibatch_loss(model, None, {**mb, "clip_scale": torch.tensor([[1.0, 1.0, 1.0, 3.0, 3.0]])}, config)
     assert float(wide["clip_frac"]) == 0.0  # 1 +- 0.6 holds both ratios: pg = (-1.5 + 0.5) / 2
     assert float(wide["pg_loss"]) == pytest.approx(-0.5, abs=1e-5)
+
+
+@pytest.mark.slow
+def test_a2tgpo_with_its_adaptive_clip_trains_and_reports_its_clip_scales(tmp_path):
+    """On WordsToy the siblings' turn rewards differ, so r~ != 0 and the clip scales leave 1 (inside 1 +- 0.3)."""
+    config = config_of(env_id=WORDS_ID, estimator="a2tgpo", adaptive_clip_beta=0.3, group_size=4, max_turns=2,
+                       out_dir=str(tmp_path / "run"))  # fmt: skip
+    m = train(config)["last"]
+    assert 0.0 < m["clip_scale_maxdev"] < 0.3 and 0.7 < m["clip_scale_mean"] < 1.3 and np.isfinite(m["loss"])
 
 
 # ------------------------------------------------------------------------------------------------------------
