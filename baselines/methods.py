@@ -32,7 +32,11 @@ from typing import Any
 from agentgym.rewards.catalogue import KINDS, NEEDS, STATUSES, Method, collect, merge, reward_methods
 
 #: The trainer modules that hold cards (imported only when the catalogue is read).
-TRAINER_MODULES: tuple[str, ...] = ("agentgym.baselines.trainer_methods", "agentgym.baselines.branches")
+TRAINER_MODULES: tuple[str, ...] = (
+    "agentgym.baselines.trainer_methods",
+    "agentgym.baselines.branches",
+    "agentgym.baselines.ipr",
+)
 
 
 def catalogue() -> tuple[Method, ...]:

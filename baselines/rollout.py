@@ -634,12 +634,13 @@ def demonstration_agent(env: Any) -> Any | None:
 
 
 def demonstration_episode(
-    policy: HFPolicy, env: Any, *, seed: int, config: RolloutConfig, group_id: Hashable = 0
+    policy: HFPolicy, env: Any, *, seed: int, config: RolloutConfig, group_id: Hashable = 0, snapshots: bool = False
 ) -> Rollout | None:
     """Teacher-forced episode for SFT: the env's demonstration agent (:func:`demonstration_agent`: SearchQA's
     compact ``<search>``/``<answer>`` plan, Household's optimal plan, the diagnostics' right choices) plays turn by
     turn, and its actions are tokenised (plus the end-of-message token) in place of samples, in the same token layout
-    as :func:`rollout_episode` (mask 1 on action tokens, log-probs 0). None when the env has no such agent."""
+    as :func:`rollout_episode` (mask 1 on action tokens, log-probs 0). None when the env has no such agent.
+    ``snapshots``: keep the env's state before every turn in ``Rollout.snapshots``."""
     obs, info = env.reset(seed=seed)
     agent = demonstration_agent(env)
     if agent is None:
@@ -652,6 +653,8 @@ def demonstration_episode(
         action = agent.act(messages, info)
         tokens = [*policy.encode(action), policy.end_token_id]
         r.context_lengths.append(len(r.input_ids))
+        if snapshots:  # the expert's state before each turn (IPR forks from it: baselines/ipr.py)
+            r.snapshots.append(snapshot(env))
         obs, terminated, truncated = r.record_turn(env, tokens, [0.0] * len(tokens), action)
         info = r.infos[-1]
         messages += [{"role": "assistant", "content": action}, *obs]

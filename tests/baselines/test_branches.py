@@ -887,3 +887,80 @@ def test_grow_levels_on_chain(policy, chain_mains):
     rows_out, advs = branch_advantages(branches, config)
     assert len(rows_out) == n + sum(bool(f.turn_spans) for f in branches.forks + branches.sub_forks)
     assert all(np.isfinite(a).all() for a in advs)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# IPR: forks along the expert path, Monte-Carlo step rewards, step-level DPO (baselines/ipr.py)
+
+
+def test_step_dpo_loss_by_hand():
+    """Policy minus reference: chosen -1 - (-1.5) = 0.5, rejected -2 - (-1.5) = -0.5, difference 1. beta 1:
+    -log sigmoid(1) = log(1 + e^-1) = 0.3132617; beta 0.1: log(1 + e^-0.1) = 0.6443967; the reference itself: log 2."""
+    from agentgym.baselines.ipr import step_dpo_loss
+
+    c, r, rc, rr = (torch.tensor([x]) for x in (-1.0, -2.0, -1.5, -1.5))
+    assert float(step_dpo_loss(c, r, rc, rr, 1.0)) == pytest.approx(0.3132617, abs=1e-6)
+    assert float(step_dpo_loss(c, r, rc, rr, 0.1)) == pytest.approx(0.6443967, abs=1e-6)
+    assert float(step_dpo_loss(rc, rr, rc, rr, 0.1)) == pytest.approx(math.log(2), abs=1e-7)
+
+
+def test_ipr_step_values_and_pairs_on_chain(policy):
+    """Chain H=4, expert = the oracle, agent = a fixed skill p = 0.7 per turn. On the expert path no choice was wrong,
+    so Q(s_t, expert) = p^(H - t - 1) and Q(s_t, agent) = the same if the agent chose right, else 0 (exactly, every
+    continuation fails). With k = 32 the estimates' mean error stays within the binomial bound of
+    test_branch_values_converge_to_the_true_values; a pair comes exactly from each state where the agent chose wrong
+    (a right choice is the expert's own text: no pair), its prompt is the expert's prefix, and the pairs come only
+    from expert-path states."""
+    from agentgym.baselines.ipr import expert_step_pairs
+
+    horizon, p, k = 4, 0.7, 32
+    skill = FixedSkillPolicy(policy.model, policy.tokenizer, p)
+    config = dataclasses.replace(CHAIN, max_turns=horizon)
+    out = expert_step_pairs(skill, chain(horizon), [0, 1, 2], config, 5, k=k)
+    truth, est = [], []
+    wrong = set()
+    for a, (e, t) in enumerate(out.origins):
+        exact = p ** (horizon - t - 1)
+        right = out.agent[a].infos[0].get("correct")
+        truth += [exact, exact if right else 0.0]
+        est += [out.q_expert[e, t], out.q_agent[e, t]]
+        if not right:
+            wrong.add((e, t))
+            assert out.q_agent[e, t] == 0.0
+    assert len(out.origins) == 3 * horizon and wrong
+    truth_arr, est_arr = np.array(truth), np.array(est)
+    var = truth_arr * (1 - truth_arr) / k
+    assert np.abs(est_arr - truth_arr).mean() <= np.sqrt(var).mean() + 3 * np.sqrt(var.mean() / len(truth))
+    assert {(pair.expert, pair.turn) for pair in out.pairs} == wrong
+    for pair in out.pairs:
+        expert = out.experts[pair.expert]
+        assert pair.prompt_ids == expert.input_ids[: expert.context_lengths[pair.turn]]
+        assert pair.q_chosen > pair.q_rejected == 0.0
+    assert out.sampled_tokens > 0
+    perfect = expert_step_pairs(FixedSkillPolicy(policy.model, policy.tokenizer, 1.0), chain(horizon), [0], config,
+                                5, k=2)  # fmt: skip
+    assert perfect.pairs == [] and all(q == 1.0 for q in perfect.q_agent.values())
+
+
+def test_ipr_loss_prefers_the_expert_after_a_step(policy):
+    """At the reference the DPO term is log 2; a small SGD step on the loss (no SFT term) lowers it and raises the
+    chosen actions' log-probs relative to the rejected ones' (summed over the pairs)."""
+    import copy
+
+    from agentgym.baselines.ipr import StepPair, action_logprobs, ipr_loss
+
+    model = copy.deepcopy(policy.model)
+    ref = copy.deepcopy(policy.model).requires_grad_(False)
+    pad = policy.tokenizer.pad_token_id
+    pairs = [StepPair([1, 2, 3], [5, 6], [7, 8, 9], 1.0, 0.0, 0, 0), StepPair([4, 2], [10], [11], 0.5, 0.0, 1, 0)]
+    loss = ipr_loss(model, ref, pairs, pad, beta=0.5, sft_coef=0.0)
+    assert float(loss.detach()) == pytest.approx(math.log(2), abs=1e-6)
+    before = action_logprobs(model, pairs, pad).detach()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loss.backward()
+    opt.step()
+    after = action_logprobs(model, pairs, pad).detach()
+    assert float(ipr_loss(model, ref, pairs, pad, beta=0.5, sft_coef=0.0).detach()) < math.log(2)
+    assert float((after[0] - after[1]).sum()) > float((before[0] - before[1]).sum())
+    with pytest.raises(ValueError, match="no pairs"):
+        ipr_loss(model, ref, [], pad)
