@@ -19,8 +19,10 @@ table's class names in its class attribute ``items`` (:func:`items_kind`; withou
 the wrapper declares a ``table_type``, as ``RNDBonus`` does, else ``"anchors"``):
 
 - ``"anchors"``: every step's ``info["anchor"]`` (the reached states);
-- ``"observations"``: every step's observation as one string (its messages' contents joined by newlines);
-- ``"transitions"``: ``(obs, action, next_obs)`` string triples, one per step (obs of the first step: the reset's).
+- ``"observations"``: every step's observation as one string (``observation_text``: its messages' contents joined
+  by newlines), or ``str(info[key])`` where the wrapper has a ``key`` argument set (RND's);
+- ``"transitions"``: ``(obs, action, next_obs)`` string triples, one per step (obs of the first step: the reset's;
+  with a ``key``, ``info[key]`` in place of each observation), as MaxInfoRL's ``DisagreementTable`` reads them.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from agentgym.rewards.text_features import observation_text
 
 __all__ = ["FALLBACK_SCORERS", "FALLBACK_WRAPPERS", "SCORER_INPUTS", "TABLE_ITEMS", "InfoPotential", "WrapperSpec",
            "build_scorer", "items_kind", "make_client", "resolve_class", "scorer_class", "table_items",
@@ -276,15 +280,6 @@ def items_kind(wrapper_cls: type, table_cls: type) -> str:
     return "observations" if isinstance(getattr(wrapper_cls, "table_type", None), type) else "anchors"
 
 
-def _text(observation: Any) -> str:
-    """An observation's text: a string as is, a chat as its contents joined by newlines (as the bonuses read it)."""
-    if isinstance(observation, str):
-        return observation
-    if isinstance(observation, Sequence):
-        return "\n".join(str(m.get("content", "")) if isinstance(m, Mapping) else str(m) for m in observation)
-    return str(observation)
-
-
 def table_items(spec: WrapperSpec, rollouts: Sequence[Any]) -> list[Any]:
     """What the table of ``spec`` reads from an iteration's rollouts (:func:`items_kind`; module docstring). A
     wrapper's ``anchor_key`` / ``key`` argument names the info entry read instead of ``"anchor"`` / the observation."""
@@ -297,9 +292,13 @@ def table_items(spec: WrapperSpec, rollouts: Sequence[Any]) -> list[Any]:
         key = spec.kwargs.get("key")
         if isinstance(key, str):
             return [str(i[key]) for r in rollouts for i in r.infos if i.get(key) is not None]
-        return [_text(o) for r in rollouts for o in r.observations]
+        return [observation_text(o) for r in rollouts for o in r.observations]
+    key = spec.kwargs.get("key")
     out = []
     for r in rollouts:
-        obs = [_text(r.initial_observation), *(_text(o) for o in r.observations)]
-        out += [(obs[t], a, obs[t + 1]) for t, a in enumerate(r.actions[: len(r.observations)])]
+        if isinstance(key, str):  # the wrapper reads info[key] (the reset's for the first observation)
+            obs = [str(r.reset_info[key]), *(str(i[key]) for i in r.infos)]
+        else:
+            obs = [observation_text(r.initial_observation), *(observation_text(o) for o in r.observations)]
+        out += [(obs[t], observation_text(a), obs[t + 1]) for t, a in enumerate(r.actions[: len(r.observations)])]
     return out

@@ -284,6 +284,22 @@ def test_table_items_follow_the_tables_declared_kind():
         assert table_items(s, [r]) == want
 
 
+def test_rnd_and_maxinforl_tables_read_observations_and_transitions_and_learn_from_them():
+    """RNDBonus's table reads the observations each step reached, DisagreementBonus's the (obs, action, next obs)
+    triples; after one update on two episodes the bonus of the same first step falls."""
+    config = config_of(reward_wrappers=[{"name": "rnd", "coef": 1.0}, {"name": "maxinforl", "coef": 1.0}])
+    maker = EnvMaker.of(config)
+    specs = wrapper_specs(config.reward_wrappers)
+    rs = [play(maker()), play(maker(), seed=1)]
+    assert table_items(specs[0], rs[:1]) == ["step 1", "step 2", ""]
+    assert table_items(specs[1], rs[:1]) == [("go", "act 0", "step 1"), ("step 1", "act 1", "step 2"),
+                                             ("step 2", "act 2", "")]  # fmt: skip
+    before = rs[0].reward_components[0]
+    assert update_tables(config, maker.tables, rs) == {"table0_items": 6.0, "table1_items": 6.0}
+    after = play(maker()).reward_components[0]
+    assert after["rnd"] < before["rnd"] and after["disagreement"] < before["disagreement"]
+
+
 def test_method_state_round_trips_its_tables_and_entropy_ema(tmp_path):
     table = CountTable()
     table.update(["a", "a"])
