@@ -102,7 +102,7 @@ def scorer_class(name: str) -> type:
 
 def _hints(cls: type) -> dict[str, Any]:
     try:
-        return typing.get_type_hints(cls.__init__)
+        return typing.get_type_hints(cls.__init__)  # type: ignore[misc]
     except Exception:  # an annotation that does not resolve here: read the raw strings
         return {k: p.annotation for k, p in inspect.signature(cls).parameters.items()}
 
@@ -286,14 +286,13 @@ def table_items(spec: WrapperSpec, rollouts: Sequence[Any]) -> list[Any]:
     assert spec.table_cls is not None
     kind = items_kind(spec.cls, spec.table_cls)
     if kind == "anchors":
-        key = str(spec.kwargs.get("anchor_key", "anchor"))
-        return [str(i[key]) for r in rollouts for i in r.infos if i.get(key) is not None]
+        anchor = str(spec.kwargs.get("anchor_key", "anchor"))
+        return [str(i[anchor]) for r in rollouts for i in r.infos if i.get(anchor) is not None]
+    key = spec.kwargs.get("key")
     if kind == "observations":
-        key = spec.kwargs.get("key")
         if isinstance(key, str):
             return [str(i[key]) for r in rollouts for i in r.infos if i.get(key) is not None]
         return [observation_text(o) for r in rollouts for o in r.observations]
-    key = spec.kwargs.get("key")
     out = []
     for r in rollouts:
         if isinstance(key, str):  # the wrapper reads info[key] (the reset's for the first observation)

@@ -191,8 +191,9 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int, methods: Me
                        clip_scales=scales)  # fmt: skip
     if scales is not None:
         on = batch["loss_mask"] > 0
-        sampled = batch["clip_scale"][on] if bool(on.any()) else torch.ones(1)
-        metrics.update(clip_scale_mean=float(sampled.mean()), clip_scale_maxdev=float((sampled - 1.0).abs().max()))
+        token_scales = batch["clip_scale"][on] if bool(on.any()) else torch.ones(1)
+        metrics.update(clip_scale_mean=float(token_scales.mean()),
+                       clip_scale_maxdev=float((token_scales - 1.0).abs().max()))  # fmt: skip
     batch["old_logprobs"] = old_lp
     if config.kl_coef > 0:
         ref_lp, _ = score_batch(state.ref_model, batch, config.temperature, config.minibatch_size, amp=amp)
