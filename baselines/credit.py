@@ -6,9 +6,12 @@ All of it comes from ``agentgym.rewards``; the trainer keeps no copies:
   training env (:class:`EnvMaker`; :func:`training_rollouts` plays each iteration's groups on those envs):
   ``progress_coef * (info[key]_t - info[key]_{t-1})`` added to each step's reward (potential-based: it telescopes
   to ``coef * final progress``);
-- ``scorer`` runs a post-episode turn scorer of ``agentgym.rewards.information`` (``info_gain`` = IGPO,
-  ``info_potential`` = TIPS, ``siop`` = SIOP) with the current policy as the scoring model, and adds its per-turn
-  rewards times ``scorer_coef``;
+- ``reward_wrappers`` wrap the env after it (``EnvMaker``), their cross-batch tables updated once per iteration
+  (:func:`update_tables`);
+- ``scorer`` runs a post-episode turn scorer (any catalogue card of kind scorer, or an import path: ``info_gain`` =
+  IGPO, ``info_potential`` = TIPS, ``siop`` = SIOP, ``infopo`` = InfoPO, ``judge``, ...; baselines/components.py)
+  with the current policy as the scoring model, and adds its per-turn rewards times ``scorer_coef`` (InfoPO's are
+  fused into the advantages instead: :func:`infopo_advantages`);
 - ``config.counted_components`` picks the reward components a turn's reward sums: for the outcome-only
   estimators (``grpo``, ``dr_grpo``, ``rloo``, ``mt_grpo``) the ``outcome`` alone by default (``reward_components``);
 - critic-free algorithms take the per-turn advantages of the registered estimator ``config.estimator_name``

@@ -5,6 +5,7 @@
     -> for each iteration:
         1. rollouts: batch_tasks tasks x group_size episodes, token-in/token-out (baselines/rollout.py)
            [+ forks from the states before chosen turns, for branch credit (baselines/branches.py)]
+           -> [reward wrappers' tables learn the batch] -> [AIRS picks the bonus] -> [S2D weighs the shaping]
         2. [turn scorer] -> [dynamic sampling]
         3. behaviour, reference and critic log-probs / values of the sampled tokens
         4. advantages from agentgym.rewards (baselines/credit.py)
@@ -16,7 +17,10 @@ Algorithms (``TrainConfig.algo``): ``grpo`` / ``dr_grpo`` / ``rloo`` are critic-
 registered estimator ``TrainConfig.estimator`` (default the algo's own name; ``gtpo``, ``gigpo``, ``mapo``, ...
 work too), broadcast to each turn's sampled tokens. ``ppo`` trains a linear value head on the policy's last hidden
 state: token-level GAE where only sampled tokens are steps, or a turn-level critic with ``estimator="turn_ppo"``.
-Dense rewards: ``progress_key`` (``ProgressReward`` on the env) and ``scorer`` (IGPO, TIPS, SIOP turn scorers).
+Dense rewards: ``progress_key`` (``ProgressReward`` on the env), ``reward_wrappers`` (any wrapper or bonus card,
+e.g. ``novelty``, ``rnd``, ``potential_shaping``) and ``scorer`` (any turn-scorer card: IGPO, TIPS, SIOP, InfoPO,
+a judge; baselines/components.py). Trainer-side methods (baselines/trainer_methods.py): A^2TGPO's adaptive clip,
+S2D, EPO, AIRS.
 Back-ends (``rollout_backend``): ``hf``, ``vllm``, ``remote`` (baselines/backends.py).
 
 Every random draw comes from a named stream of ``(seed, iteration, ...)`` (``Seeds``), so a run resumed from a
