@@ -858,6 +858,8 @@ METHODS: tuple[Method, ...] = (
                     "runs in the branch mode (tree or vine credit over the resampled rollouts)"),
            train={"algo": "grpo", "estimator": "tree", "branch_k": 2, "branch_turns": "uncertain",
                   "branch_resample": 2}, knobs_into="config",
-           missing="the token-level thinking intervention (a fixed string inserted when the entropy change over w "
-                   "tokens falls below delta, kept out of the loss)"),
+           missing="agentgym train does not run the token-level thinking intervention: InterveningPolicy "
+                   "(baselines/t2po.py: a fixed string inserted when the mean surprisal of a w-token window changed "
+                   "by less than delta from the last one's, kept out of the loss) is built and tested, but the "
+                   "trainer samples with a plain HFPolicy"),
 )  # fmt: skip

@@ -964,3 +964,42 @@ def test_ipr_loss_prefers_the_expert_after_a_step(policy):
     assert float((after[0] - after[1]).sum()) > float((before[0] - before[1]).sum())
     with pytest.raises(ValueError, match="no pairs"):
         ipr_loss(model, ref, [], pad)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# T^2PO: the token-level thinking intervention (baselines/t2po.py)
+
+LONG = dataclasses.replace(CHAIN, max_new_tokens=24)
+
+
+@pytest.mark.slow
+def test_thinking_intervention(policy):
+    """Windows of 4 tokens. delta = 0 never intervenes: the episodes are token for token those of the plain policy.
+    A huge delta intervenes whenever two windows in a row were sampled and the text still fits: the inserted tokens
+    are the text's, sit inside the turns, leave the loss (mask 0) after mask_interventions, and every other token's
+    log-prob equals the trainer's recomputation over the whole sequence."""
+    from agentgym.baselines.t2po import InterveningPolicy
+
+    plain = collect_rollouts(policy, chain(), [3, 8], group_size=2, config=LONG, sample_seed=5)
+    never = InterveningPolicy(policy.model, policy.tokenizer, window=4, delta=0.0)
+    same = collect_rollouts(never, chain(), [3, 8], group_size=2, config=LONG, sample_seed=5)
+    assert [r.response_ids for r in same] == [r.response_ids for r in plain] and not never.inserted
+    for a, b in zip(same, plain, strict=True):
+        assert a.rollout_logprobs == pytest.approx(b.rollout_logprobs, abs=1e-5)
+    always = InterveningPolicy(policy.model, policy.tokenizer, window=4, delta=1e9, text=" think again")
+    rolls = collect_rollouts(always, chain(), [3, 8], group_size=2, config=LONG, sample_seed=5)
+    text = always.encode(" think again")
+    ranges = sum(len(v) for v in always.inserted.values())
+    assert ranges >= 1
+    before = [list(r.loss_mask) for r in rolls]
+    assert always.mask_interventions(rolls) == ranges * len(text) and not always.inserted
+    for r, mask in zip(rolls, before, strict=True):
+        off = [j for j, (m0, m1) in enumerate(zip(mask, r.loss_mask, strict=True)) if m0 != m1]
+        assert all(r.loss_mask[j] == 0 and r.rollout_logprobs[j] == 0.0 for j in off)
+        assert [r.response_ids[j] for j in off] == text * (len(off) // len(text))
+    batch = make_batch(rolls, policy.tokenizer.pad_token_id)
+    lp, _ = score_batch(policy.model, batch, LONG.temperature, minibatch_size=8)
+    on = batch["loss_mask"] > 0
+    assert torch.allclose(lp[on], batch["rollout_logprobs"][on], atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="window"):
+        InterveningPolicy(policy.model, policy.tokenizer, window=0)
