@@ -19,11 +19,11 @@ import numpy as np
 
 from agentgym.baselines.config import TrainConfig, did_you_mean
 
-__all__ = ["RUN_FILES", "RunGuard", "budget_stop", "check_collapse", "check_env_args", "check_model", "check_start",
-           "claim_out_dir", "run_files", "undo_failed_start"]  # fmt: skip
+__all__ = ["RUN_FILES", "RunGuard", "budget_stop", "check_collapse", "check_endpoints", "check_env_args", "check_model",
+           "check_start", "claim_out_dir", "run_files", "undo_failed_start"]  # fmt: skip
 
 #: What a run writes into its ``out_dir``: a folder holding any of them holds a run.
-RUN_FILES = ("checkpoint.pt", "metrics.jsonl", "config.json", "metrics.png")
+RUN_FILES = ("checkpoint.pt", "metrics.jsonl", "config.json", "metrics.png", "methods.pt")
 
 
 def check_env_args(env_id: str, kwargs: Mapping[str, Any], field: str = "env_kwargs") -> None:
@@ -83,12 +83,34 @@ def check_model(model: str) -> None:
 
 
 def check_start(config: TrainConfig) -> None:
-    """Raise ``ValueError`` (one line) where ``config`` cannot start: its model (:func:`check_model`) or the env
-    arguments of its training and eval envs (:func:`check_env_args`)."""
+    """Raise ``ValueError`` (one line) where ``config`` cannot start: its model (:func:`check_model`), the env
+    arguments of its training and eval envs (:func:`check_env_args`), or a scorer's judge endpoint
+    (:func:`check_endpoints`)."""
     check_model(config.model)
     check_env_args(config.env_id, config.env_kwargs)
     if config.eval_env_kwargs is not None:
         check_env_args(config.env_id, config.eval_env_kwargs, "eval_env_kwargs")
+    check_endpoints(config)
+
+
+def check_endpoints(config: TrainConfig) -> None:
+    """Each LLM endpoint of the scorer's settings (``scorer_kwargs["client"]`` / ``["judge"]``) answers its model
+    list (``GET /models``, as vLLM's and OpenAI's do): a judge that is down would otherwise mark every turn
+    unscorable, iteration after iteration."""
+    from agentgym.baselines.components import make_client
+    from agentgym.tools.llm import LLMError
+
+    for key in ("client", "judge"):
+        if config.scorer is None or key not in config.scorer_kwargs:
+            continue
+        client = make_client(config.scorer_kwargs[key])
+        try:
+            client.models()
+        except LLMError as exc:
+            raise ValueError(f"scorer_kwargs[{key!r}]: the endpoint {client.base_url} does not answer GET /models "
+                             f"({exc})") from None  # fmt: skip
+        finally:
+            client.close()
 
 
 def claim_out_dir(out_dir: Path, *, resume: bool, overwrite: bool) -> None:

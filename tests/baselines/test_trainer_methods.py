@@ -22,6 +22,7 @@ from agentgym.baselines.credit import (
     scale_components,
     update_tables,
 )
+from agentgym.baselines.guards import RUN_FILES, check_endpoints
 from agentgym.baselines.methods import get_method
 from agentgym.baselines.rollout import Rollout
 from agentgym.baselines.trainer import main, train
@@ -181,11 +182,18 @@ def test_a_judge_scorer_grades_the_trainers_rollouts_over_a_loopback_endpoint(tm
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": "Fine. Score: 7/10"},
                              "finish_reason": "stop"}]}  # fmt: skip
 
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": "rule", "object": "model"}]}
+
     with BackgroundServer(app) as server:
         client = {"base_url": server.url + "/v1", "api_key_env": None, "max_retries": 0, "model": "rule"}
         config = config_of(scorer="judge", scorer_kwargs={"client": client}, estimator="gtpo",
                            out_dir=str(tmp_path / "judge"))  # fmt: skip
+        check_endpoints(config)  # the start check: the endpoint answers
         m = train(config)["last"]
+    with pytest.raises(ValueError, match="does not answer"):  # the server is gone
+        check_endpoints(config)
     assert m["scorer_invalid_frac"] == 0.0 and m["scorer_reward_mean"] == pytest.approx(0.7)
     assert len(seen) == 2 * 3  # two episodes of three turns, one request per turn
 
@@ -301,6 +309,7 @@ def test_rnd_and_maxinforl_tables_read_observations_and_transitions_and_learn_fr
 
 
 def test_method_state_round_trips_its_tables_and_entropy_ema(tmp_path):
+    assert "methods.pt" in RUN_FILES  # --overwrite removes it with the rest of a run
     table = CountTable()
     table.update(["a", "a"])
     state = MethodState((table, None), entropy_ema=1.25)
