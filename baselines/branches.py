@@ -20,7 +20,8 @@ The papers' variants are knobs of the two (``TrainConfig``; docs/rewards.md, 'Br
   ``ceil((1 - |2p - 1|) n)`` of its ``n`` chosen turns, ``p`` its group's success rate) and ``branch_mask_ties``
   (advantage 0 at a forked state whose K fork values all tie, and on those forks' first turns);
 - TL-GRPO: ``tree_target`` (``"immediate"``: the action's own turn reward; ``"max_to_go"``: the best turn reward of
-  the whole trajectory through it) and ``tree_std`` (divide a turn group by its std);
+  the whole trajectory through it), ``tree_std`` (divide a turn group by its std) and ``tree_continue="best"`` (each
+  episode is played again, going on from the best of K + 1 candidates at every turn, :func:`best_paths`);
 - PORTool: ``branch_turns="prefix"`` (the first ``branch_prefix`` turns), ``tree_blend`` (``alpha A^fork +
   (1 - alpha) A^traj``) and ``step_bonus`` (``+ beta * 1[action_valid]`` on each group member's value);
 - AT^2PO: ``branch_turns="entropy"`` (the ``branch_frac`` of turns with the highest mean full-distribution entropy,
@@ -59,15 +60,15 @@ from agentgym.baselines.rollout import (
     derive_seed,
 )
 from agentgym.baselines.update import forward_tokens, make_batch
-from agentgym.contract.branching import restore
+from agentgym.contract.branching import restore, snapshot
 from agentgym.rewards.advantages import broadcast_to_tokens, rloo
 from agentgym.rewards.advantages.base import DEFAULT_EPS
 from agentgym.rewards.catalogue import Method
 from agentgym.rewards.papers import cite
-from agentgym.running.pool import SerialPool
+from agentgym.running.pool import Outcome, SerialPool
 
-__all__ = ["BRANCH_TURNS", "METHODS", "TREE_TARGETS", "BranchSet", "branch_advantages", "branch_rows", "choose_turns",
-           "fork_group_advantages", "fork_start", "grow_branches", "grow_levels", "level_advantages",
+__all__ = ["BRANCH_TURNS", "METHODS", "TREE_TARGETS", "BranchSet", "best_paths", "branch_advantages", "branch_rows",
+           "choose_turns", "fork_group_advantages", "fork_start", "grow_branches", "grow_levels", "level_advantages",
            "resample_stalled", "returns_to_go", "run_forks", "splice", "stalled_turn", "target_value",
            "tree_advantages", "turn_entropy", "turn_uncertainty", "vine_advantages"]  # fmt: skip
 
@@ -75,6 +76,7 @@ __all__ = ["BRANCH_TURNS", "METHODS", "TREE_TARGETS", "BranchSet", "branch_advan
 #: (:func:`grow_levels`): their streams differ from the first level's forks'.
 _RESAMPLE_TAG = 7_919
 _LEVEL_TAG = 7_927
+_BEST_TAG = 7_933
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -464,6 +466,94 @@ def resample_stalled(
     return out, tokens, count
 
 
+def best_paths(
+    policy: HFPolicy,
+    envs: Sequence[Any],
+    mains: Sequence[Rollout],
+    config: RolloutConfig,
+    sample_seed: int,
+    *,
+    k: int,
+    score: Callable[[Rollout], float],
+    generation_batch: int | None = None,
+) -> tuple[list[Rollout], list[Rollout], list[tuple[int, int, int]], int]:
+    """TL-GRPO's search: each episode is played again from its main rollout's reset state (``snapshots[0]``); at
+    every turn ``t``, ``k + 1`` candidate actions are sampled from the state (seeds ``derive_seed(sample_seed,
+    _BEST_TAG, i, t, j)``, one shared prefill), each steps its own copy of the env, ``score`` rates each candidate's
+    one-turn rollout (its immediate reward), and the episode goes on from the best (ties: the first drawn); the others
+    are that turn's forks. A path ends when its chosen action ends the episode, at ``max_turns`` or when its context
+    is full. ``envs``: at least ``k + 1`` per main. Returns the paths (main coordinates), the forks (one-turn
+    rollouts), their origins ``(path, turn, j)`` and the paths' sampled tokens."""
+    if len(envs) < (k + 1) * len(mains):
+        raise ValueError(f"{len(mains)} paths of {k + 1} candidates need {(k + 1) * len(mains)} envs, got {len(envs)}")
+    paths = [fork_start(m, 0) for m in mains]
+    for path, m in zip(paths, mains, strict=True):
+        if not m.snapshots:
+            raise ValueError("best_paths starts from the mains' first snapshots: run them with snapshots=True")
+        path.snapshots = [m.snapshots[0]]
+    forks: list[Rollout] = []
+    origins: list[tuple[int, int, int]] = []
+    live = list(range(len(mains)))
+    was_training = policy.model.training
+    policy.model.eval()
+    try:
+        for t in range(config.max_turns):
+            live = [i for i in live if config.max_total_tokens - len(paths[i].input_ids) > 0]
+            if not live:
+                break
+            rows = [(i, j) for i in live for j in range(k + 1)]
+            cands = []
+            for (i, _), env in zip(rows, envs, strict=False):
+                restore(env, paths[i].snapshots[t])
+                c = Rollout(prompt_ids=paths[i].input_ids, group_id=paths[i].group_id, seed=paths[i].seed,
+                            task_id=paths[i].task_id)  # fmt: skip
+                c.initial_observation = list(paths[i].observations[-1] if t else paths[i].initial_observation)
+                c.reset_info = dict(paths[i].infos[-1] if t else paths[i].reset_info)
+                cands.append(c)
+            samples = []
+            chunk = generation_batch or len(rows)
+            for lo in range(0, len(rows), chunk):
+                part = rows[lo : lo + chunk]
+                samples += policy.sample_batch(
+                    [paths[i].input_ids for i, _ in part],
+                    budgets=[min(config.max_new_tokens, config.max_total_tokens - len(paths[i].input_ids))
+                             for i, _ in part],
+                    temperature=config.temperature, stop=config.stop,
+                    generators=[torch.Generator().manual_seed(derive_seed(sample_seed, _BEST_TAG, i, t, j))
+                                for i, j in part],
+                    share_prefill=True)  # fmt: skip
+            for c, env, (tokens, lps, _) in zip(cands, envs, samples, strict=False):
+                c.context_lengths.append(len(c.input_ids))
+                c.record_turn(env, tokens, lps, policy.decode(tokens))
+            going = []
+            for i in live:
+                group = [(m, c) for m, ((r, _), c) in enumerate(zip(rows, cands, strict=True)) if r == i]
+                scores = [score(c) for _, c in group]
+                b = scores.index(max(scores))
+                for j, (_, c) in enumerate(group):
+                    if j != b:
+                        forks.append(c)
+                        origins.append((i, t, j))
+                m, best = group[b]
+                path, (tokens, lps, finish) = paths[i], samples[m]
+                path.context_lengths.append(len(path.input_ids))
+                out = Outcome(0, "step", best.observations[0], best.turn_rewards[0], best.terminated, best.truncated,
+                              best.infos[0], best.error)  # fmt: skip
+                obs, terminated, truncated = path.record_outcome(tokens, lps, best.actions[0], out)
+                if terminated or truncated:
+                    continue
+                if t + 1 >= config.max_turns:
+                    path.truncated = True  # the turn limit
+                    continue
+                path.snapshots.append(snapshot(envs[m]))  # the state after the chosen action: the next turn's
+                path.append_observation(policy.observation_ids(obs, last_token=tokens[-1] if finish == "eos" else None))
+                going.append(i)
+            live = going
+    finally:
+        policy.model.train(was_training)
+    return paths, forks, origins, sum(p.num_sampled for p in paths)
+
+
 @dataclass
 class BranchSet:
     """One iteration's main rollouts, their forks and the forks' origins ``(main index, turn, fork index)``."""
@@ -526,6 +616,8 @@ class BranchSet:
             out["branch_masked_frac"] = len(tied_states(self, config)) / max(len(self.chosen), 1)
         if config.branch_resample:
             out["branch_resamples"] = self.resamples
+        if config.tree_continue == "best":  # TL-GRPO's trajectory score max_t r_t of the searched episodes
+            out["branch_path_score"] = float(np.mean([max(turn_rewards(r, config), default=0.0) for r in self.mains]))
         return out
 
 
@@ -758,6 +850,15 @@ def grow_branches(
     prefills the forks' shared prefixes once (``share_prefill``)."""
     n = len(mains)
     mains, extra, resamples = list(mains), 0, 0
+    if config.tree_continue == "best":  # TL-GRPO: new episodes along the best candidate of every turn
+        need = (config.branch_k + 1) * n
+        while len(envs) < n + need:
+            envs.append(make_env())
+        paths, forks, origins, extra = best_paths(policy, envs[n : n + need], mains, config.rollout_config,
+                                                  sample_seed, k=config.branch_k,
+                                                  score=lambda c: math.fsum(turn_rewards(c, config)),
+                                                  generation_batch=config.generation_batch)  # fmt: skip
+        return BranchSet(paths, forks, origins, resampled_tokens=extra)
     if config.branch_resample:
         while len(envs) < 2 * n:
             envs.append(make_env())
@@ -812,15 +913,17 @@ METHODS: tuple[Method, ...] = (
                   "branch_difficulty": True, "branch_mask_ties": True}, knobs_into="config"),
     Method("tl_grpo", "TL-GRPO", "branch", "same-state groups scored by immediate or best-to-go turn reward",
            needs=("snapshots", "group"), paper=cite("TL-GRPO"), code="agentgym.baselines.branches:target_value",
-           status="partial",
            choices=("max_to_go scores a member by max_t r_t over its whole trajectory, the shared prefix included "
                     "(undiscounted), so only actions that raise the running best get credit",
                     "immediate: the action's own turn reward, undiscounted (knob tree_target)",
-                    "z-scored with the population std + 1e-6 (knob tree_std)"),
-           train={"algo": "grpo", "estimator": "tree", "branch_k": 4, "tree_target": "immediate", "tree_std": True},
-           missing="continuing each turn from its best candidate (the paper's iterative-optimisation setting, whose "
-                   "env is not in the suite); here the main rollout continues",
-           knobs_into="config"),
+                    "z-scored with the population std + 1e-6 (knob tree_std)",
+                    "the episode goes on from the best of the K + 1 candidates of each turn (ties: the first drawn), "
+                    "replayed from the main rollout's reset state; the main rollouts themselves are sampled (and "
+                    "counted) but not trained (knob tree_continue='best'; 'main' continues the main rollout)",
+                    "the paper's iterative-optimisation env is not in the suite: any env whose turns pay a reward "
+                    "works (e.g. Chain with progress_key='progress')"),
+           train={"algo": "grpo", "estimator": "tree", "branch_k": 4, "tree_target": "immediate", "tree_std": True,
+                  "tree_continue": "best"}, knobs_into="config"),
     Method("portool", "PORTool", "branch", "prefix tree of tool-call rollouts, fork and trajectory blend",
            needs=("snapshots", "outcome", "group", "turn_signal"), paper=cite("PORTool"),
            code="agentgym.baselines.branches:fork_group_advantages",

@@ -139,6 +139,9 @@ class TrainConfig:
     tree_blend: float = 1.0  # PORTool: alpha A^fork + (1 - alpha) A^traj on forked turns (1: tree; 0: RLOO)
     step_bonus: float = 0.0  # PORTool: + beta * 1[action_valid] on each turn-group member's value
     branch_depth: int = 1  # AT^2PO: levels of forks of forks (tree, default tree knobs only); 1: one level
+    # TL-GRPO: "best" plays each episode again from its reset state, going on from the best of K + 1 candidate actions
+    # (by immediate reward) at every turn; "main": the main rollouts as sampled
+    tree_continue: str = "main"
     # the token budget: stop the run once it has sampled this many tokens (main rollouts and forks; None: no limit)
     max_sampled_tokens: int | None = None
     gamma: float = 1.0  # PPO's GAE (token-level, or over turns with estimator="turn_ppo"); vine's and tree's returns
@@ -400,6 +403,12 @@ class TrainConfig:
                                                                 or self.branch_mask_ties)):  # fmt: skip
             raise ValueError(f"branch_depth must be >= 1; above 1 (got {self.branch_depth}) it takes estimator 'tree' "
                              "without tree_target, tree_std, tree_blend, step_bonus or branch_mask_ties")  # fmt: skip
+        if self.tree_continue not in ("main", "best") or (self.tree_continue == "best" and (
+                self.estimator_name != "tree" or self.tree_target != "immediate" or self.branch_depth > 1
+                or self.branch_resample)):  # fmt: skip
+            raise ValueError(f"tree_continue must be 'main' or 'best'; 'best' (got {self.tree_continue!r}) takes "
+                             "estimator 'tree' with tree_target 'immediate', without branch_depth or "
+                             "branch_resample")  # fmt: skip
         branch = self.estimator_name in BRANCH_ESTIMATORS
         if branch != (self.branch_k > 0):
             raise ValueError(f"the branch estimators {BRANCH_ESTIMATORS} need branch_k >= 1 and only they use forks "

@@ -1003,3 +1003,73 @@ def test_thinking_intervention(policy):
     assert torch.allclose(lp[on], batch["rollout_logprobs"][on], atol=1e-5, rtol=0)
     with pytest.raises(ValueError, match="window"):
         InterveningPolicy(policy.model, policy.tokenizer, window=0)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# TL-GRPO: going on from the best candidate
+
+
+def progress_chain(horizon: int = 4):
+    from agentgym.rewards.wrappers import ProgressReward
+
+    return lambda: ProgressReward(gymnasium.make("agentgym/Chain-v0", horizon=horizon), "progress")
+
+
+def test_best_paths_go_on_from_the_best_candidate(policy):
+    """Chain H=4 with progress as the immediate reward (+1/4 for a right choice, back to 0 after a wrong one), a
+    fixed skill p = 0.5, K + 1 = 4 candidates per turn. Each path replays its main's task from the reset state; its
+    turn t is the candidate with the highest immediate reward (the first of equals), the other 3 are that turn's
+    forks, every candidate starts from the path's own context, and the paths' tokens are counted."""
+    from agentgym.baselines.branches import best_paths
+
+    skill = FixedSkillPolicy(policy.model, policy.tokenizer, 0.5)
+    config = dataclasses.replace(CHAIN, max_turns=4)
+    envs: list = []
+    mains = collect_rollouts(skill, progress_chain(), [0, 1], group_size=1, config=config, sample_seed=1, envs=envs,
+                             snapshots=True)  # fmt: skip
+    spare = [progress_chain()() for _ in range(8)]
+    try:
+        paths, forks, origins, tokens = best_paths(skill, spare, mains, config, 3, k=3, score=lambda c: c.outcome)
+    finally:
+        for env in envs + spare:
+            env.close()
+    assert tokens == sum(p.num_sampled for p in paths) > 0
+    for i, (path, main) in enumerate(zip(paths, mains, strict=True)):
+        assert path.prompt_ids == main.prompt_ids and path.anchors[0] == main.anchors[0]
+        assert len(path.turn_spans) == 4 and path.terminated
+        for t in range(4):
+            group = [f for f, (r, u, _) in zip(forks, origins, strict=True) if (r, u) == (i, t)]
+            assert len(group) == 3
+            assert all(f.prompt_ids == path.input_ids[: path.context_lengths[t]] for f in group)
+            assert path.turn_rewards[t] >= max(f.turn_rewards[0] for f in group)
+    # 4 candidates at p = 1/2: all wrong with probability 1/16 per turn, so most searched episodes succeed
+    assert sum(p.success for p in paths) >= 1
+
+
+def test_best_paths_tokens_and_rows_with_the_model(policy):
+    """With the tiny model (no skill: the candidates mostly tie, so the first is taken): the paths' and the
+    candidates' log-probs equal the trainer's recomputation (the paths' observation tokens are laid out as the
+    rollout loop lays them), and tree's rows are the paths plus every candidate's turn, each turn group centred."""
+    from agentgym.baselines.branches import best_paths
+
+    envs: list = []
+    mains = collect_rollouts(policy, chain(), [3], group_size=2, config=CHAIN, sample_seed=5, envs=envs,
+                             snapshots=True)  # fmt: skip
+    spare = [chain()() for _ in range(6)]
+    try:
+        paths, forks, origins, _ = best_paths(policy, spare, mains, CHAIN, 2, k=2, score=lambda c: c.outcome)
+    finally:
+        for env in envs + spare:
+            env.close()
+    batch = make_batch([*paths, *forks], policy.tokenizer.pad_token_id)
+    lp, _ = score_batch(policy.model, batch, CHAIN.temperature, minibatch_size=8)
+    on = batch["loss_mask"] > 0
+    assert torch.allclose(lp[on], batch["rollout_logprobs"][on], atol=1e-5, rtol=0)
+    config = TrainConfig(env_id="agentgym/Chain-v0", estimator="tree", branch_k=2, tree_target="immediate",
+                         tree_continue="best", reward_components="all")  # fmt: skip
+    rows, advs = branch_advantages(BranchSet(paths, forks, origins), config)
+    assert len(rows) == len(paths) + len(forks) == len(paths) + 2 * sum(len(p.turn_spans) for p in paths)
+    assert all(np.isfinite(a).all() for a in advs)
+    for bad in ({"tree_continue": "first"}, {"tree_continue": "best", "tree_target": "return"}):
+        with pytest.raises(ValueError, match="tree_continue"):
+            TrainConfig(**{**dataclasses.asdict(config), **bad})
