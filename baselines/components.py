@@ -91,12 +91,20 @@ def resolve_class(name: str, kinds: Sequence[str], fallback: Mapping[str, str], 
 
 
 def scorer_class(name: str) -> type:
-    """The :class:`TurnScorer` subclass ``name`` stands for (``ValueError`` when it is none)."""
+    """The :class:`TurnScorer` subclass ``name`` stands for, or a function returning one (a transform card's
+    factory, such as G-RA over verified progress); ``ValueError`` when it is neither."""
     from agentgym.rewards.base import TurnScorer
 
-    cls = resolve_class(name, ("scorer",), FALLBACK_SCORERS, "scorer")
+    cls = resolve_class(name, ("scorer", "transform"), FALLBACK_SCORERS, "scorer")
+    if inspect.isfunction(cls):
+        try:
+            made = typing.get_type_hints(cls).get("return")
+        except Exception:  # an annotation that does not resolve: not a factory this can check
+            made = None
+        if isinstance(made, type) and issubclass(made, TurnScorer):
+            return cls  # type: ignore[return-value]
     if not (isinstance(cls, type) and issubclass(cls, TurnScorer)):
-        raise ValueError(f"scorer {name!r} is {cls!r}, not a TurnScorer subclass")
+        raise ValueError(f"scorer {name!r} is {cls!r}, not a TurnScorer subclass or a function returning one")
     return cls
 
 

@@ -305,7 +305,8 @@ class TrainConfig:
             if self.scorer_fusion == "auto":
                 from agentgym.rewards.information import CounterfactualInformationGain
 
-                self._fusion = "infopo" if issubclass(cls, CounterfactualInformationGain) else "add"
+                infopo = isinstance(cls, type) and issubclass(cls, CounterfactualInformationGain)
+                self._fusion = "infopo" if infopo else "add"
             if self._fusion == "infopo" and self.critic:
                 raise ValueError("scorer_fusion 'infopo' fuses into critic-free advantages: use a critic-free algo")
             if self._fusion == "infopo" and self.dynamic_sampling:  # its gate is open only on the groups it drops

@@ -138,20 +138,46 @@ def test_cli_user_errors_are_one_line(capsys):
     assert stop.value.code == 2 and "not built yet" in capsys.readouterr().err
 
 
-#: Where a method needs what the tiny preset's SearchQA does not give, the env that gives it.
-SMOKE_ENV: dict[str, dict] = {}
+@pytest.fixture(scope="module")
+def judge_url():
+    """A rule judge on a real loopback OpenAI-compatible server: every turn gets 7/10."""
+    fastapi = pytest.importorskip("fastapi")
+    from agentgym.tools.serving import BackgroundServer
+
+    app = fastapi.FastAPI()
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: dict = fastapi.Body()) -> dict:  # noqa: B008  (FastAPI's idiom)
+        message = {"role": "assistant", "content": "Relevant and well formed. Score: 7/10"}
+        return {"id": "j", "object": "chat.completion", "model": "rule",
+                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}  # fmt: skip
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [{"id": "rule", "object": "model"}]}
+
+    with BackgroundServer(app) as server:
+        yield server.url + "/v1"
+
+
+def smoke_settings(card: Method, judge_url: str) -> dict:
+    """What a method's smoke run adds to its card's settings: the judge's endpoint where it needs a judge."""
+    if "judge" in card.needs:
+        return {"scorer_kwargs": {"client": {"base_url": judge_url, "api_key_env": None, "max_retries": 0}}}
+    return {}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [c.name for c in BUILT])
-def test_every_built_method_trains(name, tmp_path, capsys):
+def test_every_built_method_trains(name, tmp_path, capsys, request):
     """``agentgym train --method NAME`` runs a tiny model end to end: what makes a card "built"."""
     card = get_method(name)
+    extra = smoke_settings(card, request.getfixturevalue("judge_url") if "judge" in card.needs else "")
     sets = ["batch_tasks=1", "group_size=2", "plot=false", "progress=false", "max_turns=2", "max_new_tokens=8"]
-    sets += [f"{k}={json.dumps(v)}" for k, v in SMOKE_ENV.get(name, {}).items()]
+    sets += [f"{k}={json.dumps(v)}" for k, v in extra.items()]
     argv = ["train", "--preset", "tiny", "--method", name, "--iterations", "1", "--out-dir", str(tmp_path)]
     assert cli_main([*argv, *(a for s in sets for a in ("--set", s))]) == 0, capsys.readouterr().err
     config = json.loads((tmp_path / "config.json").read_text())
     for key, value in card.train.items():
-        assert config[key] == value or key in SMOKE_ENV.get(name, {}), (key, config[key], value)
+        assert config[key] == value or key in extra, (key, config[key], value)
     assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 1

@@ -280,6 +280,7 @@ METHODS: tuple[catalogue.Method, ...] = (
         "turn rewards from an optimal matching of the turn's tool calls to the gold calls, dual-level advantages",
         needs=("reference", "group"), paper=cite("MatchTIR"), code=f"{__name__}:ToolCallMatching",
         choices=("hard matching is the optimal assignment (scipy), not the reference code's greedy one",),
-        train={"algo": "grpo", "scorer": "matchtir", "estimator": "matchtir", "reward_components": "all"},
+        train={"algo": "grpo", "scorer": "matchtir", "estimator": "matchtir", "reward_components": "all",
+               "env_id": "agentgym/ToolUse-v0", "env_kwargs": {}, "stop": ["</tool_call>"]},
         knobs_into="scorer_kwargs"),
 )  # fmt: skip
