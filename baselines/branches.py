@@ -70,7 +70,8 @@ from agentgym.running.pool import Outcome, SerialPool
 __all__ = ["BRANCH_TURNS", "METHODS", "TREE_TARGETS", "BranchSet", "best_paths", "branch_advantages", "branch_rows",
            "choose_turns", "fork_group_advantages", "fork_start", "grow_branches", "grow_levels", "level_advantages",
            "resample_stalled", "returns_to_go", "run_forks", "splice", "stalled_turn", "target_value",
-           "tree_advantages", "turn_entropy", "turn_uncertainty", "vine_advantages"]  # fmt: skip
+           "tree_advantages", "turn_entropy", "turn_ids", "turn_mean_log_ratio", "turn_uncertainty",
+           "vine_advantages"]  # fmt: skip
 
 #: The seed tags of the resampled continuations (:func:`resample_stalled`) and of the deeper tree levels
 #: (:func:`grow_levels`): their streams differ from the first level's forks'.
@@ -786,6 +787,42 @@ def _level_rows(branches: BranchSet, config: TrainConfig) -> tuple[list[Rollout]
     return out_rows, advs
 
 
+def turn_ids(rollouts: Sequence[Rollout]) -> torch.Tensor:
+    """``(B, L)`` in ``make_batch``'s sequence coordinates (prompt + response, right-padded): the sampled tokens of
+    turn ``k`` hold ``k``, every other position -1."""
+    length = max((len(r.input_ids) for r in rollouts), default=0)
+    out = torch.full((len(rollouts), length), -1, dtype=torch.long)
+    for row, r in enumerate(rollouts):
+        p = len(r.prompt_ids)
+        for k, (s, e) in enumerate(r.turn_spans):
+            out[row, p + s : p + e] = k
+    return out
+
+
+def turn_mean_log_ratio(log_ratio: torch.Tensor, turns: torch.Tensor) -> torch.Tensor:
+    """AT^2PO's turn-level importance ratio, as a log: every token of a turn gets the mean of its turn's token
+    log-ratios (the log of their geometric mean), so one clipped ratio covers the whole turn; positions with turn
+    -1 get 0. Differentiable in ``log_ratio``. A loss mode would use it in place of the token log-ratio (not wired:
+    the AT^2PO card says so).
+
+    >>> turn_mean_log_ratio(torch.tensor([[0.25, 0.75, -0.5, 9.0]]), torch.tensor([[0, 0, 1, -1]])).tolist()
+    [[0.5, 0.5, -0.5, 0.0]]
+    """
+    rows = turns.shape[0]
+    width = int(turns.max().item()) + 1 if turns.numel() else 0
+    if width <= 0:
+        return torch.zeros_like(log_ratio)
+    on = turns >= 0
+    slot = (turns.clamp(min=0) + width * torch.arange(rows, device=turns.device)[:, None])[on]
+    sums = torch.zeros(rows * width, dtype=log_ratio.dtype, device=log_ratio.device).index_add(0, slot, log_ratio[on])
+    counts = torch.zeros(rows * width, dtype=log_ratio.dtype, device=log_ratio.device).index_add(
+        0, slot, torch.ones_like(log_ratio[on])
+    )
+    out = torch.zeros_like(log_ratio)
+    out[on] = (sums / counts.clamp(min=1))[slot]
+    return out
+
+
 def grow_levels(
     policy: HFPolicy,
     envs: list[Any],
@@ -948,8 +985,9 @@ METHODS: tuple[Method, ...] = (
                     "is tree"),
            train={"algo": "grpo", "estimator": "tree", "branch_k": 2, "branch_turns": "entropy", "branch_frac": 0.5,
                   "branch_depth": 2},
-           missing="the turn-level objective (one clipped importance ratio per turn, the geometric mean of its "
-                   "token ratios: a loss mode in update.py)",
+           missing="the turn-level objective in the loss: turn_mean_log_ratio (one importance ratio per turn, "
+                   "the geometric mean of its token ratios) is built and tested, but update.py's PPO-clip loss does "
+                   "not use it yet",
            knobs_into="config"),
     Method("t2po", "T^2PO", "branch", "resampling turns without progress (turn level)",
            needs=("snapshots", "anchors"), paper=cite("T^2PO"),

@@ -1073,3 +1073,23 @@ def test_best_paths_tokens_and_rows_with_the_model(policy):
     for bad in ({"tree_continue": "first"}, {"tree_continue": "best", "tree_target": "return"}):
         with pytest.raises(ValueError, match="tree_continue"):
             TrainConfig(**{**dataclasses.asdict(config), **bad})
+
+
+def test_turn_ratio_is_the_geometric_mean_of_its_tokens():
+    """AT^2PO's turn-level ratio. Hand-made rollouts: row 0 has turns of 2 and 2 tokens, row 1 turns of 1 and 1 token
+    (prompt of 2, one env token between turns). Token log-ratios (prompt and env positions hold junk 5.0):
+    row 0, turn 0: (0.1, 0.3) -> 0.2 each; turn 1: (-0.2, 0.6) -> 0.2 each. Row 1: one-token turns keep their own
+    log-ratio (0.7 and -0.4): the turn ratio equals the token ratio. Every other position gets 0, and the gradient
+    of a turn's tokens is shared evenly (1/2 each for a 2-token turn)."""
+    from agentgym.baselines.branches import turn_ids, turn_mean_log_ratio
+
+    a, b = hand_rollout([0, 0], 0), hand_rollout([0, 0], 0, tokens_per_turn=1)
+    ids = turn_ids([a, b])
+    assert ids.tolist() == [[-1, -1, 0, 0, -1, 1, 1], [-1, -1, 0, -1, 1, -1, -1]]
+    lr = torch.tensor([[5.0, 5.0, 0.1, 0.3, 5.0, -0.2, 0.6], [5.0, 5.0, 0.7, 5.0, -0.4, 5.0, 5.0]], requires_grad=True)
+    out = turn_mean_log_ratio(lr, ids)
+    want = torch.tensor([[0, 0, 0.2, 0.2, 0, 0.2, 0.2], [0, 0, 0.7, 0, -0.4, 0, 0]])
+    assert torch.allclose(out, want, atol=1e-7, rtol=0)
+    out[0, 2].backward()
+    assert lr.grad[0].tolist() == pytest.approx([0, 0, 0.5, 0.5, 0, 0, 0])
+    assert turn_mean_log_ratio(torch.zeros(1, 3), torch.full((1, 3), -1)).tolist() == [[0.0, 0.0, 0.0]]
