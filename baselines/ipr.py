@@ -7,8 +7,8 @@ left). Where the expert's ``Q`` beats the agent's by more than ``margin``, the s
 expert's action preferred (:func:`expert_step_pairs`). :func:`ipr_loss` is step-level DPO on those pairs plus an SFT
 term on the preferred actions.
 
-Built: the pairs and the loss. Not built: the trainer mode that alternates them with SFT on expert episodes
-(the card says so).
+Built: the pairs, the loss and one iteration of both (:func:`ipr_iteration`). Not built: the trainer mode that
+runs the iterations under ``agentgym train`` (the card says so).
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from agentgym.baselines.update import forward_tokens, make_batch
 from agentgym.rewards.catalogue import Method
 from agentgym.rewards.papers import cite
 
-__all__ = ["METHODS", "ExpertForks", "StepPair", "action_logprobs", "expert_step_pairs", "ipr_loss", "step_dpo_loss"]
+__all__ = ["METHODS", "ExpertForks", "StepPair", "action_logprobs", "expert_step_pairs", "ipr_iteration", "ipr_loss",
+           "step_dpo_loss"]  # fmt: skip
 
 #: Seed tags of the agent's actions and of the continuations after the expert's and the agent's actions.
 _AGENT, _AFTER_EXPERT, _AFTER_AGENT = 1, 2, 3
@@ -185,6 +186,47 @@ def ipr_loss(
     return dpo - sft_coef * lp[0].sum() / max(tokens, 1)
 
 
+def ipr_iteration(
+    policy: HFPolicy,
+    ref_model: Any,
+    optimizer: torch.optim.Optimizer,
+    make_env: Callable[[], Any],
+    task_seeds: Sequence[int],
+    config: RolloutConfig,
+    sample_seed: int,
+    *,
+    k: int = 4,
+    margin: float = 0.0,
+    beta: float = 0.1,
+    sft_coef: float = 1.0,
+    epochs: int = 1,
+    max_grad_norm: float = 1.0,
+) -> dict[str, float]:
+    """One IPR iteration on ``task_seeds``: the pairs (:func:`expert_step_pairs`), then ``epochs`` full-batch steps of
+    :func:`ipr_loss` on ``policy.model`` against the frozen ``ref_model`` (gradient clipped to ``max_grad_norm``).
+    Returns what a trainer would log: pairs, states, the mean Q gap of the pairs, sampled tokens, the losses."""
+    data = expert_step_pairs(policy, make_env, task_seeds, config, sample_seed, k=k, margin=margin)
+    pad = policy.tokenizer.pad_token_id if policy.tokenizer.pad_token_id is not None else 0
+    out = {"ipr_pairs": float(len(data.pairs)), "ipr_states": float(len(data.origins)),
+           "ipr_q_gap": math.fsum(p.q_chosen - p.q_rejected for p in data.pairs) / max(len(data.pairs), 1),
+           "ipr_sampled_tokens": float(data.sampled_tokens)}  # fmt: skip
+    if not data.pairs:
+        return out
+    model = policy.model
+    model.train()
+    params = [q for group in optimizer.param_groups for q in group["params"]]
+    for epoch in range(epochs):
+        loss = ipr_loss(model, ref_model, data.pairs, pad, beta=beta, sft_coef=sft_coef, temperature=config.temperature)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+        optimizer.step()
+        out["ipr_loss_first" if epoch == 0 else "ipr_loss_last"] = float(loss.detach())
+    model.eval()
+    policy.mark_stale()
+    return out
+
+
 METHODS: tuple[Method, ...] = (
     Method("ipr", "IPR", "branch", "forks along the expert path, step-level DPO on Monte-Carlo values",
            needs=("expert", "snapshots", "outcome"), paper=cite("IPR"), code="agentgym.baselines.ipr:expert_step_pairs",
@@ -195,6 +237,7 @@ METHODS: tuple[Method, ...] = (
                     "equals the expert's gives none",
                     "the loss: step DPO (beta 0.1) + sft_coef 1 x the token-mean NLL of the expert actions "
                     "(ipr_loss)"),
-           missing="the trainer mode (iterations of SFT on expert episodes, then these pairs' DPO + SFT updates "
-                   "against a reference refreshed each iteration): agentgym train cannot run IPR yet"),
+           missing="agentgym train does not run it: ipr_iteration (the pairs, then DPO + SFT steps against a frozen "
+                   "reference) is built and tested, but no trainer mode calls it each iteration or refreshes the "
+                   "reference"),
 )  # fmt: skip

@@ -1093,3 +1093,27 @@ def test_turn_ratio_is_the_geometric_mean_of_its_tokens():
     out[0, 2].backward()
     assert lr.grad[0].tolist() == pytest.approx([0, 0, 0.5, 0.5, 0, 0, 0])
     assert turn_mean_log_ratio(torch.zeros(1, 3), torch.full((1, 3), -1)).tolist() == [[0.0, 0.0, 0.0]]
+
+
+def test_ipr_iteration_with_the_model(policy):
+    """One IPR iteration with the tiny model on Chain H=2: its actions are rarely valid, so at the last expert state
+    the expert's action pays 1 and the agent's mostly 0, and a pair forms there; the step lowers the loss on those
+    pairs (measured on the same pairs before and after) and the reference does not move."""
+    import copy
+
+    from agentgym.baselines.ipr import expert_step_pairs, ipr_iteration, ipr_loss
+
+    model = copy.deepcopy(policy.model)
+    ref = copy.deepcopy(policy.model).requires_grad_(False)
+    learner = HFPolicy(model, policy.tokenizer)
+    config = dataclasses.replace(CHAIN, max_turns=2)
+    pad = policy.tokenizer.pad_token_id
+    pairs = expert_step_pairs(learner, chain(2), [0, 1, 2], config, 3, k=2).pairs
+    assert pairs and all(p.turn == 1 for p in pairs if p.q_chosen == 1.0)
+    before = float(ipr_loss(model, ref, pairs, pad).detach())
+    ref_before = {n: t.clone() for n, t in ref.state_dict().items()}
+    out = ipr_iteration(learner, ref, torch.optim.SGD(model.parameters(), lr=0.05), chain(2), [0, 1, 2], config, 3,
+                        k=2)  # fmt: skip
+    assert out["ipr_pairs"] == len(pairs) and out["ipr_states"] == 6 and out["ipr_q_gap"] > 0
+    assert float(ipr_loss(model, ref, pairs, pad).detach()) < before
+    assert all(torch.equal(ref_before[n], t) for n, t in ref.state_dict().items())
