@@ -535,8 +535,8 @@ def best_paths(
                     if j != b:
                         forks.append(c)
                         origins.append((i, t, j))
-                m, best = group[b]
-                path, (tokens, lps, finish) = paths[i], samples[m]
+                row, best = group[b]
+                path, (tokens, lps, finish) = paths[i], samples[row]
                 path.context_lengths.append(len(path.input_ids))
                 out = Outcome(0, "step", best.observations[0], best.turn_rewards[0], best.terminated, best.truncated,
                               best.infos[0], best.error)  # fmt: skip
@@ -546,7 +546,7 @@ def best_paths(
                 if t + 1 >= config.max_turns:
                     path.truncated = True  # the turn limit
                     continue
-                path.snapshots.append(snapshot(envs[m]))  # the state after the chosen action: the next turn's
+                path.snapshots.append(snapshot(envs[row]))  # the state after the chosen action: the next turn's
                 path.append_observation(policy.observation_ids(obs, last_token=tokens[-1] if finish == "eos" else None))
                 going.append(i)
             live = going

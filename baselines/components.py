@@ -27,17 +27,18 @@ the wrapper declares a ``table_type``, as ``RNDBonus`` does, else ``"anchors"``)
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from agentgym.rewards.text_features import observation_text
 
 __all__ = ["FALLBACK_SCORERS", "FALLBACK_WRAPPERS", "SCORER_INPUTS", "TABLE_ITEMS", "InfoPotential", "WrapperSpec",
-           "build_scorer", "items_kind", "make_client", "resolve_class", "scorer_class", "table_items",
+           "build_scorer", "did_you_mean", "items_kind", "make_client", "resolve_class", "scorer_class", "table_items",
            "wrapper_specs"]  # fmt: skip
 
 #: Scorer names that work before (or without) their catalogue cards.
@@ -64,6 +65,18 @@ TABLE_ITEMS = ("anchors", "observations", "transitions")
 _TABLE_PARAMS = ("table", "counts")
 
 
+def did_you_mean(name: str, known: Iterable[str], aliases: Mapping[str, str] | None = None) -> str:
+    """``" (did you mean 'x'?)"`` for the closest of ``known`` (or of ``aliases``' names, which suggest their
+    value), or ``""`` when nothing is close.
+
+    >>> did_you_mean("lerning_rate", ["lr", "seed"], {"learning_rate": "lr"}), did_you_mean("zzz", ["horizon"])
+    (" (did you mean 'lr'?)", '')
+    """
+    names = {k: k for k in known} | dict(aliases or {})
+    close = difflib.get_close_matches(name, list(names), n=1)
+    return f" (did you mean {names[close[0]]!r}?)" if close else ""
+
+
 def resolve_class(name: str, kinds: Sequence[str], fallback: Mapping[str, str], what: str) -> type:
     """The class a config names: an import path ``"pkg.mod:Class"``, a catalogue card of one of ``kinds``, or a
     fallback name. ``ValueError`` (with the closest names) otherwise."""
@@ -83,34 +96,32 @@ def resolve_class(name: str, kinds: Sequence[str], fallback: Mapping[str, str], 
         return cards[name].load()  # type: ignore[return-value]
     if name in fallback:
         return resolve_class(fallback[name], kinds, fallback, what)
-    from agentgym.baselines.config import did_you_mean
-
     known = sorted({*cards, *fallback})
     raise ValueError(f"unknown {what} {name!r}{did_you_mean(name, known)}; known: {', '.join(known)} "
                      "(or an import path 'package.module:Class')")  # fmt: skip
 
 
-def scorer_class(name: str) -> type:
+def scorer_class(name: str) -> Callable[..., Any]:
     """The :class:`TurnScorer` subclass ``name`` stands for, or a function returning one (a transform card's
     factory, such as G-RA over verified progress); ``ValueError`` when it is neither."""
     from agentgym.rewards.base import TurnScorer
 
-    cls = resolve_class(name, ("scorer", "transform"), FALLBACK_SCORERS, "scorer")
+    cls: Any = resolve_class(name, ("scorer", "transform"), FALLBACK_SCORERS, "scorer")
     if inspect.isfunction(cls):
         try:
             made = typing.get_type_hints(cls).get("return")
         except Exception:  # an annotation that does not resolve: not a factory this can check
             made = None
         if isinstance(made, type) and issubclass(made, TurnScorer):
-            return cls  # type: ignore[return-value]
+            return cls
     if not (isinstance(cls, type) and issubclass(cls, TurnScorer)):
         raise ValueError(f"scorer {name!r} is {cls!r}, not a TurnScorer subclass or a function returning one")
     return cls
 
 
-def _hints(cls: type) -> dict[str, Any]:
+def _hints(cls: Callable[..., Any]) -> dict[str, Any]:
     try:
-        return typing.get_type_hints(cls.__init__)  # type: ignore[misc]
+        return typing.get_type_hints(cls.__init__ if isinstance(cls, type) else cls)  # type: ignore[misc]
     except Exception:  # an annotation that does not resolve here: read the raw strings
         return {k: p.annotation for k, p in inspect.signature(cls).parameters.items()}
 
@@ -119,7 +130,7 @@ def _required(p: inspect.Parameter) -> bool:
     return p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
 
 
-def check_scorer(name: str, kwargs: Mapping[str, Any]) -> type:
+def check_scorer(name: str, kwargs: Mapping[str, Any]) -> Callable[..., Any]:
     """The scorer's class, after checking ``kwargs`` against its constructor (``ValueError`` names what is wrong)."""
     cls = scorer_class(name)
     params = inspect.signature(cls).parameters

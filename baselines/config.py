@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 import inspect
 import json
 import os
@@ -28,7 +27,7 @@ import numpy as np
 import torch
 
 from agentgym.baselines.backends import BACKENDS
-from agentgym.baselines.components import FALLBACK_SCORERS, check_scorer, wrapper_specs
+from agentgym.baselines.components import FALLBACK_SCORERS, check_scorer, did_you_mean, wrapper_specs
 from agentgym.baselines.rollout import RolloutConfig, derive_seed
 from agentgym.rewards.advantages import ESTIMATORS, OUTCOME_ESTIMATORS, TURN_SIGNALS, TurnSignal
 from agentgym.rewards.advantages.signals import SignalMode
@@ -489,18 +488,6 @@ class TrainConfig:
 #: Names other trainers give to these fields: a misspelling of one of them suggests the field.
 OTHER_NAMES = {"learning_rate": "lr", "num_iterations": "iterations", "num_generations": "group_size",
                "ppo_epochs": "epochs", "beta": "kl_coef"}  # fmt: skip
-
-
-def did_you_mean(name: str, known: typing.Iterable[str], aliases: typing.Mapping[str, str] | None = None) -> str:
-    """``" (did you mean 'x'?)"`` for the closest of ``known`` (or of ``aliases``' names, which suggest their
-    value), or ``""`` when nothing is close.
-
-    >>> did_you_mean("lerning_rate", ["lr", "seed"], OTHER_NAMES), did_you_mean("zzz", ["horizon"])
-    (" (did you mean 'lr'?)", '')
-    """
-    names = {k: k for k in known} | dict(aliases or {})
-    close = difflib.get_close_matches(name, list(names), n=1)
-    return f" (did you mean {names[close[0]]!r}?)" if close else ""
 
 
 def _check_types(config: TrainConfig) -> None:

@@ -116,7 +116,7 @@ def kinds_markdown(cards: Sequence[Method]) -> str:
     for kind in KINDS:
         of_kind = [c for c in cards if c.kind == kind]
         built = ", ".join(f"`{c.name}`" for c in of_kind if c.status == "built") or "-"
-        counts = Counter(c.status for c in of_kind)
+        counts = Counter[str](c.status for c in of_kind)
         lines.append(f"| {kind} | {built} | {counts['partial']} | {counts['missing']} |")
     return "\n".join(lines)
 
@@ -142,7 +142,7 @@ def fill_docs(text: str, cards: Sequence[Method]) -> str:
 
 def coverage(cards: Sequence[Method]) -> str:
     """One line: how many methods are built, partial and missing."""
-    counts = Counter(c.status for c in cards)
+    counts = Counter[str](c.status for c in cards)
     return f"{len(cards)} methods: " + ", ".join(f"{counts[s]} {s}" for s in STATUSES)
 
 

@@ -94,7 +94,8 @@ class InterveningPolicy(HFPolicy):
                     continue
                 u = math.fsum(-x for x in lp) / len(lp)
                 room = budgets[i] - len(tokens[i])
-                if last[i] is not None and abs(u - last[i]) < self.delta and room > len(insert):
+                previous = last[i]
+                if previous is not None and abs(u - previous) < self.delta and room > len(insert):
                     ranges[i].append((len(tokens[i]), len(tokens[i]) + len(insert)))
                     tokens[i] += insert
                     logprobs[i] += [0.0] * len(insert)

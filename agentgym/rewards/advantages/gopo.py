@@ -104,7 +104,7 @@ def _est_gopo(
     if level == "trajectory":
         return _per_turn(gopo_advantages(b.outcome_array, b.group_ids, spread, eps), b.turn_rewards)  # type: ignore[arg-type]
     if level == "turn":
-        return gopo_turns(b.turn_rewards, b.group_ids, spread, eps)  # type: ignore[arg-type]
+        return gopo_turns(b.turn_rewards, b.group_ids, spread, eps)
     raise ValueError(f"level must be 'trajectory' or 'turn', got {level!r}")
 
 

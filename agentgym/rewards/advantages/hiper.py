@@ -117,7 +117,7 @@ def _est_hiper(
 ) -> list[np.ndarray]:
     if b.segments is None:
         raise ValueError("hiper needs TurnBatch.segments (each turn's subgoal segment, see subgoal_segments)")
-    return hiper_advantages(b.turn_rewards, b.segments, b.group_ids, gamma, by, eps)  # type: ignore[arg-type]
+    return hiper_advantages(b.turn_rewards, b.segments, b.group_ids, gamma, by, eps)
 
 
 REGISTERED: tuple[EstimatorSpec, ...] = (EstimatorSpec("hiper", _est_hiper),)
