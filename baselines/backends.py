@@ -8,7 +8,8 @@ overrides how turns are sampled and what happens around a weight update:
 - ``mark_stale()``: the training weights changed (after every optimizer step);
 - ``sleep()``: the rollout phase is over (a colocated engine gives its memory back).
 
-Registered: ``hf`` (transformers KV-cache loop over the live training model, CPU or GPU), ``vllm`` (a colocated
+Registered: ``hf`` (transformers KV-cache loop over the live training model, CPU or GPU; with
+``think_intervention`` T^2PO's intervening sampler, ``baselines/t2po.py``), ``vllm`` (a colocated
 vLLM engine that receives the weights after each update, ``baselines/vllm_backend.py``, GPU) and ``remote`` (an
 OpenAI-compatible completions server such as ``vllm serve`` or ``agentgym.tools.openai_server``,
 ``baselines/remote_backend.py``). A factory takes ``(model, tokenizer, config)`` and reads its own arguments from
@@ -36,6 +37,12 @@ def amp_dtype(config: Any) -> torch.dtype | None:
 
 
 def _hf(model: Any, tokenizer: Any, config: Any) -> HFPolicy:
+    """The HF loop; with ``config.think_intervention`` T^2PO's :class:`~agentgym.baselines.t2po.InterveningPolicy`."""
+    if getattr(config, "think_intervention", False):
+        from agentgym.baselines.t2po import InterveningPolicy
+
+        knobs = {"window": config.think_window, "delta": config.think_delta, "text": config.think_text}
+        return InterveningPolicy(model, tokenizer, **knobs, amp_dtype=amp_dtype(config), **config.backend_kwargs)
     return HFPolicy(model, tokenizer, amp_dtype=amp_dtype(config), **config.backend_kwargs)
 
 

@@ -59,7 +59,7 @@ from agentgym.baselines.rollout import (
     check_contexts,
     derive_seed,
 )
-from agentgym.baselines.update import forward_tokens, make_batch
+from agentgym.baselines.update import forward_tokens, make_batch, turn_ids, turn_mean_log_ratio
 from agentgym.contract.branching import restore, snapshot
 from agentgym.rewards.advantages import broadcast_to_tokens, rloo
 from agentgym.rewards.advantages.base import DEFAULT_EPS
@@ -787,42 +787,6 @@ def _level_rows(branches: BranchSet, config: TrainConfig) -> tuple[list[Rollout]
     return out_rows, advs
 
 
-def turn_ids(rollouts: Sequence[Rollout]) -> torch.Tensor:
-    """``(B, L)`` in ``make_batch``'s sequence coordinates (prompt + response, right-padded): the sampled tokens of
-    turn ``k`` hold ``k``, every other position -1."""
-    length = max((len(r.input_ids) for r in rollouts), default=0)
-    out = torch.full((len(rollouts), length), -1, dtype=torch.long)
-    for row, r in enumerate(rollouts):
-        p = len(r.prompt_ids)
-        for k, (s, e) in enumerate(r.turn_spans):
-            out[row, p + s : p + e] = k
-    return out
-
-
-def turn_mean_log_ratio(log_ratio: torch.Tensor, turns: torch.Tensor) -> torch.Tensor:
-    """AT^2PO's turn-level importance ratio, as a log: every token of a turn gets the mean of its turn's token
-    log-ratios (the log of their geometric mean), so one clipped ratio covers the whole turn; positions with turn
-    -1 get 0. Differentiable in ``log_ratio``. A loss mode would use it in place of the token log-ratio (not wired:
-    the AT^2PO card says so).
-
-    >>> turn_mean_log_ratio(torch.tensor([[0.25, 0.75, -0.5, 9.0]]), torch.tensor([[0, 0, 1, -1]])).tolist()
-    [[0.5, 0.5, -0.5, 0.0]]
-    """
-    rows = turns.shape[0]
-    width = int(turns.max().item()) + 1 if turns.numel() else 0
-    if width <= 0:
-        return torch.zeros_like(log_ratio)
-    on = turns >= 0
-    slot = (turns.clamp(min=0) + width * torch.arange(rows, device=turns.device)[:, None])[on]
-    sums = torch.zeros(rows * width, dtype=log_ratio.dtype, device=log_ratio.device).index_add(0, slot, log_ratio[on])
-    counts = torch.zeros(rows * width, dtype=log_ratio.dtype, device=log_ratio.device).index_add(
-        0, slot, torch.ones_like(log_ratio[on])
-    )
-    out = torch.zeros_like(log_ratio)
-    out[on] = (sums / counts.clamp(min=1))[slot]
-    return out
-
-
 def grow_levels(
     policy: HFPolicy,
     envs: list[Any],
@@ -974,7 +938,7 @@ METHODS: tuple[Method, ...] = (
                   "tree_blend": 0.5, "step_bonus": 0.1, "tree_std": True}, knobs_into="config"),
     Method("at2po", "AT^2PO", "branch", "entropy-guided multi-level turn trees with turn-wise credit",
            needs=("snapshots", "outcome", "group"), paper=cite("AT^2PO"),
-           code="agentgym.baselines.branches:choose_turns", status="partial",
+           code="agentgym.baselines.branches:choose_turns",
            choices=("expansion: the branch_frac of the batch's turns with the highest mean full-distribution "
                     "entropy, by one scoring pass with the rollouts' weights (knobs branch_turns='entropy', "
                     "branch_frac)",
@@ -982,25 +946,27 @@ METHODS: tuple[Method, ...] = (
                     "state that is a node already is not expanded twice), branch_k forks each (knob branch_depth)",
                     "node value = mean of its children; a child's value = r + gamma V(next node) when its next "
                     "state was expanded one level deeper, else its return-to-go; A = V(child) - V(node); depth 1 "
-                    "is tree"),
+                    "is tree",
+                    "turn-level objective: one importance ratio per turn, exp(mean token log-ratio over the turn's "
+                    "loss tokens) (the geometric mean of the token ratios), clipped with the same eps_low/eps_high "
+                    "and given to every token of the turn; the loss aggregation stays per token (knob ratio_level)"),
            train={"algo": "grpo", "estimator": "tree", "branch_k": 2, "branch_turns": "entropy", "branch_frac": 0.5,
-                  "branch_depth": 2},
-           missing="the turn-level objective in the loss: turn_mean_log_ratio (one importance ratio per turn, "
-                   "the geometric mean of its token ratios) is built and tested, but update.py's PPO-clip loss does "
-                   "not use it yet",
+                  "branch_depth": 2, "ratio_level": "turn"},
            knobs_into="config"),
-    Method("t2po", "T^2PO", "branch", "resampling turns without progress (turn level)",
+    Method("t2po", "T^2PO", "branch", "thinking intervention (token level) and resampling turns without progress",
            needs=("snapshots", "anchors"), paper=cite("T^2PO"),
-           code="agentgym.baselines.branches:resample_stalled", status="partial",
+           code="agentgym.baselines.branches:resample_stalled",
            choices=("no progress: the anchor after a turn equals the anchor before it, else its observation repeats "
                     "one already seen; a turn that ended the episode never counts",
                     "the episode is played again from the snapshot before the first such turn, up to r times per "
                     "rollout (knob branch_resample); the discarded turns count in sampled_tokens",
-                    "runs in the branch mode (tree or vine credit over the resampled rollouts)"),
+                    "runs in the branch mode (tree or vine credit over the resampled rollouts)",
+                    "thinking intervention (baselines/t2po.py, hf back-end): a window's marginal uncertainty is the "
+                    "mean surprisal -log p of its w sampled tokens (a one-sample entropy estimate); when it changed "
+                    "by less than delta from the previous window's, the text is inserted (w = 8, delta = 0.05 nats, "
+                    "text ' Wait, let me think again. '; knobs think_window, think_delta, think_text)",
+                    "the inserted tokens (log-prob 0) get loss_mask 0 in main rollouts and forks before the batch is "
+                    "built; delta = 0 never intervenes (knob think_intervention)"),
            train={"algo": "grpo", "estimator": "tree", "branch_k": 2, "branch_turns": "uncertain",
-                  "branch_resample": 2}, knobs_into="config",
-           missing="agentgym train does not run the token-level thinking intervention: InterveningPolicy "
-                   "(baselines/t2po.py: a fixed string inserted when the mean surprisal of a w-token window changed "
-                   "by less than delta from the last one's, kept out of the loss) is built and tested, but the "
-                   "trainer samples with a plain HFPolicy"),
+                  "branch_resample": 2, "think_intervention": True}, knobs_into="config"),
 )  # fmt: skip

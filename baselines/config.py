@@ -34,10 +34,12 @@ from agentgym.rewards.advantages.signals import SignalMode
 from agentgym.running.pool import POOLS
 
 __all__ = ["ALGOS", "BRANCH_ESTIMATORS", "BRANCH_TURNS", "CRITIC_ESTIMATORS", "LOSS_AGG_MODES", "OTHER_NAMES",
-           "PRESETS", "SCORERS", "SCORER_FUSIONS", "SIGNAL_ESTIMATORS", "TREE_TARGETS", "Seeds", "TrainConfig",
-           "did_you_mean", "load_config"]  # fmt: skip
+           "PRESETS", "RATIO_LEVELS", "SCORERS", "SCORER_FUSIONS", "SIGNAL_ESTIMATORS", "TREE_TARGETS", "Seeds",
+           "TrainConfig", "did_you_mean", "load_config"]  # fmt: skip
 
-ALGOS = ("grpo", "dr_grpo", "rloo", "ppo")
+#: ``ipr``: IPR's iterations (step-level DPO + SFT on pairs from expert-path forks, baselines/ipr.py) in place of the
+#: policy-gradient update.
+ALGOS = ("grpo", "dr_grpo", "rloo", "ppo", "ipr")
 #: Estimators that need a critic (``algo="ppo"``); ``None`` there is token-level GAE.
 CRITIC_ESTIMATORS = ("turn_ppo",)
 #: Estimators that read a verified per-turn signal (``TrainConfig.turn_signal``) from the env's ``info``.
@@ -55,6 +57,8 @@ SCORERS = tuple(FALLBACK_SCORERS)
 #: How a scorer's per-turn rewards reach the advantages: added to the turn rewards, or InfoPO's gated fusion.
 SCORER_FUSIONS = ("auto", "add", "infopo")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "constant")
+#: The importance ratio the clipped loss uses: each token's own, or AT^2PO's one ratio per turn (``ratio_level``).
+RATIO_LEVELS = ("token", "turn")
 #: Where the rollout envs live: ``"list"`` (stepped in the trainer's thread) or an ``agentgym.running.pool`` kind.
 ENV_POOLS = ("list", *POOLS)
 
@@ -141,6 +145,19 @@ class TrainConfig:
     # TL-GRPO: "best" plays each episode again from its reset state, going on from the best of K + 1 candidate actions
     # (by immediate reward) at every turn; "main": the main rollouts as sampled
     tree_continue: str = "main"
+    # T^2PO's thinking intervention (baselines/t2po.py, hf back-end): sampling in windows of think_window tokens, the
+    # text think_text is inserted when a window's mean surprisal changed by less than think_delta from the previous
+    # window's (0: never); the inserted tokens are kept out of the loss
+    think_intervention: bool = False
+    think_window: int = 8
+    think_delta: float = 0.05
+    think_text: str = " Wait, let me think again. "
+    # IPR (algo="ipr", baselines/ipr.py): ipr_k continuations per step value, a pair where the expert's Q beats the
+    # agent's by more than ipr_margin; step DPO with ipr_beta + ipr_sft_coef x SFT on the expert actions
+    ipr_k: int = 4
+    ipr_margin: float = 0.0
+    ipr_beta: float = 0.1
+    ipr_sft_coef: float = 1.0
     # the token budget: stop the run once it has sampled this many tokens (main rollouts and forks; None: no limit)
     max_sampled_tokens: int | None = None
     gamma: float = 1.0  # PPO's GAE (token-level, or over turns with estimator="turn_ppo"); vine's and tree's returns
@@ -148,6 +165,9 @@ class TrainConfig:
     whiten_advantages: bool = True  # PPO only
     eps_low: float = 0.2
     eps_high: float = 0.28
+    # "token": each token's ratio is clipped; "turn" (AT^2PO): one ratio per turn, exp(mean token log-ratio over the
+    # turn's loss tokens), clipped per turn (RATIO_LEVELS)
+    ratio_level: str = "token"
     kl_coef: float = 0.0
     ent_coef: float = 0.0
     # EPO's phase schedule of ent_coef: None keeps it flat; else ent_coef for the first ent_coef_phase share of the
@@ -219,10 +239,12 @@ class TrainConfig:
         for name, value, known in [("algo", self.algo, ALGOS), ("loss_agg", self.loss_agg, (None, *LOSS_AGG_MODES)),
                                    ("old_logprobs", self.old_logprobs, ("recompute", "rollout")),
                                    ("env_pool", self.env_pool, ENV_POOLS), ("rollout_backend", self.rollout_backend,
-                                   tuple(BACKENDS))]:  # fmt: skip
+                                   tuple(BACKENDS)), ("ratio_level", self.ratio_level, RATIO_LEVELS)]:  # fmt: skip
             if value not in known:
                 raise ValueError(f"{name} must be one of {tuple(k for k in known if k is not None)}, got {value!r}")
-        if self.algo == "ppo":
+        if self.algo == "ipr":
+            self._check_ipr()
+        elif self.algo == "ppo":
             if self.estimator not in (None, "ppo", *CRITIC_ESTIMATORS):
                 raise ValueError(f"ppo takes estimator None (token-level GAE) or one of {CRITIC_ESTIMATORS}, "
                                  f"got {self.estimator!r}")  # fmt: skip
@@ -380,12 +402,29 @@ class TrainConfig:
             return 0.0
         return final if ramp == 0 else final * min(1.0, (iteration - start + 1) / ramp)
 
+    def _check_ipr(self) -> None:
+        """IPR's knobs: it forks envs in this process with the HF loop and trains no estimator's advantages."""
+        if self.estimator is not None or self.estimator_kwargs or self.branch_k or self.scorer is not None:
+            raise ValueError("algo 'ipr' trains on its own expert-path pairs: no estimator, estimator_kwargs, branch_k "
+                             "or scorer")  # fmt: skip
+        if self.env_pool != "list" or self.rollout_backend != "hf" or self.dynamic_sampling:
+            raise ValueError("algo 'ipr' forks envs in this process with the HF loop: it needs env_pool 'list' and "
+                             "rollout_backend 'hf', without dynamic_sampling")  # fmt: skip
+        if self.ipr_k < 1 or self.ipr_beta <= 0 or self.ipr_sft_coef < 0:
+            raise ValueError(f"ipr_k must be >= 1, ipr_beta > 0 and ipr_sft_coef >= 0, got {self.ipr_k}, "
+                             f"{self.ipr_beta} and {self.ipr_sft_coef}")  # fmt: skip
+
     def _check_branches(self) -> None:
         """``branch_k`` / ``branch_turns`` / ``branch_frac`` with the branch estimators, and ``max_sampled_tokens``."""
         if self.max_sampled_tokens is not None and self.max_sampled_tokens < 1:
             raise ValueError(f"max_sampled_tokens must be >= 1 or None, got {self.max_sampled_tokens}")
         if self.branch_k < 0:
             raise ValueError(f"branch_k must be >= 0, got {self.branch_k}")
+        if self.think_window < 1 or self.think_delta < 0:
+            raise ValueError(f"think_window must be >= 1 and think_delta >= 0, got {self.think_window} and "
+                             f"{self.think_delta}")  # fmt: skip
+        if self.think_intervention and self.rollout_backend != "hf":
+            raise ValueError("think_intervention samples through the HF loop: it needs rollout_backend 'hf'")
         if self.branch_turns not in BRANCH_TURNS or not 0.0 < self.branch_frac <= 1.0:
             raise ValueError(f"branch_turns must be one of {BRANCH_TURNS} and branch_frac in (0, 1], got "
                              f"{self.branch_turns!r} and {self.branch_frac}")  # fmt: skip

@@ -7,13 +7,16 @@ left). Where the expert's ``Q`` beats the agent's by more than ``margin``, the s
 expert's action preferred (:func:`expert_step_pairs`). :func:`ipr_loss` is step-level DPO on those pairs plus an SFT
 term on the preferred actions.
 
-Built: the pairs, the loss and one iteration of both (:func:`ipr_iteration`). Not built: the trainer mode that
-runs the iterations under ``agentgym train`` (the card says so).
+``agentgym train`` runs it with ``algo="ipr"`` (:func:`ipr_train_iteration`, called by the trainer's
+``train_iteration``): each iteration the reference becomes the policy the iteration starts from (IPR's iterative
+scheme: round ``k`` is trained against round ``k - 1``'s agent), then :func:`ipr_iteration` on ``batch_tasks`` tasks.
+The env needs a demonstration agent (an expert) and snapshots: Chain-v0, Household-v0 (``expert_plan``).
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,13 +25,16 @@ import torch
 import torch.nn.functional as F
 
 from agentgym.baselines.branches import returns_to_go, run_forks
+from agentgym.baselines.checkpoint import TrainState
+from agentgym.baselines.config import TrainConfig
+from agentgym.baselines.credit import EnvMaker
 from agentgym.baselines.rollout import HFPolicy, Rollout, RolloutConfig, demonstration_episode, derive_seed
 from agentgym.baselines.update import forward_tokens, make_batch
 from agentgym.rewards.catalogue import Method
 from agentgym.rewards.papers import cite
 
 __all__ = ["METHODS", "ExpertForks", "StepPair", "action_logprobs", "expert_step_pairs", "ipr_iteration", "ipr_loss",
-           "step_dpo_loss"]  # fmt: skip
+           "ipr_train_iteration", "step_dpo_loss"]  # fmt: skip
 
 #: Seed tags of the agent's actions and of the continuations after the expert's and the agent's actions.
 _AGENT, _AFTER_EXPERT, _AFTER_AGENT = 1, 2, 3
@@ -201,15 +207,22 @@ def ipr_iteration(
     sft_coef: float = 1.0,
     epochs: int = 1,
     max_grad_norm: float = 1.0,
+    gamma: float = 1.0,
 ) -> dict[str, float]:
     """One IPR iteration on ``task_seeds``: the pairs (:func:`expert_step_pairs`), then ``epochs`` full-batch steps of
     :func:`ipr_loss` on ``policy.model`` against the frozen ``ref_model`` (gradient clipped to ``max_grad_norm``).
-    Returns what a trainer would log: pairs, states, the mean Q gap of the pairs, sampled tokens, the losses."""
-    data = expert_step_pairs(policy, make_env, task_seeds, config, sample_seed, k=k, margin=margin)
+    Returns what a trainer would log: pairs, states, the mean Q gap of the pairs, sampled tokens, the losses and
+    gradient norms, and how the agent's actions from the expert states fared (their episodes' mean return from that
+    state on, success and valid-action share)."""
+    data = expert_step_pairs(policy, make_env, task_seeds, config, sample_seed, k=k, margin=margin, gamma=gamma)
     pad = policy.tokenizer.pad_token_id if policy.tokenizer.pad_token_id is not None else 0
+    valid = [bool(i.get("action_valid", True)) for r in data.agent for i in r.infos] or [True]
     out = {"ipr_pairs": float(len(data.pairs)), "ipr_states": float(len(data.origins)),
            "ipr_q_gap": math.fsum(p.q_chosen - p.q_rejected for p in data.pairs) / max(len(data.pairs), 1),
-           "ipr_sampled_tokens": float(data.sampled_tokens)}  # fmt: skip
+           "ipr_sampled_tokens": float(data.sampled_tokens),
+           "agent_return_mean": math.fsum(math.fsum(r.turn_rewards) for r in data.agent) / max(len(data.agent), 1),
+           "agent_success_rate": math.fsum(float(r.success) for r in data.agent) / max(len(data.agent), 1),
+           "agent_valid_action_frac": math.fsum(valid) / len(valid)}  # fmt: skip
     if not data.pairs:
         return out
     model = policy.model
@@ -219,25 +232,53 @@ def ipr_iteration(
         loss = ipr_loss(model, ref_model, data.pairs, pad, beta=beta, sft_coef=sft_coef, temperature=config.temperature)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+        norm = float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm))  # before clipping
         optimizer.step()
         out["ipr_loss_first" if epoch == 0 else "ipr_loss_last"] = float(loss.detach())
+        out["grad_norm"] = max(out.get("grad_norm", 0.0), norm)
     model.eval()
     policy.mark_stale()
     return out
 
 
+def ipr_train_iteration(state: TrainState, config: TrainConfig, it: int) -> dict[str, Any]:
+    """IPR's iteration ``it`` (1-based) under ``agentgym train`` (``algo="ipr"``): the reference model becomes the
+    current policy (the iterative scheme: this round's DPO is against the agent the round starts from; round 1: the
+    starting, possibly SFT-warm-started, policy), then :func:`ipr_iteration` on ``batch_tasks`` task seeds of the
+    iteration's task stream with the config's ``ipr_*`` knobs, ``epochs`` steps, ``gamma`` and ``max_grad_norm``.
+    ``reward_mean`` / ``success_rate`` / ``valid_action_frac`` are those of the agent's actions from the expert
+    states (the trainer's progress bar and collapse check read them)."""
+    if state.ref_model is None:
+        raise ValueError("algo 'ipr' needs the reference model (setup builds it)")
+    t0 = time.perf_counter()
+    state.ref_model.load_state_dict(state.model.state_dict())
+    task_seeds = config.seeds.tasks(it).integers(0, config.task_seed_range, size=config.batch_tasks).tolist()
+    out = ipr_iteration(state.policy, state.ref_model, state.optimizer, EnvMaker.of(config), task_seeds,
+                        config.rollout_config, config.seeds.sampling(it), k=config.ipr_k, margin=config.ipr_margin,
+                        beta=config.ipr_beta, sft_coef=config.ipr_sft_coef, epochs=config.epochs,
+                        max_grad_norm=config.max_grad_norm, gamma=config.gamma)  # fmt: skip
+    metrics: dict[str, Any] = {"iteration": it, **out}
+    metrics.update(reward_mean=out["agent_return_mean"], success_rate=out["agent_success_rate"],
+                   valid_action_frac=out["agent_valid_action_frac"], sampled_tokens=int(out["ipr_sampled_tokens"]),
+                   time_iteration=time.perf_counter() - t0)  # fmt: skip
+    if "ipr_loss_first" in out:
+        metrics["loss"] = out.get("ipr_loss_last", out["ipr_loss_first"])
+    return metrics
+
+
 METHODS: tuple[Method, ...] = (
     Method("ipr", "IPR", "branch", "forks along the expert path, step-level DPO on Monte-Carlo values",
            needs=("expert", "snapshots", "outcome"), paper=cite("IPR"), code="agentgym.baselines.ipr:expert_step_pairs",
-           status="partial",
            choices=("Q(s_t, a) = r + gamma x the mean return of k policy continuations from the state a led to (r "
                     "alone at the episode's end), for the expert's and the agent's action alike (knobs k, gamma)",
                     "a pair where Q_expert - Q_agent > margin, margin 0 (knob margin); an agent action whose text "
                     "equals the expert's gives none",
                     "the loss: step DPO (beta 0.1) + sft_coef 1 x the token-mean NLL of the expert actions "
-                    "(ipr_loss)"),
-           missing="agentgym train does not run it: ipr_iteration (the pairs, then DPO + SFT steps against a frozen "
-                   "reference) is built and tested, but no trainer mode calls it each iteration or refreshes the "
-                   "reference"),
+                    "(ipr_loss); the paper's trajectory-level DPO term is left out",
+                    "iterations (algo='ipr'): the reference is refreshed to the policy each iteration starts from; "
+                    "batch_tasks expert episodes an iteration, epochs full-batch steps on their pairs; under agentgym "
+                    "train the knobs are ipr_k, ipr_margin, ipr_beta, ipr_sft_coef"),
+           train={"algo": "ipr", "env_id": "agentgym/Chain-v0", "env_kwargs": {"horizon": 2}, "stop": ["</answer>"],
+                  "ipr_k": 2},
+           knobs_into="config"),
 )  # fmt: skip

@@ -6,9 +6,10 @@ uncertainty"; unstated: a one-sample estimate of the entropy, which the sampler 
 less than ``delta`` from the previous window's, the tokens of ``text`` are appended to the action (within its token
 budget) and sampling goes on after them. The inserted tokens carry log-prob 0 and are kept out of the loss:
 :meth:`InterveningPolicy.mask_interventions` sets their ``loss_mask`` to 0 in the finished rollouts. ``delta = 0``
-never intervenes. The turn-level part of T^2PO (resampling turns without progress) is
-``agentgym.baselines.branches.resample_stalled``; this policy is not wired into ``agentgym train`` (the T^2PO card
-says so).
+never intervenes (it samples exactly as the plain policy). The turn-level part of T^2PO (resampling turns without
+progress) is ``agentgym.baselines.branches.resample_stalled``. ``agentgym train`` samples through this policy with
+``think_intervention`` (knobs ``think_window``, ``think_delta``, ``think_text``; ``backends.make_backend``) and
+masks the inserted tokens of the main rollouts and forks before the batch is built (:func:`mask_thinking`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import torch
 
 from agentgym.baselines.rollout import HFPolicy, Rollout
 
-__all__ = ["InterveningPolicy"]
+__all__ = ["InterveningPolicy", "mask_thinking"]
 
 
 class InterveningPolicy(HFPolicy):
@@ -63,7 +64,11 @@ class InterveningPolicy(HFPolicy):
         share_prefill: bool = False,
     ) -> list[tuple[list[int], list[float], str]]:
         """:meth:`HFPolicy.sample_batch` window by window, with the intervention; each row's inserted ranges (in its
-        sampled tokens' coordinates) are kept in ``inserted`` under its context and tokens."""
+        sampled tokens' coordinates) are kept in ``inserted`` under its context and tokens. ``delta = 0`` samples as
+        :meth:`HFPolicy.sample_batch` does, in one pass (the same tokens and log-probs, bit for bit)."""
+        if self.delta == 0:  # |u - u_prev| < 0 never holds: no intervention
+            return super().sample_batch(contexts, budgets=budgets, temperature=temperature, stop=stop,
+                                        generators=generators, share_prefill=share_prefill)  # fmt: skip
         n = len(contexts)
         tokens: list[list[int]] = [[] for _ in range(n)]
         logprobs: list[list[float]] = [[] for _ in range(n)]
@@ -109,9 +114,10 @@ class InterveningPolicy(HFPolicy):
                 self.inserted[tuple(contexts[i]), tuple(tokens[i])] = ranges[i]
         return [(tokens[i], logprobs[i], finish[i]) for i in range(n)]
 
-    def mask_interventions(self, rollouts: Sequence[Rollout]) -> int:
+    def mask_interventions(self, rollouts: Sequence[Rollout], *, forget_rest: bool = False) -> int:
         """Set ``loss_mask`` to 0 on the inserted tokens of ``rollouts`` (found by each turn's context and tokens)
-        and forget them; returns how many tokens were masked."""
+        and forget them; returns how many tokens were masked. ``forget_rest``: also forget every other recorded
+        insertion (turns that were sampled but are not trained: discarded resamples, evaluation episodes)."""
         masked = 0
         for r in rollouts:
             for t, (s, e) in enumerate(r.turn_spans):
@@ -119,4 +125,14 @@ class InterveningPolicy(HFPolicy):
                 for a, b in self.inserted.pop(key, []):
                     r.loss_mask[s + a : s + b] = [0] * (b - a)
                     masked += b - a
+        if forget_rest:
+            self.inserted.clear()
         return masked
+
+
+def mask_thinking(policy: HFPolicy, rollouts: Sequence[Rollout], *, forget_rest: bool = False) -> int:
+    """The trainer's step: the inserted tokens of ``rollouts`` leave the loss when ``policy`` intervenes
+    (:meth:`InterveningPolicy.mask_interventions`); 0 for any other policy."""
+    if not isinstance(policy, InterveningPolicy):
+        return 0
+    return policy.mask_interventions(rollouts, forget_rest=forget_rest)

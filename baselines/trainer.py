@@ -17,10 +17,13 @@ Algorithms (``TrainConfig.algo``): ``grpo`` / ``dr_grpo`` / ``rloo`` are critic-
 registered estimator ``TrainConfig.estimator`` (default the algo's own name; ``gtpo``, ``gigpo``, ``mapo``, ...
 work too), broadcast to each turn's sampled tokens. ``ppo`` trains a linear value head on the policy's last hidden
 state: token-level GAE where only sampled tokens are steps, or a turn-level critic with ``estimator="turn_ppo"``.
+``ipr`` runs IPR's iterations instead (baselines/ipr.py: expert-path forks, step DPO + SFT against the policy the
+iteration starts from).
 Dense rewards: ``progress_key`` (``ProgressReward`` on the env), ``reward_wrappers`` (any wrapper or bonus card,
 e.g. ``novelty``, ``rnd``, ``potential_shaping``) and ``scorer`` (any turn-scorer card: IGPO, TIPS, SIOP, InfoPO,
 a judge; baselines/components.py). Trainer-side methods (baselines/trainer_methods.py): A^2TGPO's adaptive clip,
-S2D, EPO, AIRS.
+S2D, EPO, AIRS; AT^2PO's turn-level ratio (``ratio_level="turn"``, baselines/update.py) and T^2PO's thinking
+intervention (``think_intervention``, baselines/t2po.py).
 Back-ends (``rollout_backend``): ``hf``, ``vllm``, ``remote`` (baselines/backends.py).
 
 Every random draw comes from a named stream of ``(seed, iteration, ...)`` (``Seeds``), so a run resumed from a
@@ -75,7 +78,9 @@ from agentgym.baselines.credit import (
     update_tables,
 )
 from agentgym.baselines.guards import RunGuard, check_start, claim_out_dir, undo_failed_start
+from agentgym.baselines.ipr import ipr_train_iteration
 from agentgym.baselines.rollout import collect_rollouts
+from agentgym.baselines.t2po import mask_thinking
 from agentgym.baselines.trainer_methods import MethodState
 from agentgym.baselines.update import (
     build_policy,
@@ -93,12 +98,12 @@ __all__ = ["PRESETS", "TrainConfig", "evaluate", "load_config", "main", "setup",
 
 
 def setup(config: TrainConfig) -> TrainState:
-    """Seeded policy, frozen reference (replaced by the warm-started policy after SFT), value head for PPO, AdamW,
-    and the rollout back-end."""
+    """Seeded policy, frozen reference (replaced by the warm-started policy after SFT; IPR refreshes it every
+    iteration), value head for PPO, AdamW, and the rollout back-end."""
     torch.manual_seed(config.seed)
     model, tok = build_policy(config)
     ref_model = None
-    if config.kl_coef > 0:
+    if config.kl_coef > 0 or config.algo == "ipr":
         ref_model, _ = build_policy(config)
         ref_model.eval().requires_grad_(False)
     value_head = build_value_head(model) if config.critic else None
@@ -113,7 +118,9 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int, methods: Me
                     ) -> dict[str, Any]:  # fmt: skip
     """Rollouts, advantages, updates for iteration ``it`` (1-based); returns its metrics. ``methods``: what the
     trainer-side methods keep across iterations (reward-wrapper tables, EPO's entropy EMA); pass the same object
-    every iteration (None: a fresh one, i.e. a run of this one iteration)."""
+    every iteration (None: a fresh one, i.e. a run of this one iteration). ``algo="ipr"``: IPR's iteration instead."""
+    if config.algo == "ipr":  # expert-path pairs, step DPO + SFT (baselines/ipr.py)
+        return ipr_train_iteration(state, config, it)
     model, tok, device = state.model, state.tokenizer, next(state.model.parameters()).device
     metrics: dict[str, Any] = {"iteration": it}
     if methods is None:
@@ -124,11 +131,16 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int, methods: Me
     task_seeds = config.seeds.tasks(it).integers(0, config.task_seed_range, size=config.batch_tasks).tolist()
     rollouts = training_rollouts(state, config, task_seeds, config.seeds.sampling(it), (it - 1) * config.batch_tasks,
                                  methods.tables)  # fmt: skip
+    # T^2PO's thinking intervention: the inserted tokens leave the loss (0 without think_intervention)
+    think = mask_thinking(state.policy, rollouts, forget_rest=config.branch_k == 0)
     branches: BranchSet | None = None
     if config.branch_k > 0:  # forks from the states before chosen turns (baselines/branches.py)
         branches = grow_branches(state.policy, state.envs, EnvMaker.of(config, tables=methods.tables), rollouts,
                                  config, config.seeds.sampling(it))  # fmt: skip
+        think += mask_thinking(state.policy, branches.rows, forget_rest=True)
         metrics.update(branches.metrics(config))
+    if config.think_intervention:
+        metrics["think_masked_tokens"] = think
     t_rollout = time.perf_counter() - t0
     # the reward wrappers' tables learn from this batch only after all of it was played (siblings read one snapshot)
     metrics.update(update_tables(config, methods.tables, rollouts))
@@ -192,7 +204,7 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int, methods: Me
     advs, rets = (branch_advs, None) if branch_advs is not None else compute_advantages(rollouts, config, values)
     scales = clip_scales(rollouts, config) if branch_advs is None else None  # A^2TGPO's adaptive clip
     batch = make_batch(rollouts, tok.pad_token_id, advantages=advs, returns=rets, mask_truncated=config.mask_truncated,
-                       clip_scales=scales)  # fmt: skip
+                       clip_scales=scales, with_turns=config.ratio_level == "turn")  # fmt: skip
     if scales is not None:
         on = batch["loss_mask"] > 0
         token_scales = batch["clip_scale"][on] if bool(on.any()) else torch.ones(1)

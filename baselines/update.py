@@ -8,6 +8,8 @@ clipped loss. ``agentgym.baselines.trainer`` composes them; each is usable on it
 - :func:`minibatch_loss`: clipped surrogate with clip-higher (``eps_low``/``eps_high``) + k3 KL to a frozen
   reference, ``exp(ref - lp) - (ref - lp) - 1`` (``kl_coef``) - entropy bonus (``ent_coef``) + clipped value loss,
   reduced by :func:`aggregate_loss` (``token-mean``, ``seq-mean-token-mean``, ``constant``: Dr. GRPO's normaliser).
+  ``ratio_level="turn"`` (AT^2PO): one importance ratio per turn, the geometric mean of its tokens' ratios
+  (:func:`turn_mean_log_ratio` over the batch's ``turn_ids``), clipped per turn.
 
 >>> aggregate_loss(torch.tensor([[1.0, 3.0], [5.0, 0.0]]), torch.tensor([[1.0, 1.0], [1.0, 0.0]]), "token-mean")
 tensor(3.)
@@ -38,6 +40,8 @@ __all__ = [
     "minibatch_loss",
     "score_batch",
     "select",
+    "turn_ids",
+    "turn_mean_log_ratio",
     "value_only_loss",
 ]
 
@@ -180,11 +184,13 @@ def make_batch(
     returns: Sequence[np.ndarray] | None = None,
     mask_truncated: bool = False,
     clip_scales: Sequence[np.ndarray] | None = None,
+    with_turns: bool = False,
 ) -> dict[str, torch.Tensor]:
     """Right-padded tensors ``(B, L)`` in sequence coordinates (prompt + response); response-coordinate arrays are
     shifted by each row's prompt length. ``loss_mask`` is 0 on prompts, env tokens, padding (and on truncated
     episodes when ``mask_truncated``). With ``advantages``, also ``clip_scale``: the per-token factor of the clip
-    range (``clip_scales``, A^2TGPO's adaptive clip; 1.0 everywhere when None)."""
+    range (``clip_scales``, A^2TGPO's adaptive clip; 1.0 everywhere when None). ``with_turns``: also ``turn_ids``
+    (:func:`turn_ids`, for ``ratio_level="turn"``)."""
     length = max(len(r.input_ids) for r in rollouts)
 
     def seq(r: Rollout, resp: Sequence[float] | np.ndarray) -> list[float]:
@@ -216,7 +222,45 @@ def make_batch(
         batch["returns"] = pad_rows(
             [seq(r, a) for r, a in zip(rollouts, returns, strict=True)], length, 0.0, torch.float32
         )
+    if with_turns:
+        batch["turn_ids"] = turn_ids(rollouts)
     return batch
+
+
+def turn_ids(rollouts: Sequence[Rollout]) -> torch.Tensor:
+    """``(B, L)`` in ``make_batch``'s sequence coordinates (prompt + response, right-padded): the sampled tokens of
+    turn ``k`` hold ``k``, every other position -1."""
+    length = max((len(r.input_ids) for r in rollouts), default=0)
+    out = torch.full((len(rollouts), length), -1, dtype=torch.long)
+    for row, r in enumerate(rollouts):
+        p = len(r.prompt_ids)
+        for k, (s, e) in enumerate(r.turn_spans):
+            out[row, p + s : p + e] = k
+    return out
+
+
+def turn_mean_log_ratio(log_ratio: torch.Tensor, turns: torch.Tensor) -> torch.Tensor:
+    """AT^2PO's turn-level importance ratio, as a log: every token of a turn gets the mean of its turn's token
+    log-ratios (the log of their geometric mean), so one clipped ratio covers the whole turn; positions with turn
+    -1 get 0. Differentiable in ``log_ratio``. :func:`minibatch_loss` uses it in place of the token log-ratio with
+    ``ratio_level="turn"``.
+
+    >>> turn_mean_log_ratio(torch.tensor([[0.25, 0.75, -0.5, 9.0]]), torch.tensor([[0, 0, 1, -1]])).tolist()
+    [[0.5, 0.5, -0.5, 0.0]]
+    """
+    rows = turns.shape[0]
+    width = int(turns.max().item()) + 1 if turns.numel() else 0
+    if width <= 0:
+        return torch.zeros_like(log_ratio)
+    on = turns >= 0
+    slot = (turns.clamp(min=0) + width * torch.arange(rows, device=turns.device)[:, None])[on]
+    sums = torch.zeros(rows * width, dtype=log_ratio.dtype, device=log_ratio.device).index_add(0, slot, log_ratio[on])
+    counts = torch.zeros(rows * width, dtype=log_ratio.dtype, device=log_ratio.device).index_add(
+        0, slot, torch.ones_like(log_ratio[on])
+    )
+    out = torch.zeros_like(log_ratio)
+    out[on] = (sums / counts.clamp(min=1))[slot]
+    return out
 
 
 def select(batch: dict[str, torch.Tensor], idx: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -291,7 +335,9 @@ def minibatch_loss(
     + k3 KL to the reference - entropy bonus (+ clipped value loss) + EPO's entropy band penalty
     (``config.entropy_kappa`` around ``entropy_ref``, the EMA of past entropies; :func:`entropy_band_penalty`).
     ``ent_coef``: this iteration's entropy weight (None: ``config.ent_coef``; EPO's schedule is
-    ``config.ent_coef_at``)."""
+    ``config.ent_coef_at``). ``config.ratio_level="turn"`` (AT^2PO): the ratio of every token is its turn's
+    geometric-mean ratio over the turn's loss tokens (the batch's ``turn_ids``), so the clip acts per turn; the
+    approximate KL stays per token."""
     lp, entropy, values = forward_tokens(
         model,
         mb["input_ids"],
@@ -304,7 +350,10 @@ def minibatch_loss(
     )
     mask, adv, mode = mb["loss_mask"], mb["advantages"], config.loss_mode
     on = mask > 0
-    log_ratio = (lp - mb["old_logprobs"]) * mask
+    token_log_ratio = (lp - mb["old_logprobs"]) * mask
+    log_ratio = token_log_ratio
+    if config.ratio_level == "turn":  # AT^2PO: the turn's mean over its loss tokens (masked ones leave the turn)
+        log_ratio = turn_mean_log_ratio(token_log_ratio, torch.where(on, mb["turn_ids"], -1))
     ratio = torch.exp(log_ratio)
     low, high = clip_bounds(ratio, mb.get("clip_scale"), config.eps_low, config.eps_high)
     pg1 = -adv * ratio
@@ -332,7 +381,7 @@ def minibatch_loss(
         loss = loss + config.vf_coef * value_loss
         out["value_loss"] = value_loss.detach()
     with torch.no_grad():
-        lr_ = log_ratio.detach()
+        lr_ = token_log_ratio.detach()
         clipped = ((ratio < low) & (adv < 0)) | ((ratio > high) & (adv > 0))
         out.update(
             approx_kl=aggregate_loss(torch.exp(lr_) - 1.0 - lr_, mask, "token-mean"),
