@@ -268,6 +268,8 @@ def score_turns(rollouts: Sequence[Rollout], config: TrainConfig, model: Any, to
     for i, r in enumerate(rollouts):
         groups.setdefault(r.group_id, []).append(i)
     trajs = {i: r.to_trajectory(config.env_id) for i, r in enumerate(rollouts)}
+    for traj in trajs.values():  # enough to make the task again (PAR's demonstration references replay it)
+        traj.env_kwargs = dict(config.env_kwargs)
     with autocast(model, amp_dtype(config)):
         if hasattr(scorer, "score_groups"):  # TIPS fits one scale over all groups
             scored = scorer.score_groups([[trajs[i] for i in idx] for idx in groups.values()])

@@ -8,6 +8,8 @@ of being good in all of them (a logical AND). It saturates for good outputs (u -
 ``LogSigmoidCentered`` is the per-property ``TurnTransform``; ``BTScorer`` aggregates K named components (recorded
 reward components, ``turn.info`` values, or other scorers' scores such as judge properties) into one per-turn
 reward U, against references per component: a fixed mapping, or each component's mean over the group's rollouts.
+``bt_judge`` builds it over K LLM-judge rubrics, one per property, the trainer's scorer (``agentgym train --method
+bt``).
 
 >>> round(log_sigmoid(2.0) + log_sigmoid(-1.0), 6)  # log(0.880797) + log(0.268941)
 -1.44019
@@ -20,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Literal
 
 import numpy as np
@@ -27,8 +30,17 @@ import numpy as np
 from agentgym.contract.trajectory import Trajectory
 from agentgym.rewards.base import TurnScorer, TurnScores
 from agentgym.rewards.catalogue import Method
+from agentgym.rewards.judge import JudgeScorer
 from agentgym.rewards.papers import cite
 from agentgym.rewards.process import ComponentScorer, TurnTransform
+from agentgym.tools.llm import LLMClient
+
+#: ``bt_judge``'s default properties: name -> rubric, each graded by its own judge request
+PROPERTIES: Mapping[str, str] = MappingProxyType({
+    "relevance": "Judge whether the agent's actions are relevant to the user's task and use what it has learned.",
+    "form": "Judge whether every action is well formed: the tool calls or answers the task asks for, nothing else.",
+    "correctness": "Judge whether the agent's final answer is correct and supported by what it found.",
+})  # fmt: skip
 
 
 def log_sigmoid(x: float) -> float:
@@ -141,21 +153,40 @@ class BTScorer(TurnScorer):
         return out
 
 
+def bt_judge(
+    client: LLMClient,
+    rubrics: Mapping[str, str] | None = None,
+    level: Literal["turn", "outcome"] = "outcome",
+    ref: Mapping[str, float] | Literal["group"] = "group",
+    quantile: float | None = None,
+) -> BTScorer:
+    """The BT transform over K LLM-judge properties (the trainer's ``bt`` scorer): one ``JudgeScorer`` per entry of
+    ``rubrics`` (name -> rubric; None: :data:`PROPERTIES`), grading the whole trajectory once at ``level="outcome"``
+    and every turn at ``"turn"``, aggregated by ``BTScorer`` as U = sum_k log sigmoid(r_k - ref_k)."""
+    props = dict(PROPERTIES if rubrics is None else rubrics)
+    if not props:
+        raise ValueError("bt_judge needs at least one rubric")
+    mode: Literal["turn", "trajectory"] = "trajectory" if level == "outcome" else "turn"
+    judges = [JudgeScorer(client, rubric, name=name, mode=mode) for name, rubric in props.items()]
+    return BTScorer(judges, ref=ref, quantile=quantile, level=level)
+
+
 METHODS = (
     Method(
-        "bt", "BT reward transform", "transform", "sum of log-sigmoid property rewards (a logical AND)",
-        needs=("judge", "reference"), paper=cite("BT reward transform"), code="agentgym.rewards.bt:BTScorer",
-        status="partial",
+        "bt", "BT reward transform", "transform", "sum of log-sigmoid property rewards (a logical AND) of K judges",
+        needs=("judge", "group"), paper=cite("BT reward transform"), code="agentgym.rewards.bt:bt_judge",
         choices=(
             "reference per component: the group mean of that component over the group's rollouts, standing in for "
             "base-policy samples of the prompt (knob ref='group' or a fixed mapping; knob quantile for a "
             "q-quantile instead of the mean)",
             "the group reference pools every valid turn of every rollout (level turn) or the rollouts' totals "
             "(level outcome); knob level",
-            "an absent recorded component reads 0.0 (it adds nothing to the reward; knob missing)",
+            "the K properties are K rubrics graded by the same judge, one request each (knob rubrics: name -> "
+            "rubric; default relevance, form, correctness); BTScorer also takes recorded reward components",
+            "an absent recorded component reads 0.0 (it adds nothing to the reward; BTScorer's knob missing)",
+            "the trainer adds U to the env's outcome (scorer_coef), so the verified outcome still counts",
         ),
-        missing="agentgym train cannot run it yet: the trainer has no judge or reward-model scorer giving "
-        "several property scores (the envs record one outcome plus shaping terms), and its training reward always "
-        "counts an env component, so U could only be added to the outcome, not replace it",
+        train={"algo": "grpo", "estimator": "grpo", "scorer": "bt", "reward_components": ["outcome"]},
+        knobs_into="scorer_kwargs",
     ),
 )  # fmt: skip

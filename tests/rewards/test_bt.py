@@ -1,6 +1,7 @@
 """The Bradley-Terry reward transform (docs/rewards.md, 'BT reward transform'): U = sum_k log sigmoid(r_k - ref_k) by
 hand, its stated properties (U <= 0, the slope sigmoid(ref - r) in (0, 1) and decreasing, exp(U) = the product of the
-sigmoids, no property buys off another), numerical stability, fixed and group references, and finiteness."""
+sigmoids, no property buys off another), numerical stability, fixed and group references, and finiteness; BT over K
+judge properties with a rule judge on a loopback server."""
 
 import math
 
@@ -9,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from agentgym.contract.trajectory import Trajectory, Turn
 from agentgym.rewards.base import TurnScorer, TurnScores
-from agentgym.rewards.bt import BTScorer, LogSigmoidCentered, bt_utility, log_sigmoid
+from agentgym.rewards.bt import BTScorer, LogSigmoidCentered, bt_judge, bt_utility, log_sigmoid
 from agentgym.rewards.par import sigmoid
 
 SETTINGS = settings(max_examples=200, deadline=None)
@@ -131,3 +132,99 @@ def test_group_reference_is_order_independent():
     first = BTScorer(("a", "b"))(group)
     second = BTScorer(("a", "b"))(list(reversed(group)))
     assert [s.rewards for s in first] == [s.rewards for s in reversed(second)]
+
+
+# BT over K LLM-judge properties: a rule judge on a real loopback server grading SearchQA rollouts.
+
+
+def judge_reply(system: str, user: str) -> str:
+    """The rule judge grades the whole trajectory on the rubric's property: "Count the searches." gives 5 points a
+    search (of 10), "Reward an answer." 10 when the trajectory ends on an answer and 0 otherwise."""
+    actions = [s[len("assistant\n") :].split("\n\n---\n")[0] for s in user.split("### ") if s.startswith("assistant\n")]
+    if "Count the searches." in system:
+        return f"Score: {min(10, 5 * sum('<search>' in a for a in actions))}/10"
+    return f"Score: {10 if '<answer>' in actions[-1] else 0}/10"
+
+
+@pytest.fixture(scope="module")
+def judge():
+    fastapi = pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    from agentgym.tools.llm import LLMClient
+    from agentgym.tools.serving import BackgroundServer
+
+    app = fastapi.FastAPI()
+    state = {"requests": 0}
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: dict = fastapi.Body()) -> dict:  # noqa: B008  (FastAPI's idiom)
+        state["requests"] += 1
+        text = judge_reply(body["messages"][0]["content"], body["messages"][-1]["content"])
+        message = {"role": "assistant", "content": text}
+        return {"id": "j", "object": "chat.completion", "model": "rule",
+                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}  # fmt: skip
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [{"id": "rule", "object": "model"}]}
+
+    with BackgroundServer(app) as server:
+        client = LLMClient(server.url + "/v1", api_key_env=None, max_retries=0, timeout=10.0)
+        yield client, state
+        client.close()
+
+
+def play(actions):
+    """SearchQA (tiny) task 3 played with fixed actions."""
+    import gymnasium as gym
+
+    import agentgym  # noqa: F401  (registers the envs)
+    from agentgym.contract.agent import Agent
+    from agentgym.running.runner import run_episode
+
+    class Scripted(Agent):
+        name = "scripted"
+
+        def act(self, messages, info):
+            return actions[int(info["turn"])]
+
+    env = gym.make("agentgym/SearchQA-v0", dataset="tiny")
+    try:
+        return run_episode(env, Scripted(), seed=3)
+    finally:
+        env.close()
+
+
+RUBRICS = {"searches": "Count the searches.", "answer": "Reward an answer."}
+
+
+@pytest.mark.slow
+def test_bt_judge_by_hand(judge):
+    client, state = judge
+    search, answer = "<search> Faralder film </search>", "<answer> Nobody </answer>"
+    # (searches, answer) grades: A (0, 1), B (0.5, 1), C six searches, truncated without an answer (1, 0)
+    group = [play([answer]), play([search, answer]), play([search] * 6)]
+    assert [len(t.turns) for t in group] == [1, 2, 6] and group[2].turns[-1].truncated
+    before = state["requests"]
+    scores = bt_judge(client, RUBRICS)(group)
+    assert state["requests"] - before == 6  # K = 2 properties x 3 rollouts, each graded once
+    # group references: searches (0 + 0.5 + 1) / 3 = 0.5, answer (1 + 1 + 0) / 3 = 2/3
+    # sigmoid(-0.5) = 1 / (1 + 1.648721) = 0.377541, log -0.974077; sigmoid(1/3) = 1 / (1 + 0.716531) = 0.582570,
+    # log -0.540305; sigmoid(0.5) = 0.622459, log -0.474077; sigmoid(-2/3) = 1 / (1 + 1.947734) = 0.339244,
+    # log -1.081036; log sigmoid(0) = -0.693147
+    # U_A = -0.974077 - 0.540305 = -1.514382; U_B = -0.693147 - 0.540305 = -1.233452;
+    # U_C = -0.474077 - 1.081036 = -1.555113, each on the rollout's last turn
+    assert scores[0].rewards == pytest.approx([-1.514382], abs=1e-6)
+    assert scores[1].rewards == pytest.approx([0.0, -1.233452], abs=1e-6)
+    assert scores[2].rewards == pytest.approx([0.0] * 5 + [-1.555113], abs=1e-6)
+    assert scores[0].extras["references"] == pytest.approx({"searches": 0.5, "answer": 2 / 3})
+    # no property buys off another: C searches most but never answers and scores lowest
+    assert max(s.rewards[-1] for s in scores) == scores[1].rewards[-1] and all(s.rewards[-1] <= 0 for s in scores)
+    # a fixed reference of 0 on both: A gets log sigmoid(0) + log sigmoid(1) = -0.693147 - 0.313262 = -1.006409
+    fixed = bt_judge(client, RUBRICS, ref={"searches": 0.0, "answer": 0.0})(group[:1])
+    assert fixed[0].rewards == pytest.approx([-1.006409], abs=1e-6)
+    # the default properties: three judges, one request each
+    assert [s.name for s in bt_judge(client).scorers] == ["relevance", "form", "correctness"]
+    assert bt_judge(client, RUBRICS)([]) == []
+    with pytest.raises(ValueError):
+        bt_judge(client, {})

@@ -1,7 +1,9 @@
 """PAR (docs/rewards.md, 'PAR: preference as reward'): the sigmoid transform by hand, its stated properties (bounded,
 1/2 at the reference, shift invariance, slope <= 1/4, monotone), the per-task scorer, reference rewards from
-reference trajectories, and finiteness on empty and one-turn inputs."""
+reference trajectories, and finiteness on empty and one-turn inputs; PAR over a rule judge on a loopback server with
+SearchQA's demonstration agent (or the group) as the reference."""
 
+import dataclasses
 import math
 
 import pytest
@@ -9,7 +11,8 @@ from hypothesis import given, settings, strategies as st
 
 from agentgym.contract.trajectory import Trajectory, Turn
 from agentgym.rewards.base import TurnScores
-from agentgym.rewards.par import PARScorer, PreferenceAsReward, reference_rewards, sigmoid
+from agentgym.rewards.judge import JudgeScorer
+from agentgym.rewards.par import DemoReferences, PARScorer, PreferenceAsReward, par_judge, reference_rewards, sigmoid
 from agentgym.rewards.process import ComponentScorer, TransformedScorer
 
 SETTINGS = settings(max_examples=200, deadline=None)
@@ -127,3 +130,132 @@ def test_fixed_reference_through_transformed_scorer_is_deterministic():
     first, second = scorer(group), scorer(list(reversed(group)))
     assert [s.rewards for s in first] == [s.rewards for s in reversed(second)]
     assert all(a + b == pytest.approx(1.0) for s in first for a, b in [s.rewards])  # sigmoid(x) + sigmoid(-x) = 1
+
+
+# PAR over an LLM judge: a rule judge on a real loopback server, reference trajectories from SearchQA's
+# demonstration agent replaying the task.
+
+
+def judge_reply(system: str, user: str) -> str:
+    """The rule judge: a trajectory earns 2 points per search and 4 for ending on an answer (of 10); a turn earns
+    5 for a search, 9 for an answer; anything with GARBLE gets a reply without a score."""
+    actions = [s[len("assistant\n") :].split("\n\n---\n")[0] for s in user.split("### ") if s.startswith("assistant\n")]
+    if any("GARBLE" in a for a in actions):
+        return "I cannot tell."
+    if "whole trajectory" in user:
+        points = 2 * sum("<search>" in a for a in actions) + 4 * ("<answer>" in actions[-1])
+        return f"Score: {min(points, 10)}/10"
+    return "Score: 9/10" if "<answer>" in actions[-1] else "Score: 5/10" if "<search>" in actions[-1] else "Score: 0"
+
+
+@pytest.fixture(scope="module")
+def judge():
+    fastapi = pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    from agentgym.tools.llm import LLMClient
+    from agentgym.tools.serving import BackgroundServer
+
+    app = fastapi.FastAPI()
+    state = {"requests": 0}
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: dict = fastapi.Body()) -> dict:  # noqa: B008  (FastAPI's idiom)
+        state["requests"] += 1
+        text = judge_reply(body["messages"][0]["content"], body["messages"][-1]["content"])
+        message = {"role": "assistant", "content": text}
+        return {"id": "j", "object": "chat.completion", "model": "rule",
+                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}  # fmt: skip
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [{"id": "rule", "object": "model"}]}
+
+    with BackgroundServer(app) as server:
+        client = LLMClient(server.url + "/v1", api_key_env=None, max_retries=0, timeout=10.0)
+        yield client, state
+        client.close()
+
+
+def play(actions, seed=3):
+    """SearchQA (tiny) task ``seed`` played with fixed actions, recorded as the trainer's scorers see it."""
+    import gymnasium as gym
+
+    import agentgym  # noqa: F401  (registers the envs)
+    from agentgym.contract.agent import Agent
+    from agentgym.running.runner import run_episode
+
+    class Scripted(Agent):
+        name = "scripted"
+
+        def act(self, messages, info):
+            return actions[int(info["turn"])]
+
+    env = gym.make("agentgym/SearchQA-v0", dataset="tiny")
+    try:
+        return run_episode(env, Scripted(), seed=seed, env_kwargs={"dataset": "tiny"})
+    finally:
+        env.close()
+
+
+@pytest.fixture(scope="module")
+def group():
+    """One task, two rollouts: an answer at once (judge 4/10), a search then an answer (2 + 4 = 6/10)."""
+    return [
+        play(["<answer> Nobody </answer>"]),
+        play(["<search> Faralder film </search>", "<answer> Nobody </answer>"]),
+    ]
+
+
+def test_demo_references_replay_the_task(group):
+    ref = DemoReferences()(group)  # one replay for the one task of the group
+    assert len(ref) == 1 and ref[0].task_id == group[0].task_id and ref[0].success
+    # the demonstration agent searches twice, then answers: the rule judge's 2 + 2 + 4 = 8/10
+    assert [t.action.split()[0] for t in ref[0].turns] == ["<search>", "<search>", "<answer>"]
+    assert len(DemoReferences(n=2, max_turns=1)(group[:1])[0].turns) == 1
+    with pytest.raises(ValueError, match="not 'other'"):  # the settings do not recreate the trajectory's task
+        DemoReferences()([dataclasses.replace(group[0], task_id="other")])
+    with pytest.raises(ValueError, match="no demonstration agent"):
+        DemoReferences()([dataclasses.replace(group[0], env_id="CartPole-v1", env_kwargs={})])
+    with pytest.raises(ValueError):
+        DemoReferences(n=0)
+
+
+def test_par_judge_against_the_demonstration(judge, group):
+    client, state = judge
+    before = state["requests"]
+    scores = par_judge(client)(group)
+    assert state["requests"] - before == 3  # the two rollouts and one reference, each graded once
+    # r_ref = 0.8 (the demonstration); sigmoid(0.4 - 0.8) = 1 / (1 + e^0.4) = 1 / 2.491825 = 0.401312,
+    # sigmoid(0.6 - 0.8) = 1 / (1 + e^0.2) = 1 / 2.221403 = 0.450166, each on the rollout's last turn
+    assert scores[0].rewards == pytest.approx([0.401312], abs=1e-6)
+    assert scores[1].rewards == pytest.approx([0.0, 0.450166], abs=1e-6)
+    assert all(s.all_valid and s.name == "par" and s.extras["references"] == [0.8] for s in scores)
+    # per turn: the demonstration's mean turn grade (0.5 + 0.5 + 0.9) / 3 = 0.633333; the answer 0.9 gives
+    # sigmoid(0.266667) = 1 / (1 + e^-0.266667) = 1 / 1.765928 = 0.566274; a search 0.5 gives
+    # sigmoid(-0.133333) = 1 / (1 + e^0.133333) = 1 / 2.142631 = 0.466716
+    turn = par_judge(client, level="turn")(group)
+    assert turn[0].rewards == pytest.approx([0.566274], abs=1e-6)
+    assert turn[1].rewards == pytest.approx([0.466716, 0.566274], abs=1e-6)
+
+
+def test_par_judge_against_the_group(judge, group):
+    client, _ = judge
+    scores = par_judge(client, reference="group")(group)
+    # references 0.4 and 0.6: (sigmoid(0) + sigmoid(-0.2)) / 2 = (0.5 + 0.450166) / 2 = 0.475083 and
+    # (sigmoid(0.2) + sigmoid(0)) / 2 = (0.549834 + 0.5) / 2 = 0.524917: a mean win probability, so they sum to 1
+    assert scores[0].rewards == pytest.approx([0.475083], abs=1e-6)
+    assert scores[1].rewards == pytest.approx([0.0, 0.524917], abs=1e-6)
+    assert scores[0].rewards[-1] + scores[1].rewards[-1] == pytest.approx(1.0)
+    assert par_judge(client, reference="group")(group[:1])[0].rewards == [0.5]  # a singleton ties with itself
+    assert par_judge(client)([]) == []
+    with pytest.raises(ValueError):
+        par_judge(client, reference="oracle")  # type: ignore[arg-type]
+
+
+def test_an_unscorable_reference_leaves_the_rollouts_unscored(judge, group):
+    client, _ = judge
+    garbled = [dataclasses.replace(group[0], turns=[Turn("GARBLE", [], 0.0, True, False, {})])]
+    scorer = PARScorer(JudgeScorer(client, mode="trajectory"), lambda g: garbled, level="outcome")
+    scores = scorer(group)
+    assert all(not any(s.valid) and all(math.isnan(x) for x in s.rewards) for s in scores)  # never a made-up centre
+    assert "references" in scores[0].extras["errors"]
