@@ -145,7 +145,7 @@ CARD_MODULES: tuple[str, ...] = tuple(f"agentgym.rewards.{m}" for m in (
     "advantages.group", "advantages.gae", "advantages.turn_level", "advantages.anchor_groups", "advantages.mixed",
     "advantages.userrl", "advantages.multi_turn", "advantages.gopo", "advantages.lampo", "advantages.serl",
     "advantages.hiper", "advantages.dual_track", "information.gain", "information.potential", "information.siop",
-    "information.infopo", "matching", "judge", "process", "wrappers", "par", "bt", "rnd", "maxinfo",
+    "information.infopo", "matching", "judge", "process", "wrappers", "subgoal_format", "par", "bt", "rnd", "maxinfo",
 ))  # fmt: skip
 
 

@@ -29,8 +29,10 @@ class TurnBatch:
     :func:`observation_anchors`), ``turn_signals`` (``mt_grpo``, per turn: a verified signal or None),
     ``seq_logprobs`` (``lampo``, per trajectory: the mean log-prob of its sampled tokens), ``criticality`` (``serl``,
     per turn: a score in [0, 1]), ``segments`` (``hiper``, per turn: the index of its subgoal segment, nondecreasing
-    from 0), ``phases`` (``dual_track``, per turn: ``"exploration"`` or ``"execution"``) and ``exploration_rewards``
-    (``dual_track``, per trajectory)."""
+    from 0), ``phases`` (``dual_track``, per turn: ``"exploration"`` or ``"execution"``), ``exploration_rewards``
+    (``dual_track``, per trajectory), ``reference_scores`` (``lampo``'s reference term, per trajectory: e.g. the
+    ROUGE-L of its final answer against the gold) and ``subgoal_achieved`` (``hiper``, per turn: 1 on the last turn
+    of a segment whose subgoal the env verified achieved, else 0)."""
 
     turn_rewards: Sequence[ArrayLike]
     group_ids: ArrayLike
@@ -45,6 +47,8 @@ class TurnBatch:
     segments: Sequence[ArrayLike] | None = None
     phases: Sequence[Sequence[str]] | None = None
     exploration_rewards: ArrayLike | None = None
+    reference_scores: ArrayLike | None = None
+    subgoal_achieved: Sequence[ArrayLike] | None = None
 
     def __post_init__(self) -> None:
         self.turn_rewards = _ragged(self.turn_rewards, "turn_rewards")
@@ -78,7 +82,7 @@ class TurnBatch:
 
     def _check_optional(self, n: int) -> None:
         """Validate the fields of ``lampo``, ``serl``, ``hiper`` and ``dual_track`` (each None unless given)."""
-        for name in ("seq_logprobs", "exploration_rewards"):
+        for name in ("seq_logprobs", "exploration_rewards", "reference_scores"):
             if getattr(self, name) is not None:
                 v = _vec(getattr(self, name), name)
                 if v.size != n:
@@ -90,6 +94,10 @@ class TurnBatch:
                 raise ValueError("criticality must have one entry per turn")
             if any(((c < 0) | (c > 1)).any() for c in self.criticality):
                 raise ValueError("criticality must lie in [0, 1]")
+        if self.subgoal_achieved is not None:
+            self.subgoal_achieved = _ragged(self.subgoal_achieved, "subgoal_achieved")
+            if [c.size for c in self.subgoal_achieved] != self.lengths:
+                raise ValueError("subgoal_achieved must have one entry per turn")
         if self.segments is not None:
             rows = _ragged(self.segments, "segments")
             if [r.size for r in rows] != self.lengths:
@@ -137,6 +145,8 @@ class TurnBatch:
             pick(self.segments),
             pick(self.phases),
             None if self.exploration_rewards is None else np.asarray(self.exploration_rewards)[list(order)],
+            reference_scores=None if self.reference_scores is None else np.asarray(self.reference_scores)[list(order)],
+            subgoal_achieved=pick(self.subgoal_achieved),
         )
 
     @classmethod

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Hashable, Sequence
-from typing import Literal
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any, Literal
 
 import numpy as np
 
@@ -33,6 +33,41 @@ def subgoal_segments(texts: Sequence[str], tag: str = "subgoal") -> list[int]:
             k += 1
         out.append(k)
     return out
+
+
+def subgoal_achieved(
+    segments: ArrayLike, reset_info: Mapping[str, Any], infos: Sequence[Mapping[str, Any]], key: str = "plan_length"
+) -> list[float] | None:
+    """The env-verified "subgoal achieved" signal of one rollout: 1.0 on the last turn of each segment after which
+    the env's remaining distance to the goal (``info[key]``: Household's expert plan length, with
+    ``expert_plan=True``) is shorter than before its first turn (the reset's for the first turn), else 0.0. A
+    segment whose distance is unknown at either end counts as not achieved; None when no step reports the key.
+
+    >>> subgoal_achieved([0, 0, 1, 1], {"plan_length": 4}, [{"plan_length": 4}, {"plan_length": 3},
+    ...                  {"plan_length": 5}, {"plan_length": 3}])
+    [0.0, 1.0, 0.0, 0.0]
+    """
+    seg = np.asarray(segments, dtype=np.int64).reshape(-1)
+    if seg.size != len(infos):
+        raise ValueError(f"{seg.size} segment indices for {len(infos)} steps")
+    if not any(_distance(i, key) is not None for i in infos):
+        return None
+    out = [0.0] * seg.size
+    start = 0
+    for t in range(seg.size):
+        if t + 1 < seg.size and seg[t + 1] == seg[t]:
+            continue
+        before = _distance(infos[start - 1] if start else reset_info, key)
+        after = _distance(infos[t], key)
+        # choice: achieved = the distance to the goal shrank over the segment (a net gain; detours inside it allowed)
+        out[t] = float(before is not None and after is not None and after < before)
+        start = t + 1
+    return out
+
+
+def _distance(info: Mapping[str, Any], key: str) -> float | None:
+    x = info.get(key)
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
 
 
 def _segment_returns(r: np.ndarray, seg: np.ndarray, gamma: float) -> tuple[dict[int, float], np.ndarray]:
@@ -113,11 +148,27 @@ def hiper_advantages(
 
 
 def _est_hiper(
-    b: TurnBatch, gamma: float = 1.0, by: SegmentNorm = "group", eps: float = DEFAULT_EPS
+    b: TurnBatch,
+    gamma: float = 1.0,
+    by: SegmentNorm = "group",
+    eps: float = DEFAULT_EPS,
+    achieved_bonus: float = 0.0,
 ) -> list[np.ndarray]:
+    """``hiper_advantages`` of the batch's turn rewards, plus ``achieved_bonus`` on the last turn of each segment
+    whose subgoal the env verified achieved (``TurnBatch.subgoal_achieved``, see :func:`subgoal_achieved`)."""
     if b.segments is None:
         raise ValueError("hiper needs TurnBatch.segments (each turn's subgoal segment, see subgoal_segments)")
-    return hiper_advantages(b.turn_rewards, b.segments, b.group_ids, gamma, by, eps)
+    if not math.isfinite(achieved_bonus):
+        raise ValueError(f"achieved_bonus must be finite, got {achieved_bonus}")
+    rewards = b.turn_rewards
+    if achieved_bonus:
+        if b.subgoal_achieved is None:
+            raise ValueError("hiper's achieved_bonus needs TurnBatch.subgoal_achieved (see subgoal_achieved)")
+        # choice: the verified signal enters as a segment-end bonus on the turn rewards (knob achieved_bonus; 0: off)
+        rewards = [
+            np.asarray(r) + achieved_bonus * np.asarray(a) for r, a in zip(rewards, b.subgoal_achieved, strict=True)
+        ]
+    return hiper_advantages(rewards, b.segments, b.group_ids, gamma, by, eps)
 
 
 REGISTERED: tuple[EstimatorSpec, ...] = (EstimatorSpec("hiper", _est_hiper),)
@@ -127,15 +178,19 @@ METHODS: tuple[Method, ...] = (
            "hierarchical advantage: returns aggregated per subgoal segment, planner and executor turns credited "
            "against the group's segment returns",
            needs=("outcome", "group", "segments"), paper=cite("HiPER"), code=f"{__name__}:_est_hiper",
-           status="partial",
            choices=("segments from <subgoal>...</subgoal> tags: a tagged turn starts a new segment "
-                    "(subgoal_segments)",
+                    "(subgoal_segments); the subgoal_format wrapper asks for the tags and marks a malformed turn "
+                    "action_valid=False",
                     "normalisation over all segment returns of the group (by='group', so one turn per segment is "
                     "GTPO); knob by='segment' z-scores per (group, segment index)",
                     "the executor baseline is the same population's mean segment return, scaled by its std",
                     "gamma discounts between segments, not within one; knob gamma",
-                    "a population of one or of tied returns gives 0"),
-           train={"algo": "grpo", "estimator": "hiper"}, knobs_into="estimator_kwargs",
-           missing="the planner/executor prompt and format wrapper (a missing tag as action_valid=False) and the "
-                   "verified subgoal-achieved signal"),
+                    "a population of one or of tied returns gives 0",
+                    "the verified subgoal-achieved signal (Household with expert_plan=True: the expert plan is "
+                    "shorter after the segment than before it) is a bonus on the segment's last turn; knob "
+                    "achieved_bonus (0: off; it needs an env that reports plan_length)",
+                    "critic-free: segment returns are measured against the group, not against learned high- and "
+                    "low-level values"),
+           train={"algo": "grpo", "estimator": "hiper", "reward_wrappers": [{"name": "subgoal_format"}]},
+           knobs_into="estimator_kwargs"),
 )  # fmt: skip
