@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from agentgym.rewards.advantages import TurnBatch, get_estimator, lampo_advantages, rloo
+from agentgym.rewards.advantages.lampo import reference_score, rouge_l
 
 FAST = settings(max_examples=60, deadline=None, derandomize=True)
 LN3 = math.log(3.0)  # sigmoid(ln 3) = 3/4, sigmoid(-ln 3) = 1/4
@@ -86,3 +87,42 @@ def test_edge_cases():
     assert lampo_advantages([1.0, 0.0], [0.0, -1e6], [0, 0], beta=1e6).tolist() == pytest.approx([0.0, 0.0])
     with pytest.raises(ValueError, match="beta"):
         lampo_advantages([1.0, 0.0], [0.0, 0.0], [0, 0], beta=float("inf"))
+
+
+def test_rouge_l_by_hand():
+    # "the cat sat on the mat" vs "the cat is on the mat": LCS "the cat on the mat" = 5 of 6 and 6 tokens:
+    # P = R = 5/6 -> F = 5/6
+    assert rouge_l("the cat sat on the mat", "the cat is on the mat") == pytest.approx(5 / 6, abs=1e-15)
+    # "Barack Obama" vs "President Barack H. Obama" (tokens: barack obama / president barack h obama): LCS 2,
+    # P = 2/2, R = 2/4 -> F = 2 * 1 * 0.5 / 1.5 = 2/3 (= 2 L / (m + n) = 4/6); case and punctuation ignored
+    assert rouge_l("Barack Obama", "President Barack H. Obama") == pytest.approx(2 / 3, abs=1e-15)
+    # order matters (a subsequence, not a bag): "b a" vs "a b": LCS 1 -> F = 2/4
+    assert rouge_l("b a", "a b") == 0.5
+    assert rouge_l("Paris", "paris.") == 1.0 and rouge_l("", "x") == 0.0 and rouge_l("x", "y") == 0.0
+    # the best alias; no answer scores 0
+    assert reference_score("in Paris", ["Lyon", "Paris"]) == pytest.approx(2 / 3, abs=1e-15)  # L 1, m 2, n 1
+    assert reference_score(None, ["Paris"]) == 0.0 and reference_score("Paris", []) == 0.0
+
+
+def test_reference_term_worked_example():
+    # R = [1, 0], s = [0.5, 1] (reference scores), lam = 0.5, beta = 0: R' = [1.25, 0.5];
+    # G = 2, w = 1: A_0 = 1.25 - 0.5 = 0.75, A_1 = -0.75, on every turn
+    b = TurnBatch([[0.0, 1.0], [0.0]], ["q", "q"], seq_logprobs=[-1.0, -1.0], reference_scores=[0.5, 1.0])
+    a = get_estimator("lampo")(b, beta=0.0, lam=0.5)
+    assert a[0].tolist() == [0.75, 0.75] and a[1].tolist() == [-0.75]
+    with pytest.raises(ValueError, match="reference_scores"):
+        get_estimator("lampo")(TurnBatch([[1.0]], [0], seq_logprobs=[0.0]), lam=1.0)
+    with pytest.raises(ValueError, match="lam"):
+        get_estimator("lampo")(b, lam=-1.0)
+
+
+@FAST
+@given(groups(), st.floats(0, 3))
+def test_lam_zero_is_bit_identical(batch, beta):
+    r, lp, g = batch
+    rows = [[x] for x in r]
+    want = [np.full(1, x) for x in lampo_advantages(r, lp, g, beta)]  # today's lampo, broadcast
+    scores = np.linspace(0, 1, r.size)
+    for b in (TurnBatch(rows, g, seq_logprobs=lp), TurnBatch(rows, g, seq_logprobs=lp, reference_scores=scores)):
+        got = get_estimator("lampo")(b, beta=beta, lam=0.0)
+        assert all(np.array_equal(x, y) for x, y in zip(got, want, strict=True))

@@ -4,7 +4,8 @@ their outcomes, each comparison weighted by how confident the policy was in the 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
+import re
+from collections.abc import Hashable, Sequence
 
 import numpy as np
 
@@ -18,6 +19,43 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     """The logistic function without overflow: ``exp`` only ever sees ``-|x|``."""
     e = np.exp(-np.abs(x))
     return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def _tokens(text: str) -> list[str]:
+    """Lower-cased word tokens (runs of letters and digits): what ROUGE-L compares."""
+    return re.findall(r"[^\W_]+", text.lower())
+
+
+def rouge_l(candidate: str, reference: str) -> float:
+    """ROUGE-L F1 of ``candidate`` against ``reference`` over lower-cased word tokens: with ``L`` the length of their
+    longest common subsequence, ``P = L / len(candidate)``, ``R = L / len(reference)`` and ``F = 2PR / (P + R)``
+    (choice: F1, i.e. ROUGE-L's beta = 1); 0 when either has no tokens.
+
+    >>> rouge_l("the cat sat on the mat", "the cat is on the mat")  # L = 5 ("the cat on the mat"), P = R = 5/6
+    0.8333333333333334
+    """
+    a, b = _tokens(candidate), _tokens(reference)
+    if not a or not b:
+        return 0.0
+    row = [0] * (len(b) + 1)  # row[j]: LCS of the prefix of a so far and b[:j]
+    for x in a:
+        diag = 0
+        for j, y in enumerate(b, 1):
+            diag, row[j] = row[j], diag + 1 if x == y else max(row[j], row[j - 1])
+    lcs = row[-1]
+    return 0.0 if lcs == 0 else 2.0 * lcs / (len(a) + len(b))
+
+
+def reference_score(answer: str | None, references: Sequence[str]) -> float:
+    """The reference term of one rollout: the best :func:`rouge_l` of its final ``answer`` over the gold aliases
+    ``references`` (choice: the max over aliases); 0 without an answer.
+
+    >>> reference_score("Paris, France", ["Paris", "City of Light"])  # vs "Paris": L = 1, P = 1/2, R = 1
+    0.6666666666666666
+    """
+    if answer is None:
+        return 0.0
+    return max((rouge_l(answer, ref) for ref in references), default=0.0)
 
 
 def lampo_advantages(
@@ -56,10 +94,20 @@ def lampo_advantages(
     return out + 0.0
 
 
-def _est_lampo(b: TurnBatch, beta: float = 1.0) -> list[np.ndarray]:
+def _est_lampo(b: TurnBatch, beta: float = 1.0, lam: float = 0.0) -> list[np.ndarray]:
+    """``lampo_advantages`` of the outcomes ``R_i`` (``lam = 0``) or of ``R_i + lam * s_i`` with ``s_i`` the
+    rollout's reference score (``TurnBatch.reference_scores``: the ROUGE-L of its final answer against the gold,
+    :func:`reference_score`), broadcast to every turn."""
     if b.seq_logprobs is None:
         raise ValueError("lampo needs TurnBatch.seq_logprobs (each rollout's mean sampled-token log-prob)")
-    return _per_turn(lampo_advantages(b.outcome_array, b.seq_logprobs, b.group_ids, beta), b.turn_rewards)  # type: ignore[arg-type]
+    if not (math.isfinite(lam) and lam >= 0):
+        raise ValueError(f"lam must be a finite number >= 0, got {lam}")
+    r = b.outcome_array
+    if lam:
+        if b.reference_scores is None:
+            raise ValueError("lampo's lam > 0 needs TurnBatch.reference_scores (see reference_score)")
+        r = r + lam * np.asarray(b.reference_scores)  # choice: R_i + lam * ROUGE-L (the spec's; knob lam, default 0)
+    return _per_turn(lampo_advantages(r, b.seq_logprobs, b.group_ids, beta), b.turn_rewards)  # type: ignore[arg-type]
 
 
 REGISTERED: tuple[EstimatorSpec, ...] = (EstimatorSpec("lampo", _est_lampo, outcome_only=True),)
@@ -68,11 +116,12 @@ METHODS: tuple[Method, ...] = (
     Method("lampo", "LamPO", "estimator",
            "pairwise decomposed advantage: outcome gaps to each sibling, weighted by sequence log-prob confidence",
            needs=("outcome", "group", "logprobs"), paper=cite("LamPO"), code=f"{__name__}:_est_lampo",
-           status="partial",
            choices=("the symmetric weight w_ij = 2*sigmoid(beta*(l_worse - l_better)) with l the mean sampled-token "
                     "log-prob of a rollout; knob beta (0 gives RLOO scaled by G/(G-1))",
-                    "normalised by 1/(G-1); no std scaling"),
-           train={"algo": "grpo", "estimator": "lampo"}, knobs_into="estimator_kwargs",
-           missing="the ROUGE-L auxiliary reward against a reference answer (knob lambda): the trainer's batch "
-                   "carries no reference answers"),
+                    "normalised by 1/(G-1); no std scaling",
+                    "the optional reference term: R_i + lam * ROUGE-L F1 (LCS over lower-cased word tokens) of the "
+                    "final <answer> against the env's gold answer (reset_info['gold']['answers'], the best alias; 0 "
+                    "without an answer; it needs an env with gold answers, e.g. SearchQA); knob lam (default 0: "
+                    "off)"),
+           train={"algo": "grpo", "estimator": "lampo"}, knobs_into="estimator_kwargs"),
 )  # fmt: skip
