@@ -18,6 +18,7 @@ from agentgym.rewards.advantages import (
     serl_advantages,
     serl_criticality,
 )
+from agentgym.rewards.advantages.serl import KNOWN_FEATURES, agrees, expert_references
 
 FAST = settings(max_examples=60, deadline=None, derandomize=True)
 
@@ -104,3 +105,45 @@ def test_edge_cases():
         TurnBatch([[1.0]], [0], criticality=[[-0.1]])
     with pytest.raises(ValueError, match="criticality"):
         get_estimator("serl")(TurnBatch([[1.0]], [0]))
+
+
+def test_agreement_with_the_reference_action():
+    assert agrees("go to desk 1", "go to desk 1") and agrees(" Go  to DESK 1.", "go to desk 1")
+    assert agrees("<action>go to desk 1</action>", "go to desk 1")
+    assert agrees("<subgoal>find the key</subgoal> go to desk 1", "go to desk 1")
+    assert not agrees("go to desk 2", "go to desk 1") and not agrees("<action>look</action>", "go to desk 1")
+    # a one-block reference (SearchQA's demonstration) needs a block of the same tag and content
+    assert agrees("<think>who?</think>\n<search> Paris mayor</search>", "<search> paris mayor </search>")
+    assert not agrees("<answer> paris mayor </answer>", "<search> paris mayor </search>")
+    assert not agrees("<search> paris </search>", "<search> paris mayor </search>")
+    # the oracle action of a turn is the first command of the plan of the state it was played in
+    reset = {"expert_plan": ["go to desk 1", "open drawer 1"]}
+    infos = [{"expert_plan": ["open drawer 1"]}, {"expert_plan": []}, {}]
+    assert expert_references(reset, infos) == ["go to desk 1", "open drawer 1", None]
+
+
+def test_off_reference_feature_by_hand():
+    infos = [{"anchor": "s1"}, {"anchor": "s1"}, {"anchor": "s2"}]
+    actions = ["go to desk 1", "look", "open drawer 1"]
+    refs = ["go to desk 1", "open drawer 1", None]
+    # off_reference alone: agrees 0, departs 1, no reference 0 -> [0, 1, 0]
+    got = serl_criticality(infos, reset_info={"anchor": "s0"}, features=("off_reference",), actions=actions,
+                           references=refs)  # fmt: skip
+    assert got == [0.0, 1.0, 0.0]
+    # with anchor_change (s0 -> s1: 1, kept: 0, s1 -> s2: 1): means [(1+0)/2, (0+1)/2, (1+0)/2] = [0.5, 0.5, 0.5]
+    got = serl_criticality(infos, reset_info={"anchor": "s0"}, features=("anchor_change", "off_reference"),
+                           actions=actions, references=refs)  # fmt: skip
+    assert got == [0.5, 0.5, 0.5]
+    assert "off_reference" in KNOWN_FEATURES and "off_reference" not in SERL_FEATURES  # not a default
+    with pytest.raises(ValueError, match="reference"):
+        serl_criticality(infos, features=("off_reference",), actions=actions)
+    with pytest.raises(ValueError, match="references"):
+        serl_criticality(infos, features=("off_reference",), actions=actions, references=refs[:2])
+
+
+def test_the_features_knob_is_checked_by_the_estimator():
+    b = TurnBatch([[0.0], [1.0]], [0, 0], criticality=[[1.0], [0.0]])
+    same = get_estimator("serl")(b, features=("invalid", "off_reference"))
+    assert [x.tolist() for x in same] == [x.tolist() for x in get_estimator("serl")(b)]
+    with pytest.raises(ValueError, match="features"):
+        get_estimator("serl")(b, features=("novelty",))

@@ -4,6 +4,7 @@ each turn's sign, the env's per-turn feedback (a criticality score) sets how muc
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -15,8 +16,10 @@ from agentgym.rewards.advantages.group import grpo
 from agentgym.rewards.catalogue import Method
 from agentgym.rewards.papers import cite
 
-#: The feedback features :func:`serl_criticality` reads, by name.
+#: The feedback features :func:`serl_criticality` reads by default, by name.
 SERL_FEATURES: tuple[str, ...] = ("invalid", "no_effect", "anchor_change", "progress")
+#: Every feature it knows: the defaults plus ``off_reference`` (needs the actions and a reference action per turn).
+KNOWN_FEATURES: tuple[str, ...] = (*SERL_FEATURES, "off_reference")
 NOTHING_HAPPENS = "Nothing happens."
 
 
@@ -37,11 +40,58 @@ def _number(x: Any) -> float | None:
     return None
 
 
+def _norm(text: str) -> str:
+    return " ".join(text.lower().split()).rstrip(".")
+
+
+_BLOCK = re.compile(r"<(\w+)>(.*?)</\1>", re.DOTALL)
+
+
+def agrees(action: str, reference: str) -> bool:
+    """Whether the turn's ``action`` is the ``reference`` action, compared after lower-casing, collapsing whitespace
+    and dropping a final period. A reference that is one ``<tag>...</tag>`` block (SearchQA's ``<search> q
+    </search>``) agrees with an action holding a block of the same tag and content, whatever else the turn holds
+    (a ``<think>`` block); a plain reference (Household's ``go to desk 1``) with the whole turn, the turn without its
+    tag blocks (a ``<subgoal>`` block before the command), or the content of one of its blocks (``<action>``).
+
+    >>> agrees("<subgoal>get the key</subgoal> Go to  drawer 1", "go to drawer 1")
+    True
+    >>> agrees("<think>who?</think> <search>Paris  mayor</search>", "<search> paris mayor </search>")
+    True
+    """
+    blocks = [(m.group(1).lower(), _norm(m.group(2))) for m in _BLOCK.finditer(action)]
+    ref = _BLOCK.fullmatch(reference.strip())
+    if ref is not None:
+        return (ref.group(1).lower(), _norm(ref.group(2))) in blocks
+    want = _norm(reference)
+    rest = _norm(_BLOCK.sub(" ", action))
+    return want in (_norm(action), rest) or any(c == want for _, c in blocks)
+
+
+def expert_references(
+    reset_info: Mapping[str, Any], infos: Sequence[Mapping[str, Any]], key: str = "expert_plan"
+) -> list[str | None]:
+    """The oracle's action at each turn, from the state the turn was played in: the first command of
+    ``info[key]`` of the state before it (the reset's for the first turn; Household with ``expert_plan=True``,
+    whose ``oracle`` demonstration agent plays exactly that command); None where the state has no plan.
+
+    >>> expert_references({"expert_plan": ["go to desk 1", "open drawer 1"]}, [{"expert_plan": []}, {}])
+    ['go to desk 1', None]
+    """
+    out: list[str | None] = []
+    for t in range(len(infos)):
+        plan = (infos[t - 1] if t else reset_info).get(key)
+        out.append(str(plan[0]) if isinstance(plan, (list, tuple)) and plan else None)
+    return out
+
+
 def serl_criticality(
     infos: Sequence[Mapping[str, Any]],
     observations: Sequence[Any] | None = None,
     reset_info: Mapping[str, Any] | None = None,
     features: Sequence[str] = SERL_FEATURES,
+    actions: Sequence[str] | None = None,
+    references: Sequence[str | None] | None = None,
 ) -> list[float]:
     """One criticality score in [0, 1] per step: the mean of the chosen feedback features of the step, each in
     [0, 1] (choice: an unweighted mean; the feature set is the ``features`` argument):
@@ -51,15 +101,23 @@ def serl_criticality(
     * ``anchor_change``: 1 when ``info["anchor"]`` differs from the state before the step (the reset's anchor for
       the first step), 0 where neither has one;
     * ``progress``: ``|progress_t - progress_{t-1}|`` clipped to 1 (``info["progress"]``; the reset's, else 0,
-      before the first step; a step without the key keeps the last value).
+      before the first step; a step without the key keeps the last value);
+    * ``off_reference`` (not a default): 1 when the step's action departs from the reference action of the same
+      turn (``references``: the env's demonstration or oracle action, :func:`expert_references`; compared by
+      :func:`agrees`), 0 when it agrees or the turn has no reference (needs ``actions`` and ``references``).
 
     >>> serl_criticality([{"anchor": "a"}, {"anchor": "a", "parse_error": True}], reset_info={"anchor": "s"},
     ...                  features=("invalid", "anchor_change"))
     [0.5, 0.5]
     """
-    unknown = sorted(set(features) - set(SERL_FEATURES))
+    unknown = sorted(set(features) - set(KNOWN_FEATURES))
     if unknown or not features:
-        raise ValueError(f"features must be a non-empty subset of {SERL_FEATURES}, got {tuple(features)}")
+        raise ValueError(f"features must be a non-empty subset of {KNOWN_FEATURES}, got {tuple(features)}")
+    if "off_reference" in features:
+        if actions is None or references is None:
+            raise ValueError("the 'off_reference' feature needs the step actions and the reference actions")
+        if len(actions) != len(infos) or len(references) != len(infos):
+            raise ValueError(f"{len(infos)} infos but {len(actions)} actions and {len(references)} references")
     if observations is not None and len(observations) != len(infos):
         raise ValueError(f"{len(infos)} infos but {len(observations)} observations")
     if "no_effect" in features and observations is None:
@@ -76,6 +134,10 @@ def serl_criticality(
         p = _number(info.get("progress"))
         score["progress"] = 0.0 if p is None else min(abs(p - progress), 1.0)
         progress = progress if p is None else p
+        # choice: a departure from the demonstration is the critical event (the paper's teacher weighs tokens by
+        # how far the hindsight teacher disagrees with the student); no reference: 0
+        ref = None if references is None else references[t]
+        score["off_reference"] = float(ref is not None and actions is not None and not agrees(actions[t], ref))
         before = info
         out.append(math.fsum(score[f] for f in features) / len(features))
     return out
@@ -111,7 +173,14 @@ def serl_advantages(
     return out
 
 
-def _est_serl(b: TurnBatch, kappa: float = 1.0, eps: float = DEFAULT_EPS) -> list[np.ndarray]:
+def _est_serl(
+    b: TurnBatch, kappa: float = 1.0, eps: float = DEFAULT_EPS, features: tuple[str, ...] = SERL_FEATURES
+) -> list[np.ndarray]:
+    """``serl_advantages`` of the batch's criticality. ``features`` is read where the criticality is computed (the
+    trainer's ``baselines.credit.estimator_fields`` passes it to :func:`serl_criticality`); here its names are
+    only checked."""
+    if not features or set(features) - set(KNOWN_FEATURES):
+        raise ValueError(f"features must be a non-empty subset of {KNOWN_FEATURES}, got {features}")
     if b.criticality is None:
         raise ValueError("serl needs TurnBatch.criticality (per-turn scores in [0, 1], see serl_criticality)")
     return serl_advantages(b.outcome_array, b.criticality, b.group_ids, kappa, eps)
@@ -123,17 +192,21 @@ METHODS: tuple[Method, ...] = (
     Method("serl", "SERL", "estimator",
            "GRPO's outcome advantage reweighted across turns by the env's per-turn feedback (criticality)",
            needs=("outcome", "group", "turn_signal"), paper=cite("SERL"), code=f"{__name__}:_est_serl",
-           status="partial",
            choices=("w = 1 + kappa*c renormalised to mean 1 over each trajectory's turns; knob kappa (0 is GRPO)",
-                    "criticality c = the unweighted mean of the feedback features parse error / invalid action, "
-                    "'Nothing happens.', anchor change and |progress delta| (serl_criticality's features argument; "
-                    "the trainer uses all four)",
-                    "granularity: turn (every token of a turn gets the turn's weight)",
+                    "criticality c = the unweighted mean of the chosen feedback features: parse error / invalid "
+                    "action, 'Nothing happens.', anchor change and |progress delta| by default; knob features adds "
+                    "'off_reference' (the action departs from the env's oracle action of the same turn: Household's "
+                    "expert_plan[0] of the state before it, else the demonstration agent's action at that turn "
+                    "index) or picks a subset",
+                    "granularity: turn (every sampled token of a turn gets the turn's weight); the token reading "
+                    "(weights on the action tokens only) needs the action's token positions inside a turn, which "
+                    "the trainer's rollouts do not record",
                     "the weights come from the env's feedback directly; the paper's released code instead has a "
                     "teacher copy of the policy score the action tokens under hindsight feedback contexts and turns "
                     "the teacher-student probability gaps into bounded weights (that needs a second forward pass "
                     "per rollout and is not built)"),
            train={"algo": "grpo", "estimator": "serl"}, knobs_into="estimator_kwargs",
-           missing="the teacher-scored hindsight weights of the paper's code, the token granularity and the "
-                   "reference-trajectory agreement feature; the feature set is not a train knob"),
+           status="partial",
+           missing="the teacher-scored hindsight weights of the paper's code and the token granularity (weights on "
+                   "the action tokens only: the rollouts keep no action-token positions)"),
 )  # fmt: skip
