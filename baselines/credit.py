@@ -57,11 +57,14 @@ __all__ = [
     "EnvMaker",
     "clip_scales",
     "compute_advantages",
+    "demo_actions",
     "extrinsic_return",
     "group_stats",
     "infopo_advantages",
     "make_tables",
     "observation_keys",
+    "reference_actions",
+    "reference_scores",
     "scale_components",
     "score_turns",
     "training_rollouts",
@@ -222,24 +225,106 @@ def turn_signals(rollouts: Sequence[Rollout], config: TrainConfig) -> list[list[
 
 def estimator_fields(rollouts: Sequence[Rollout], config: TrainConfig) -> dict[str, Any]:
     """The optional ``TurnBatch`` fields the configured estimator reads, from the rollouts: ``seq_logprobs``
-    (``lampo``: the mean log-prob of each rollout's sampled tokens), ``criticality`` (``serl``: ``serl_criticality``
-    of the step infos and observations), ``segments`` (``hiper``: ``subgoal_segments`` of the actions), ``phases``
-    and ``exploration_rewards`` (``dual_track``: ``turn_phases`` and ``exploration_reward`` of the step infos).
-    Empty for every other estimator."""
+    (``lampo``: the mean log-prob of each rollout's sampled tokens) and, with its knob ``lam`` > 0,
+    ``reference_scores`` (:func:`reference_scores`); ``criticality`` (``serl``: ``serl_criticality`` of the step
+    infos and observations, with the ``features`` knob and, for ``off_reference``, :func:`reference_actions`);
+    ``segments`` (``hiper``: ``subgoal_segments`` of the actions) and, with its knob ``achieved_bonus`` set,
+    ``subgoal_achieved`` (``subgoal_achieved`` of the step infos); ``phases`` and ``exploration_rewards``
+    (``dual_track``: ``turn_phases`` and ``exploration_reward`` of the step infos). Empty for every other
+    estimator."""
     from agentgym.rewards import advantages as adv
+    from agentgym.rewards.advantages.serl import SERL_FEATURES
 
-    name = config.estimator_name
+    name, knobs = config.estimator_name, config.estimator_kwargs
     if name == "lampo":
         sampled = [[lp for lp, m in zip(r.rollout_logprobs, r.loss_mask, strict=True) if m] for r in rollouts]
-        return {"seq_logprobs": [math.fsum(s) / len(s) if s else 0.0 for s in sampled]}
+        out: dict[str, Any] = {"seq_logprobs": [math.fsum(s) / len(s) if s else 0.0 for s in sampled]}
+        if knobs.get("lam"):
+            out["reference_scores"] = reference_scores(rollouts, config)
+        return out
     if name == "serl":
-        return {"criticality": [adv.serl_criticality(r.infos, r.observations, r.reset_info) for r in rollouts]}
+        features = tuple(knobs.get("features", SERL_FEATURES))
+        refs = reference_actions(rollouts, config) if "off_reference" in features else [None] * len(rollouts)
+        return {"criticality": [adv.serl_criticality(r.infos, r.observations, r.reset_info, features, r.actions, ref)
+                                for r, ref in zip(rollouts, refs, strict=True)]}  # fmt: skip
     if name == "hiper":
-        return {"segments": [adv.subgoal_segments(r.actions) for r in rollouts]}
+        segments = [adv.subgoal_segments(r.actions) for r in rollouts]
+        out = {"segments": segments}
+        if knobs.get("achieved_bonus"):
+            from agentgym.rewards.advantages.hiper import subgoal_achieved
+
+            rows = [subgoal_achieved(s, r.reset_info, r.infos) for s, r in zip(segments, rollouts, strict=True)]
+            if rollouts and all(row is None for row in rows):
+                raise ValueError(f"hiper's achieved_bonus: no step of the batch reports info['plan_length'] (env "
+                                 f"{config.env_id}; Household-v0 does with expert_plan=True)")  # fmt: skip
+            out["subgoal_achieved"] = [row or [0.0] * len(r.infos) for row, r in zip(rows, rollouts, strict=True)]
+        return out
     if name == "dual_track":
         return {"phases": [adv.turn_phases(r.infos) for r in rollouts],
                 "exploration_rewards": [adv.exploration_reward(r.infos) for r in rollouts]}  # fmt: skip
     return {}
+
+
+def reference_scores(rollouts: Sequence[Rollout], config: TrainConfig) -> list[float]:
+    """LamPO's reference term of each rollout: ``reference_score`` (ROUGE-L F1) of its final ``<answer>`` against
+    the env's gold answers (``reset_info["gold"]["answers"]``, SearchQA's); an env without them is an error."""
+    from agentgym.rewards.advantages.lampo import reference_score
+    from agentgym.rewards.information.common import final_answer, gold_answers
+
+    out = []
+    for r in rollouts:
+        traj = r.to_trajectory(config.env_id)
+        try:
+            golds = gold_answers(traj)
+        except ValueError as e:
+            raise ValueError(f"lampo's lam > 0 needs gold answers: {e} (env {config.env_id})") from None
+        out.append(reference_score(final_answer(traj), golds))
+    return out
+
+
+def reference_actions(rollouts: Sequence[Rollout], config: TrainConfig) -> list[list[str | None]]:
+    """SERL's reference action of each turn: the oracle's command from the state the turn was played in where the
+    step infos carry an expert plan (``expert_references``: Household with ``expert_plan=True``), else the env's
+    demonstration agent's action at the same turn index of its own episode of the task (played once per task
+    seed on an unshaped env; None past its end, and everywhere when the env has no demonstration agent)."""
+    from agentgym.baselines.rollout import demonstration_agent
+    from agentgym.rewards.advantages.serl import expert_references
+
+    demos: dict[int, list[str]] = {}
+    out: list[list[str | None]] = []
+    for r in rollouts:
+        refs = expert_references(r.reset_info, r.infos)
+        if all(x is None for x in refs) and r.infos:
+            if r.seed not in demos:
+                demos[r.seed] = demo_actions(EnvMaker.of(config, shaped=False)(), r.seed, config.max_turns,
+                                             demonstration_agent)  # fmt: skip
+            demo = demos[r.seed]
+            refs = [demo[t] if t < len(demo) else None for t in range(len(r.infos))]
+        out.append(refs)
+    return out
+
+
+def demo_actions(env: Any, seed: int, max_turns: int, agent_of: Any) -> list[str]:
+    """The actions of ``agent_of(env)`` (the env's demonstration agent, or None: no actions) playing the task of
+    ``seed`` on ``env`` for up to ``max_turns`` turns; the env is closed afterwards."""
+    try:
+        obs, info = env.reset(seed=seed)
+        agent = agent_of(env)
+        if agent is None:
+            return []
+        agent.reset(seed=seed)
+        messages, actions = list(obs), []
+        for _ in range(max_turns):
+            action = agent.act(messages, info)
+            actions.append(action)
+            obs, _, terminated, truncated, info = env.step(action)
+            messages += [{"role": "assistant", "content": action}, *obs]
+            if terminated or truncated:
+                break
+        agent.close()
+        return actions
+    finally:
+        env.close()
 
 
 def group_stats(rollouts: Sequence[Rollout], config: TrainConfig) -> dict[Any, float]:

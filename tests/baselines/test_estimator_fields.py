@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from agentgym.baselines.config import TrainConfig
-from agentgym.baselines.credit import compute_advantages, estimator_fields
+from agentgym.baselines.credit import compute_advantages, estimator_fields, reference_actions
 from agentgym.baselines.rollout import Rollout
 
 
@@ -69,3 +69,56 @@ def test_compute_advantages_runs_each_estimator_on_its_fields(name):
     assert all(np.all(a[np.asarray(r.loss_mask) == 0] == 0) for a, r in zip(adv, ROLLOUTS, strict=True))
     # the better rollout (outcome 1) gets a positive advantage on its final (execution) turn
     assert adv[0][ROLLOUTS[0].turn_spans[-1][0]] > 0 > adv[1][ROLLOUTS[1].turn_spans[-1][0]]
+
+
+def knobs(estimator: str, env_id: str = "agentgym/Umbrella-v0", env_kwargs: dict[str, Any] | None = None,
+          **kw: Any) -> TrainConfig:  # fmt: skip
+    return TrainConfig.from_dict({"env_id": env_id, "env_kwargs": env_kwargs or {}, "algo": "grpo",
+                                  "estimator": estimator, "estimator_kwargs": kw})  # fmt: skip
+
+
+def test_lampo_reference_scores_from_the_gold_answer():
+    a = rollout(["<search> q </search>", "<answer> the Eiffel Tower </answer>"], [0.0, 1.0], [{}, {}],
+                [-1.0] * 4, ["r", "done"])  # fmt: skip
+    b = rollout(["<answer> Tower </answer>"], [0.0], [{}], [-1.0] * 2, ["done"])
+    c = rollout(["<search> q </search>"], [0.0], [{}], [-1.0] * 2, ["r"])
+    for r in (a, b, c):
+        r.reset_info = {"gold": {"answers": ["Eiffel Tower", "la tour Eiffel"]}}
+    # a: "the eiffel tower" vs "eiffel tower": LCS 2, 2L/(m+n) = 4/5; b: "tower": 2/3 (vs "la tour eiffel": 0);
+    # c: no <answer>: 0
+    fields = estimator_fields([a, b, c], knobs("lampo", lam=0.5))
+    assert fields["reference_scores"] == pytest.approx([0.8, 2 / 3, 0.0], abs=1e-15)
+    assert "reference_scores" not in estimator_fields([a, b, c], knobs("lampo"))  # lam 0 reads no gold
+    c.reset_info = {}
+    with pytest.raises(ValueError, match="gold"):
+        estimator_fields([c], knobs("lampo", lam=0.5))
+
+
+def test_hiper_subgoal_achieved_from_plan_lengths():
+    r = rollout(["<subgoal>a</subgoal> x", "y", "<subgoal>b</subgoal> z"], [0.0, 0.0, 1.0],
+                [{"plan_length": 3}, {"plan_length": 2}, {"plan_length": 2}], [-1.0] * 6, ["o", "o", "o"])  # fmt: skip
+    r.reset_info = {"plan_length": 4}
+    # segment 0 (turns 0-1): 4 -> 2, achieved (1 on turn 1); segment 1 (turn 2): 2 -> 2, not
+    fields = estimator_fields([r], knobs("hiper", achieved_bonus=1.0))
+    assert fields["segments"] == [[0, 0, 1]] and fields["subgoal_achieved"] == [[0.0, 1.0, 0.0]]
+    assert "subgoal_achieved" not in estimator_fields([r], knobs("hiper"))
+    with pytest.raises(ValueError, match="plan_length"):
+        estimator_fields(ROLLOUTS, knobs("hiper", achieved_bonus=1.0))
+
+
+def test_serl_off_reference_from_the_expert_plan_and_the_demonstration():
+    # Household-style infos: the oracle's action is the first command of the plan of the state before each turn
+    r = rollout(["go to desk 1", "look"], [0.0, 1.0], [{"expert_plan": ["open drawer 1"]}, {"expert_plan": []}],
+                [-1.0] * 4, ["o", "o"])  # fmt: skip
+    r.reset_info = {"expert_plan": ["go to desk 1", "open drawer 1"]}
+    fields = estimator_fields([r], knobs("serl", features=["off_reference"]))
+    assert fields["criticality"] == [[0.0, 1.0]]  # agrees, then "look" departs from "open drawer 1"
+    # without plans: SearchQA's demonstration agent plays the task of the rollout's seed; its turns are compared
+    cfg = knobs("serl", "agentgym/SearchQA-v0", {"dataset": "tiny"}, features=["off_reference"])
+    s = rollout(["<search> x </search>", "<answer> y </answer>", "<answer> z </answer>", "<answer> z </answer>"],
+                [0.0] * 4, [{}] * 4, [-1.0] * 8, ["o"] * 4)  # fmt: skip
+    s.seed = 3
+    demo = reference_actions([s], cfg)[0]
+    assert len(demo) == 4 and demo[-1] is None and all(x is not None for x in demo[:3])  # its episode: 3 turns
+    s.actions[0] = f"<think>first hop</think> {demo[0]}"  # the demonstration's first search: agrees
+    assert estimator_fields([s], cfg)["criticality"] == [[0.0, 1.0, 1.0, 0.0]]
