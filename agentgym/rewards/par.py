@@ -238,9 +238,9 @@ class PARScorer(TurnScorer):
         for traj, s in zip(group, scores, strict=True):
             if not isinstance(self.references, Mapping) and not refs.get(self.key(traj)):
                 # the scorer could not score any reference of this task: every turn unscored, never a made-up centre
-                error = {"references": f"no reference reward for task {self.key(traj)!r}"}
+                errors = {**s.extras.get("errors", {}), "references": f"no reference reward for {self.key(traj)!r}"}
                 n = len(s.rewards)
-                out.append(TurnScores(self.name, [math.nan] * n, [False] * n, {**s.extras, "errors": {**s.extras.get("errors", {}), **error}}))
+                out.append(TurnScores(self.name, [math.nan] * n, [False] * n, {**s.extras, "errors": errors}))
                 continue
             transform = self.transform(traj, refs)
             new = transform(s)
