@@ -458,6 +458,7 @@ GARBAGE: dict[str, list[str]] = {
     "serve": ["agentgym/NoSuchEnv-v0", "--port", "1"],
     "serve-retriever": ["no/such/corpus.jsonl", "--port", "1"],
     "train": ["--preset", "tiny", "--set", "iterations=many"],
+    "methods": ["--need", "telepathy"],
 }
 
 

@@ -34,12 +34,13 @@ def plugins(monkeypatch, tmp_path):
     return eps
 
 
-def test_train_is_declared_and_installed_as_a_plugin():
+def test_train_and_methods_are_declared_and_installed_as_plugins():
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"][cli.COMMAND_GROUP]
-    assert declared == {"train": "agentgym.baselines.trainer:main"}
+    assert declared == {"train": "agentgym.baselines.trainer:main", "methods": "agentgym.baselines.methods:main"}
     installed = cli.plugin_commands()
-    assert "train" in installed, "reinstall (pip install --no-deps -e .) to refresh the entry points"
-    assert installed["train"].value == "agentgym.baselines.trainer:main"
+    for name, target in declared.items():
+        assert name in installed, "reinstall (pip install --no-deps -e .) to refresh the entry points"
+        assert installed[name].value == target
 
 
 def test_builtin_commands_are_the_parsers():
