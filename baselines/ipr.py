@@ -268,16 +268,18 @@ def ipr_train_iteration(state: TrainState, config: TrainConfig, it: int) -> dict
 
 METHODS: tuple[Method, ...] = (
     Method("ipr", "IPR", "branch", "forks along the expert path, step-level DPO on Monte-Carlo values",
-           needs=("expert", "snapshots", "outcome"), paper=cite("IPR"), code="agentgym.baselines.ipr:expert_step_pairs",
+           needs=("expert", "snapshots", "outcome"), paper=cite("IPR"),
+           code="agentgym.baselines.ipr:ipr_train_iteration",
            choices=("Q(s_t, a) = r + gamma x the mean return of k policy continuations from the state a led to (r "
-                    "alone at the episode's end), for the expert's and the agent's action alike (knobs k, gamma)",
-                    "a pair where Q_expert - Q_agent > margin, margin 0 (knob margin); an agent action whose text "
+                    "alone at the episode's end), for the expert's and the agent's action alike (knobs ipr_k = 4, "
+                    "gamma)",
+                    "a pair where Q_expert - Q_agent > margin, margin 0 (knob ipr_margin); an agent action whose text "
                     "equals the expert's gives none",
                     "the loss: step DPO (beta 0.1) + sft_coef 1 x the token-mean NLL of the expert actions "
-                    "(ipr_loss); the paper's trajectory-level DPO term is left out",
+                    "(ipr_loss; knobs ipr_beta, ipr_sft_coef); the paper's trajectory-level DPO term is left out",
                     "iterations (algo='ipr'): the reference is refreshed to the policy each iteration starts from; "
                     "batch_tasks expert episodes an iteration, epochs full-batch steps on their pairs; under agentgym "
-                    "train the knobs are ipr_k, ipr_margin, ipr_beta, ipr_sft_coef"),
+                    "train all knobs are TrainConfig fields (--set ipr_k=8)"),
            train={"algo": "ipr", "env_id": "agentgym/Chain-v0", "env_kwargs": {"horizon": 2}, "stop": ["</answer>"],
                   "ipr_k": 2},
            knobs_into="config"),

@@ -256,3 +256,9 @@ def test_ipr_config_checks(tmp_path):
         ipr_config(tmp_path, ipr_k=0)
     with pytest.raises(ValueError, match="ipr"):
         ipr_config(tmp_path, rollout_backend="remote")
+    from agentgym.baselines.ipr import METHODS
+
+    (card,) = METHODS
+    assert card.status == "built" and card.knobs_into == "config" and card.train["algo"] == "ipr"
+    assert set(card.knobs()) <= {f.name for f in dataclasses.fields(TrainConfig)}
+    assert TrainConfig(**card.train).env_id == "agentgym/Chain-v0"  # an env with an expert
