@@ -22,6 +22,7 @@ True
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, ClassVar
 
@@ -97,16 +98,14 @@ class SubgoalFormat(gym.Wrapper, gym.utils.RecordConstructorArgs):
     #: Episode state, for ``agentgym.contract.branching`` (snapshots and branches copy these attributes).
     snapshot_attrs: ClassVar[tuple[str, ...]] = ("_turn",)
 
-    def __init__(
-        self, env: gym.Env, penalty: float = 0.1, note: bool = True, tag: str = "subgoal", name: str = "format"
-    ):
-        gym.utils.RecordConstructorArgs.__init__(self, penalty=penalty, note=note, tag=tag, name=name)
+    def __init__(self, env: gym.Env, penalty: float = 0.1, note: bool = True, name: str = "format"):
+        gym.utils.RecordConstructorArgs.__init__(self, penalty=penalty, note=note, name=name)
         gym.Wrapper.__init__(self, env)
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", tag):
-            raise ValueError(f"tag must be a plain tag name, got {tag!r}")
+        if not math.isfinite(penalty):
+            raise ValueError(f"penalty must be finite, got {penalty}")
         self.penalty = float(penalty)
         self.note = bool(note)
-        self.tag = tag
+        self.tag = "subgoal"  # the tag hiper's trainer segments on (subgoal_segments' default)
         self.name = name
         self._turn = 0
 

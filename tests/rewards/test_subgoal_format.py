@@ -88,5 +88,5 @@ def test_the_first_turn_rule_follows_snapshots():
 def test_resolved_from_its_card_name():
     (spec,) = wrapper_specs([{"name": "subgoal_format", "penalty": 0.2}])
     assert spec.cls is SubgoalFormat and spec.component == "format" and dict(spec.kwargs) == {"penalty": 0.2}
-    with pytest.raises(ValueError, match="tag"):
-        SubgoalFormat(household(), tag="a b")
+    with pytest.raises(ValueError, match="penalty"):
+        SubgoalFormat(household(), penalty=float("nan"))
