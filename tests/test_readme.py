@@ -520,20 +520,26 @@ def test_readme_credit_primary_tables_are_the_committed_sweep(
 
 
 @pytest.mark.parametrize(
-    ("folder", "header"),
+    ("folders", "header"),
     [
-        ("grid", "| H | method | seeds | collapsed |"),
-        ("distractors", "| env | H | method | seeds | collapsed |"),
-        ("distractors_r1", "| env, distractors ±1 | H | method | seeds | collapsed |"),
+        (["credit_round2/grid"], "| H | method | seeds | collapsed |"),
+        (["credit_round2/distractors"], "| env | H | method | seeds | collapsed |"),
+        (["credit_round2/distractors_r1"], "| env, distractors ±1 | H | method | seeds | collapsed |"),
+        (["credit_round3:Chain", "credit_round3/umbrella"], "| env, round 3 | H | method | seeds | collapsed |"),
     ],
 )
-def test_readme_credit_table_of_every_cell_is_the_committed_sweep(folder: str, header: str):
-    """Every row of the credit section's tables of all methods and cells (the Chain grid; Umbrella and KeyDoor) is
-    what bench/credit_sweep.py recorded in bench/results/credit_round2/<folder>/results.json: seeds, collapses,
-    success, and each paired test's difference, raw p and Holm p (primary-family tests marked as such)."""
-    results = json.loads((ROOT / "bench" / "results" / "credit_round2" / folder / "results.json").read_text())
-    cells = {(c["env"], c["horizon"], c["method"]): c for c in results["cells"]}
-    tests = {(t["env"], t["horizon"], t["method"], t["endpoint"]): t for t in results["tests"]}
+def test_readme_credit_table_of_every_cell_is_the_committed_sweep(folders: list[str], header: str):
+    """Every row of the credit section's tables of all methods and cells (the Chain grid; Umbrella and KeyDoor; the
+    catalogue's new estimators) is what bench/credit_sweep.py recorded in bench/results/<folder>/results.json
+    (``folder:Env``: that env's cells only): seeds, collapses, success, and each paired test's difference, raw p
+    and Holm p (primary-family tests marked as such)."""
+    cells, tests = {}, {}
+    for folder in folders:
+        path, _, env = folder.partition(":")
+        results = json.loads((ROOT / "bench" / "results" / path / "results.json").read_text())
+        cells |= {(c["env"], c["horizon"], c["method"]): c for c in results["cells"] if env in ("", c["env"])}
+        tests |= {(t["env"], t["horizon"], t["method"], t["endpoint"]): t for t in results["tests"]
+                  if env in ("", t["env"])}  # fmt: skip
     rows = _table_at(header)
     env_column = split_row(header)[0] if header.startswith("| env") else None
     keys = [(r[env_column] if env_column else "Chain", int(r["H"]), r["method"].strip("`")) for r in rows]
@@ -553,7 +559,7 @@ def test_readme_credit_table_of_every_cell_is_the_committed_sweep(folder: str, h
             assert (shown_holm != row[holm]) == (t["family"] == "primary"), f"{key} {endpoint}: family"
             checks += [(t["mean"], _number(row[diff])), (t["p"], _number(row[p])), (t["p_holm"], _number(shown_holm))]
         wrong += [f"{key}: shown {shown}, recorded {actual}" for actual, shown in checks if not agrees(actual, *shown)]
-    assert not wrong, f"the table of every credit cell differs from {folder}/results.json:\n" + "\n".join(wrong)
+    assert not wrong, f"the table of every credit cell differs from {folders}:\n" + "\n".join(wrong)
 
 
 def test_readme_smollm2_tables_are_the_committed_runs():
