@@ -29,14 +29,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import gymnasium as gym
 import numpy as np
 
 from agentgym.contract.trajectory import Trajectory
 from agentgym.rewards.catalogue import Method
 from agentgym.rewards.papers import cite
+from agentgym.rewards.table_bonus import TableBonus
 from agentgym.rewards.text_features import HashedNgrams, RunningMoments, observation_text, read_only
-from agentgym.rewards.wrappers import StepReturn, add_component
 
 Transition = tuple[str, str, str]
 
@@ -187,7 +186,7 @@ class DisagreementTable:
         self._snapshot = None
 
 
-class DisagreementBonus(gym.Wrapper, gym.utils.RecordConstructorArgs):
+class DisagreementBonus(TableBonus):
     """MaxInfoRL bonus on each step's transition: ``coef * disagreement(o_t, a_t) / sigma`` (component ``name``).
 
     ``table`` is the ``DisagreementTable`` every env of a run shares (the trainer updates it once per iteration);
@@ -195,6 +194,7 @@ class DisagreementBonus(gym.Wrapper, gym.utils.RecordConstructorArgs):
     ``snapshot()`` taken at ``reset``. ``key=None`` reads observations' texts; a string reads ``info[key]`` (the
     reset info's for o_0). The action's text is ``observation_text(action)``.
 
+    >>> import gymnasium as gym
     >>> env = DisagreementBonus(gym.make("agentgym/Chain-v0"))
     >>> _ = env.reset(seed=0)
     >>> _, r, *_, info = env.step("<answer> black </answer>")
@@ -202,49 +202,18 @@ class DisagreementBonus(gym.Wrapper, gym.utils.RecordConstructorArgs):
     (True, True)
     """
 
-    #: Episode state, for ``agentgym.contract.branching`` (the snapshot is immutable: copies share it).
     snapshot_attrs: ClassVar[tuple[str, ...]] = ("_snapshot", "_last")
-    #: The table class a trainer makes (once per run, shared by every env) from this wrapper's ``table`` mapping.
     table_type: ClassVar[type[DisagreementTable]] = DisagreementTable
+    component: ClassVar[str] = "disagreement"
+    _last: str = ""
 
-    def __init__(
-        self,
-        env: gym.Env,
-        table: DisagreementTable | Mapping[str, Any] | None = None,
-        coef: float = 0.1,
-        name: str = "disagreement",
-        key: str | None = None,
-    ):
-        gym.utils.RecordConstructorArgs.__init__(self, table=table, coef=coef, name=name, key=key)
-        gym.Wrapper.__init__(self, env)
-        if table is None or isinstance(table, Mapping):
-            table = DisagreementTable(**dict(table or {}))
-        self.table = table
-        self.coef = float(coef)
-        self.name = name
-        self.key = key
-        self._snapshot = table.snapshot()
-        self._last = ""
+    def started(self, obs: Any, info: Mapping[str, Any]) -> None:
+        self._last = self.text(obs, info)
 
-    def _text(self, obs: Any, info: dict[str, Any]) -> str:
-        if self.key is None:
-            return observation_text(obs)
-        if self.key not in info:
-            raise KeyError(f"DisagreementBonus: info has no {self.key!r}")
-        return str(info[self.key])
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
-        obs, info = self.env.reset(seed=seed, options=options)
-        self._snapshot = self.table.snapshot()
-        self._last = self._text(obs, info)
-        return obs, info
-
-    def step(self, action: Any) -> StepReturn:
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        term = self.coef * self._snapshot.bonus(self._last, observation_text(action))
-        self._last = self._text(obs, info)
-        reward, info = add_component(reward, info, self.name, term)
-        return obs, reward, terminated, truncated, info
+    def bonus(self, action: Any, obs: Any, info: Mapping[str, Any]) -> float:
+        value = self._snapshot.bonus(self._last, observation_text(action))
+        self._last = self.text(obs, info)
+        return value
 
 
 METHODS = (

@@ -24,14 +24,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-import gymnasium as gym
 import numpy as np
 
 from agentgym.contract.trajectory import Trajectory
 from agentgym.rewards.catalogue import Method
 from agentgym.rewards.papers import cite
+from agentgym.rewards.table_bonus import TableBonus
 from agentgym.rewards.text_features import HashedNgrams, RunningMoments, observation_text, read_only
-from agentgym.rewards.wrappers import StepReturn, add_component
 
 
 def observations_of(trajectories: Iterable[Trajectory], key: str | None = None) -> list[str]:
@@ -180,7 +179,7 @@ class RNDTable:
         self._snapshot = None
 
 
-class RNDBonus(gym.Wrapper, gym.utils.RecordConstructorArgs):
+class RNDBonus(TableBonus):
     """RND bonus on the state each step reaches: ``coef * ||f^(phi(o')) - f(phi(o'))||^2 / sigma`` (component ``name``).
 
     ``table`` is the ``RNDTable`` every env of a run shares (the trainer updates it once per iteration); a mapping
@@ -189,6 +188,7 @@ class RNDBonus(gym.Wrapper, gym.utils.RecordConstructorArgs):
     (e.g. ``"anchor"``, a canonical state). The bonus is non-episodic and the trainer adds it to the reward (the
     paper's separate intrinsic return and its weight, unstated here, are ``coef`` on one combined return).
 
+    >>> import gymnasium as gym
     >>> env = RNDBonus(gym.make("agentgym/Chain-v0"), coef=0.5)
     >>> _ = env.reset(seed=0)
     >>> _, r, *_, info = env.step("<answer> black </answer>")
@@ -196,41 +196,11 @@ class RNDBonus(gym.Wrapper, gym.utils.RecordConstructorArgs):
     (True, True)
     """
 
-    #: Episode state, for ``agentgym.contract.branching`` (the snapshot is immutable: copies share it).
-    snapshot_attrs: ClassVar[tuple[str, ...]] = ("_snapshot",)
-    #: The table class a trainer makes (once per run, shared by every env) from this wrapper's ``table`` mapping.
     table_type: ClassVar[type[RNDTable]] = RNDTable
+    component: ClassVar[str] = "rnd"
 
-    def __init__(
-        self,
-        env: gym.Env,
-        table: RNDTable | Mapping[str, Any] | None = None,
-        coef: float = 0.1,
-        name: str = "rnd",
-        key: str | None = None,
-    ):
-        gym.utils.RecordConstructorArgs.__init__(self, table=table, coef=coef, name=name, key=key)
-        gym.Wrapper.__init__(self, env)
-        if table is None or isinstance(table, Mapping):
-            table = RNDTable(**dict(table or {}))
-        self.table = table
-        self.coef = float(coef)
-        self.name = name
-        self.key = key
-        self._snapshot = table.snapshot()
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
-        obs, info = self.env.reset(seed=seed, options=options)
-        self._snapshot = self.table.snapshot()
-        return obs, info
-
-    def step(self, action: Any) -> StepReturn:
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        if self.key is not None and self.key not in info:
-            raise KeyError(f"RNDBonus: info has no {self.key!r}")
-        text = observation_text(obs) if self.key is None else str(info[self.key])
-        reward, info = add_component(reward, info, self.name, self.coef * self._snapshot.bonus(text))
-        return obs, reward, terminated, truncated, info
+    def bonus(self, action: Any, obs: Any, info: Mapping[str, Any]) -> float:
+        return self._snapshot.bonus(self.text(obs, info))
 
 
 METHODS = (
