@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+from rule_judge import serve_rule_judge
 
 from agentgym.baselines.methods import (
     TRAINER_MODULES,
@@ -141,23 +142,8 @@ def test_cli_user_errors_are_one_line(capsys):
 @pytest.fixture(scope="module")
 def judge_url():
     """A rule judge on a real loopback OpenAI-compatible server: every turn gets 7/10."""
-    fastapi = pytest.importorskip("fastapi")
-    from agentgym.tools.serving import BackgroundServer
-
-    app = fastapi.FastAPI()
-
-    @app.post("/v1/chat/completions")
-    async def chat(body: dict = fastapi.Body()) -> dict:  # noqa: B008  (FastAPI's idiom)
-        message = {"role": "assistant", "content": "Relevant and well formed. Score: 7/10"}
-        return {"id": "j", "object": "chat.completion", "model": "rule",
-                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}  # fmt: skip
-
-    @app.get("/v1/models")
-    async def models() -> dict:
-        return {"object": "list", "data": [{"id": "rule", "object": "model"}]}
-
-    with BackgroundServer(app) as server:
-        yield server.url + "/v1"
+    with serve_rule_judge(lambda system, user: "Relevant and well formed. Score: 7/10") as judge:
+        yield judge.url
 
 
 def smoke_settings(card: Method, judge_url: str) -> dict:

@@ -11,6 +11,7 @@ import gymnasium
 import numpy as np
 import pytest
 import torch
+from rule_judge import serve_rule_judge
 
 from agentgym.baselines.components import FALLBACK_SCORERS, build_scorer, table_items, wrapper_specs
 from agentgym.baselines.config import TrainConfig, load_config
@@ -168,26 +169,8 @@ def test_a_scorer_by_import_path_runs_in_the_trainer(tmp_path):
 def test_a_judge_scorer_grades_the_trainers_rollouts_over_a_loopback_endpoint(tmp_path):
     """JudgeScorer through the trainer: scorer="judge" with the endpoint in scorer_kwargs; a rule judge on a real
     loopback server gives every turn 7/10, so the scorer's mean reward is 0.7 exactly."""
-    fastapi = pytest.importorskip("fastapi")
-    pytest.importorskip("uvicorn")
-    from agentgym.tools.serving import BackgroundServer
-
-    app = fastapi.FastAPI()
-    seen: list[str] = []
-
-    @app.post("/v1/chat/completions")
-    async def chat(body: dict[str, Any] = fastapi.Body()) -> dict[str, Any]:  # noqa: B008  (FastAPI's idiom)
-        seen.append(body["messages"][-1]["content"])
-        return {"id": "j", "object": "chat.completion", "model": "rule",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "Fine. Score: 7/10"},
-                             "finish_reason": "stop"}]}  # fmt: skip
-
-    @app.get("/v1/models")
-    async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": "rule", "object": "model"}]}
-
-    with BackgroundServer(app) as server:
-        client = {"base_url": server.url + "/v1", "api_key_env": None, "max_retries": 0, "model": "rule"}
+    with serve_rule_judge(lambda system, user: "Fine. Score: 7/10") as server:
+        client = {"base_url": server.url, "api_key_env": None, "max_retries": 0, "model": "rule"}
         config = config_of(scorer="judge", scorer_kwargs={"client": client}, estimator="gtpo",
                            out_dir=str(tmp_path / "judge"))  # fmt: skip
         check_endpoints(config)  # the start check: the endpoint answers
@@ -195,7 +178,7 @@ def test_a_judge_scorer_grades_the_trainers_rollouts_over_a_loopback_endpoint(tm
     with pytest.raises(ValueError, match="does not answer"):  # the server is gone
         check_endpoints(config)
     assert m["scorer_invalid_frac"] == 0.0 and m["scorer_reward_mean"] == pytest.approx(0.7)
-    assert len(seen) == 2 * 3  # two episodes of three turns, one request per turn
+    assert len(server.requests) == 2 * 3  # two episodes of three turns, one request per turn
 
 
 def test_infopo_fusion_on_a_hand_example():

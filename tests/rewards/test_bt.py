@@ -7,6 +7,7 @@ import math
 
 import pytest
 from hypothesis import given, settings, strategies as st
+from rule_judge import serve_rule_judge
 
 from agentgym.contract.trajectory import Trajectory, Turn
 from agentgym.rewards.base import TurnScorer, TurnScores
@@ -148,29 +149,11 @@ def judge_reply(system: str, user: str) -> str:
 
 @pytest.fixture(scope="module")
 def judge():
-    fastapi = pytest.importorskip("fastapi")
-    pytest.importorskip("uvicorn")
     from agentgym.tools.llm import LLMClient
-    from agentgym.tools.serving import BackgroundServer
 
-    app = fastapi.FastAPI()
-    state = {"requests": 0}
-
-    @app.post("/v1/chat/completions")
-    async def chat(body: dict = fastapi.Body()) -> dict:  # noqa: B008  (FastAPI's idiom)
-        state["requests"] += 1
-        text = judge_reply(body["messages"][0]["content"], body["messages"][-1]["content"])
-        message = {"role": "assistant", "content": text}
-        return {"id": "j", "object": "chat.completion", "model": "rule",
-                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}  # fmt: skip
-
-    @app.get("/v1/models")
-    async def models() -> dict:
-        return {"object": "list", "data": [{"id": "rule", "object": "model"}]}
-
-    with BackgroundServer(app) as server:
-        client = LLMClient(server.url + "/v1", api_key_env=None, max_retries=0, timeout=10.0)
-        yield client, state
+    with serve_rule_judge(judge_reply) as server:
+        client = LLMClient(server.url, api_key_env=None, max_retries=0, timeout=10.0)
+        yield client, server
         client.close()
 
 
@@ -205,9 +188,9 @@ def test_bt_judge_by_hand(judge):
     # (searches, answer) grades: A (0, 1), B (0.5, 1), C six searches, truncated without an answer (1, 0)
     group = [play([answer]), play([search, answer]), play([search] * 6)]
     assert [len(t.turns) for t in group] == [1, 2, 6] and group[2].turns[-1].truncated
-    before = state["requests"]
+    before = len(state.requests)
     scores = bt_judge(client, RUBRICS)(group)
-    assert state["requests"] - before == 6  # K = 2 properties x 3 rollouts, each graded once
+    assert len(state.requests) - before == 6  # K = 2 properties x 3 rollouts, each graded once
     # group references: searches (0 + 0.5 + 1) / 3 = 0.5, answer (1 + 1 + 0) / 3 = 2/3
     # sigmoid(-0.5) = 1 / (1 + 1.648721) = 0.377541, log -0.974077; sigmoid(1/3) = 1 / (1 + 0.716531) = 0.582570,
     # log -0.540305; sigmoid(0.5) = 0.622459, log -0.474077; sigmoid(-2/3) = 1 / (1 + 1.947734) = 0.339244,

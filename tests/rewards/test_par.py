@@ -8,6 +8,7 @@ import math
 
 import pytest
 from hypothesis import given, settings, strategies as st
+from rule_judge import serve_rule_judge
 
 from agentgym.contract.trajectory import Trajectory, Turn
 from agentgym.rewards.base import TurnScores
@@ -150,29 +151,11 @@ def judge_reply(system: str, user: str) -> str:
 
 @pytest.fixture(scope="module")
 def judge():
-    fastapi = pytest.importorskip("fastapi")
-    pytest.importorskip("uvicorn")
     from agentgym.tools.llm import LLMClient
-    from agentgym.tools.serving import BackgroundServer
 
-    app = fastapi.FastAPI()
-    state = {"requests": 0}
-
-    @app.post("/v1/chat/completions")
-    async def chat(body: dict = fastapi.Body()) -> dict:  # noqa: B008  (FastAPI's idiom)
-        state["requests"] += 1
-        text = judge_reply(body["messages"][0]["content"], body["messages"][-1]["content"])
-        message = {"role": "assistant", "content": text}
-        return {"id": "j", "object": "chat.completion", "model": "rule",
-                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}  # fmt: skip
-
-    @app.get("/v1/models")
-    async def models() -> dict:
-        return {"object": "list", "data": [{"id": "rule", "object": "model"}]}
-
-    with BackgroundServer(app) as server:
-        client = LLMClient(server.url + "/v1", api_key_env=None, max_retries=0, timeout=10.0)
-        yield client, state
+    with serve_rule_judge(judge_reply) as server:
+        client = LLMClient(server.url, api_key_env=None, max_retries=0, timeout=10.0)
+        yield client, server
         client.close()
 
 
@@ -222,9 +205,9 @@ def test_demo_references_replay_the_task(group):
 
 def test_par_judge_against_the_demonstration(judge, group):
     client, state = judge
-    before = state["requests"]
+    before = len(state.requests)
     scores = par_judge(client)(group)
-    assert state["requests"] - before == 3  # the two rollouts and one reference, each graded once
+    assert len(state.requests) - before == 3  # the two rollouts and one reference, each graded once
     # r_ref = 0.8 (the demonstration); sigmoid(0.4 - 0.8) = 1 / (1 + e^0.4) = 1 / 2.491825 = 0.401312,
     # sigmoid(0.6 - 0.8) = 1 / (1 + e^0.2) = 1 / 2.221403 = 0.450166, each on the rollout's last turn
     assert scores[0].rewards == pytest.approx([0.401312], abs=1e-6)
