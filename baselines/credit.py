@@ -20,7 +20,8 @@ All of it comes from ``agentgym.rewards``; the trainer keeps no copies:
   plus the outcome, ...); PPO takes token-level
   GAE (``token_gae``) or, with ``estimator="turn_ppo"``, the ``turn_ppo`` estimator over the critic's values at
   the turns' first tokens. Either way ``gamma``/``lam`` come from the config, and turn advantages reach tokens
-  through ``broadcast_to_tokens`` with the explicit turn spans.
+  through ``broadcast_to_tokens`` with the explicit turn spans (``serl`` with its knob ``granularity="token"``:
+  ``broadcast_to_action_tokens``, the weighted advantage on each turn's action tokens, ``Rollout.action_spans``).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from agentgym.rewards.advantages import (
     place_turn_rewards,
     token_gae,
 )
+from agentgym.rewards.advantages.tokens import broadcast_to_action_tokens
 
 __all__ = [
     "EnvMaker",
@@ -67,6 +69,7 @@ __all__ = [
     "reference_scores",
     "scale_components",
     "score_turns",
+    "serl_token_advantages",
     "training_rollouts",
     "turn_rewards",
     "turn_signals",
@@ -420,6 +423,27 @@ def clip_scales(rollouts: Sequence[Rollout], config: TrainConfig) -> list[np.nda
             for rt, r in zip(r_tilde, rollouts, strict=True)]  # fmt: skip
 
 
+def serl_token_advantages(per_turn: Sequence[np.ndarray], batch: TurnBatch, rollouts: Sequence[Rollout],
+                          config: TrainConfig) -> list[np.ndarray]:  # fmt: skip
+    """SERL at token granularity: each turn's action tokens (``Rollout.action_spans``, found at rollout time) get the
+    estimator's ``A^GRPO_i * w_{i,t}`` (``per_turn``), the turn's other sampled tokens (its reasoning) ``A^GRPO_i``:
+    serl with ``kappa=0``, which is GRPO exactly. An InfoPO fusion (a per-turn term) is refused rather than put on
+    the action tokens alone, and so is a rollout whose action spans are not one per turn inside its turns (rows
+    made other than by the rollout loop: record them with ``Rollout.record_outcome``'s ``action_span``)."""
+    if config.scorer is not None and config.scorer_fusion_mode == "infopo":
+        raise ValueError("serl's granularity='token' does not combine with the infopo scorer fusion")
+    for i, r in enumerate(rollouts):
+        if len(r.action_spans) != len(r.turn_spans) or not all(
+            s <= a <= b <= e for (s, e), (a, b) in zip(r.turn_spans, r.action_spans, strict=True)
+        ):
+            raise ValueError(f"serl's granularity='token': rollout {i} records {len(r.action_spans)} action spans "
+                             f"for {len(r.turn_spans)} turns, or spans outside its turns")  # fmt: skip
+    # choice (granularity="token"): reasoning tokens keep A^GRPO_i (serl at kappa 0), action tokens get A^GRPO_i*w
+    base = get_estimator("serl")(batch, **{**config.estimator_kwargs, "kappa": 0.0})
+    return [broadcast_to_action_tokens(b, a, r.turn_spans, r.action_spans, len(r.response_ids), r.loss_mask)
+            for b, a, r in zip(base, per_turn, rollouts, strict=True)]  # fmt: skip
+
+
 def compute_advantages(
     rollouts: Sequence[Rollout], config: TrainConfig, values: Sequence[np.ndarray] | None = None
 ) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
@@ -438,6 +462,8 @@ def compute_advantages(
         per_turn = get_estimator(config.estimator_name)(batch, **config.estimator_kwargs)
         if config.scorer is not None and config.scorer_fusion_mode == "infopo":
             per_turn = infopo_advantages(per_turn, rollouts, rewards, config)
+        if config.estimator_name == "serl" and config.estimator_kwargs.get("granularity", "turn") == "token":
+            return serl_token_advantages(per_turn, batch, rollouts, config), None
         return [broadcast_to_tokens(a, r.turn_spans, len(r.response_ids), r.loss_mask)
                 for a, r in zip(per_turn, rollouts, strict=True)], None  # fmt: skip
     if values is None:

@@ -39,6 +39,7 @@ import torch
 from agentgym.contract.agent import normalize_messages
 from agentgym.contract.branching import snapshot
 from agentgym.contract.trajectory import Trajectory, Turn
+from agentgym.rewards.advantages.tokens import action_token_span
 from agentgym.running.pool import EnvPool, Outcome, SerialPool, as_pool
 from agentgym.tools.local_lm import model_input_names
 
@@ -107,8 +108,11 @@ class Rollout:
     """One episode in tokens. Response coordinates: index 0 is the first token after ``prompt_ids``.
 
     ``turn_spans[k] = (start, end)`` holds turn k's sampled tokens (all ``loss_mask`` 1); env and template tokens
-    sit between spans with mask 0 and log-prob 0. ``turn_rewards[k]`` is the env reward of step k, and belongs on
-    the last policy token of the turn (``turn_end_indices[k] = end - 1``).
+    sit between spans with mask 0 and log-prob 0. ``action_spans[k]``, inside ``turn_spans[k]``, holds the tokens of
+    the part of the turn the env reads as its action (``agentgym.rewards.advantages.tokens.action_token_span``: the
+    ``<search>`` block, not the ``<think>`` before it; SERL's token granularity weighs only these; a turn recorded
+    without one is its action whole). ``turn_rewards[k]`` is the env reward of step k, and belongs on the last policy
+    token of the turn (``turn_end_indices[k] = end - 1``).
     """
 
     prompt_ids: list[int]
@@ -116,6 +120,7 @@ class Rollout:
     loss_mask: list[int] = field(default_factory=list)
     rollout_logprobs: list[float] = field(default_factory=list)
     turn_spans: list[tuple[int, int]] = field(default_factory=list)
+    action_spans: list[tuple[int, int]] = field(default_factory=list)  # one per turn, inside its turn span
     turn_rewards: list[float] = field(default_factory=list)
     group_id: Hashable = 0
     seed: int = 0
@@ -156,7 +161,12 @@ class Rollout:
         return float(sum(self.turn_rewards))
 
     def record_turn(
-        self, env: Any, tokens: list[int], logprobs: list[float], action: str
+        self,
+        env: Any,
+        tokens: list[int],
+        logprobs: list[float],
+        action: str,
+        action_span: tuple[int, int] | None = None,
     ) -> tuple[list[dict[str, Any]], bool, bool]:
         """Append one turn's sampled tokens (mask 1), step ``env`` with its text and record the step's outcome.
 
@@ -164,19 +174,29 @@ class Rollout:
         """
         obs, reward, terminated, truncated, info = env.step(action)
         return self.record_outcome(
-            tokens, logprobs, action, Outcome(0, "step", obs, reward, terminated, truncated, info)
+            tokens, logprobs, action, Outcome(0, "step", obs, reward, terminated, truncated, info), action_span
         )
 
     def record_outcome(
-        self, tokens: list[int], logprobs: list[float], action: str, out: Outcome
+        self,
+        tokens: list[int],
+        logprobs: list[float],
+        action: str,
+        out: Outcome,
+        action_span: tuple[int, int] | None = None,
     ) -> tuple[list[dict[str, Any]], bool, bool]:
         """:meth:`record_turn` with the step already taken (an ``agentgym.running.pool.Outcome``). A failed step ends
-        the episode as truncated with ``error`` set (reward 0, no observation)."""
+        the episode as truncated with ``error`` set (reward 0, no observation). ``action_span``: the action's tokens
+        ``[a, b)`` among ``tokens`` (``action_token_span``; None: all of them)."""
         start = len(self.response_ids)
+        a, b = (0, len(tokens)) if action_span is None else action_span
+        if not 0 <= a <= b <= len(tokens):
+            raise ValueError(f"action span {action_span} is outside the turn's {len(tokens)} tokens")
         self.response_ids += tokens
         self.loss_mask += [1] * len(tokens)
         self.rollout_logprobs += logprobs
         self.turn_spans.append((start, len(self.response_ids)))
+        self.action_spans.append((start + a, start + b))
         self.actions.append(action)
         obs, reward, terminated, truncated, info = out.observation, out.reward, out.terminated, out.truncated, out.info
         if out.error is not None:
@@ -239,6 +259,7 @@ class Rollout:
             "loss_mask": self.loss_mask,
             "rollout_logprobs": self.rollout_logprobs,
             "turn_spans": [list(s) for s in self.turn_spans],
+            "action_spans": [list(s) for s in self.action_spans],
             "turn_end_indices": self.turn_end_indices,
             "turn_rewards": self.turn_rewards,
             "group_id": self.group_id if isinstance(self.group_id, (int, str)) else str(self.group_id),
@@ -438,6 +459,10 @@ def check_contexts(rollout: Rollout, contexts: Sequence[Sequence[int]]) -> None:
         expected[s:e] = [1] * (e - s)
     if expected != rollout.loss_mask:
         raise AssertionError("loss_mask is not 1 exactly on the sampled tokens")
+    if len(rollout.action_spans) != len(rollout.turn_spans) or not all(
+        s <= a <= b <= e for (s, e), (a, b) in zip(rollout.turn_spans, rollout.action_spans, strict=True)
+    ):
+        raise AssertionError("action_spans are not one per turn inside the turn spans")
     if not (len(rollout.response_ids) == len(rollout.loss_mask) == len(rollout.rollout_logprobs)):
         raise AssertionError("response_ids, loss_mask and rollout_logprobs differ in length")
 
@@ -553,7 +578,8 @@ def advance_episodes(
                 r = rollouts[i]
                 contexts[i].append(r.input_ids)
                 r.context_lengths.append(len(r.input_ids))
-                obs, terminated, truncated = r.record_outcome(tokens, logprobs, action, out)
+                span = action_token_span(tokens, policy.decode)  # the action's tokens, from the text the env got
+                obs, terminated, truncated = r.record_outcome(tokens, logprobs, action, out, span)
                 played[i] += 1
                 if terminated or truncated:
                     continue
@@ -655,7 +681,8 @@ def demonstration_episode(
         r.context_lengths.append(len(r.input_ids))
         if snapshots:  # the expert's state before each turn (IPR forks from it: baselines/ipr.py)
             r.snapshots.append(snapshot(env))
-        obs, terminated, truncated = r.record_turn(env, tokens, [0.0] * len(tokens), action)
+        span = action_token_span(tokens, policy.decode)
+        obs, terminated, truncated = r.record_turn(env, tokens, [0.0] * len(tokens), action, span)
         info = r.infos[-1]
         messages += [{"role": "assistant", "content": action}, *obs]
         if terminated or truncated:

@@ -20,6 +20,9 @@ from agentgym.rewards.papers import cite
 SERL_FEATURES: tuple[str, ...] = ("invalid", "no_effect", "anchor_change", "progress")
 #: Every feature it knows: the defaults plus ``off_reference`` (needs the actions and a reference action per turn).
 KNOWN_FEATURES: tuple[str, ...] = (*SERL_FEATURES, "off_reference")
+#: Where the weights go: every sampled token of a turn, or the turn's action tokens only (the paper's two insertion
+#: granularities).
+GRANULARITIES: tuple[str, ...] = ("turn", "token")
 NOTHING_HAPPENS = "Nothing happens."
 
 
@@ -174,13 +177,21 @@ def serl_advantages(
 
 
 def _est_serl(
-    b: TurnBatch, kappa: float = 1.0, eps: float = DEFAULT_EPS, features: tuple[str, ...] = SERL_FEATURES
+    b: TurnBatch,
+    kappa: float = 1.0,
+    eps: float = DEFAULT_EPS,
+    features: tuple[str, ...] = SERL_FEATURES,
+    granularity: str = "turn",
 ) -> list[np.ndarray]:
     """``serl_advantages`` of the batch's criticality. ``features`` is read where the criticality is computed (the
-    trainer's ``baselines.credit.estimator_fields`` passes it to :func:`serl_criticality`); here its names are
-    only checked."""
+    trainer's ``baselines.credit.estimator_fields`` passes it to :func:`serl_criticality`) and ``granularity`` where
+    the advantages reach tokens (``baselines.credit.compute_advantages``: ``"turn"``, every sampled token of turn t
+    gets ``A_{i,t}``; ``"token"``, only the turn's action tokens do and its other tokens keep ``A^GRPO_i``,
+    ``agentgym.rewards.advantages.tokens.broadcast_to_action_tokens``); here both are only checked."""
     if not features or set(features) - set(KNOWN_FEATURES):
         raise ValueError(f"features must be a non-empty subset of {KNOWN_FEATURES}, got {features}")
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
     if b.criticality is None:
         raise ValueError("serl needs TurnBatch.criticality (per-turn scores in [0, 1], see serl_criticality)")
     return serl_advantages(b.outcome_array, b.criticality, b.group_ids, kappa, eps)
@@ -198,15 +209,19 @@ METHODS: tuple[Method, ...] = (
                     "'off_reference' (the action departs from the env's oracle action of the same turn: Household's "
                     "expert_plan[0] of the state before it, else the demonstration agent's action at that turn "
                     "index) or picks a subset",
-                    "granularity: turn (every sampled token of a turn gets the turn's weight); the token reading "
-                    "(weights on the action tokens only) needs the action's token positions inside a turn, which "
-                    "the trainer's rollouts do not record",
+                    "granularity: knob granularity, 'turn' (every sampled token of a turn gets A^GRPO*w) or "
+                    "'token' (the turn's action tokens get A^GRPO*w, its other tokens, the reasoning, keep A^GRPO); "
+                    "the action is the part of the turn the env parses (agentgym.contract.parsing's rules: an "
+                    "OpenAI message, the <tool_call> blocks, the leftmost <search>/<answer>/<action> block, else "
+                    "the text after the last closing tag; a turn with none is its action whole), found in the "
+                    "decoded text at rollout time and mapped to tokens by decoded prefix lengths "
+                    "(Rollout.action_spans; a token straddling the edge is an action token)",
                     "the weights come from the env's feedback directly; the paper's released code instead has a "
                     "teacher copy of the policy score the action tokens under hindsight feedback contexts and turns "
                     "the teacher-student probability gaps into bounded weights (that needs a second forward pass "
                     "per rollout and is not built)"),
            train={"algo": "grpo", "estimator": "serl"}, knobs_into="estimator_kwargs",
-           status="partial",
-           missing="the teacher-scored hindsight weights of the paper's code and the token granularity (weights on "
-                   "the action tokens only: the rollouts keep no action-token positions)"),
+           status="built",
+           missing="the teacher-scored hindsight weights of the paper's code (a teacher copy of the policy scoring "
+                   "the action tokens under hindsight feedback contexts)"),
 )  # fmt: skip
