@@ -394,7 +394,8 @@ def first_turn(fork: Rollout, turns: int = 1) -> Rollout:
     end, n = fork.turn_spans[turns - 1][1], turns
     return replace(fork, response_ids=fork.response_ids[:end], loss_mask=fork.loss_mask[:end],
                    rollout_logprobs=fork.rollout_logprobs[:end], turn_spans=fork.turn_spans[:n],
-                   turn_rewards=fork.turn_rewards[:n], actions=fork.actions[:n], anchors=fork.anchors[:n],
+                   action_spans=fork.action_spans[:n], turn_rewards=fork.turn_rewards[:n], actions=fork.actions[:n],
+                   anchors=fork.anchors[:n],
                    reward_components=fork.reward_components[:n], context_lengths=fork.context_lengths[:n],
                    turn_metrics=fork.turn_metrics[:n], observations=fork.observations[:n], infos=fork.infos[:n],
                    scored_rewards=fork.scored_rewards[:n], snapshots=[])  # fmt: skip
@@ -410,6 +411,7 @@ def splice(main: Rollout, turn: int, cont: Rollout) -> Rollout:
                    loss_mask=main.loss_mask[:cut] + cont.loss_mask,
                    rollout_logprobs=main.rollout_logprobs[:cut] + cont.rollout_logprobs,
                    turn_spans=main.turn_spans[:turn] + [(s + cut, e + cut) for s, e in cont.turn_spans],
+                   action_spans=main.action_spans[:turn] + [(a + cut, b + cut) for a, b in cont.action_spans],
                    turn_rewards=main.turn_rewards[:turn] + cont.turn_rewards,
                    actions=main.actions[:turn] + cont.actions, anchors=main.anchors[:turn] + cont.anchors,
                    reward_components=main.reward_components[:turn] + cont.reward_components,

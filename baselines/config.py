@@ -508,6 +508,7 @@ class TrainConfig:
             temperature=self.temperature,
             stop=self.stop,
             max_total_tokens=self.max_total_tokens,
+            action_spans=self.estimator_name == "serl" and self.estimator_kwargs.get("granularity") == "token",
         )
 
     @property

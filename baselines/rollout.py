@@ -101,6 +101,9 @@ class RolloutConfig:
     stop: tuple[str, ...] = ("</search>", "</answer>")
     max_total_tokens: int = 2048  # prompt + response; an episode that would exceed it is truncated
     check: bool = True  # assert the concatenated ids equal each turn's model context
+    # find each turn's action tokens (Rollout.action_spans; SERL's token granularity reads them): a few decodes per
+    # turn, so off unless a method needs it (off: each turn is its action whole)
+    action_spans: bool = False
 
 
 @dataclass
@@ -578,7 +581,8 @@ def advance_episodes(
                 r = rollouts[i]
                 contexts[i].append(r.input_ids)
                 r.context_lengths.append(len(r.input_ids))
-                span = action_token_span(tokens, policy.decode)  # the action's tokens, from the text the env got
+                # the action's tokens, from the text the env got
+                span = action_token_span(tokens, policy.decode) if config.action_spans else None
                 obs, terminated, truncated = r.record_outcome(tokens, logprobs, action, out, span)
                 played[i] += 1
                 if terminated or truncated:
@@ -681,7 +685,7 @@ def demonstration_episode(
         r.context_lengths.append(len(r.input_ids))
         if snapshots:  # the expert's state before each turn (IPR forks from it: baselines/ipr.py)
             r.snapshots.append(snapshot(env))
-        span = action_token_span(tokens, policy.decode)
+        span = action_token_span(tokens, policy.decode) if config.action_spans else None
         obs, terminated, truncated = r.record_turn(env, tokens, [0.0] * len(tokens), action, span)
         info = r.infos[-1]
         messages += [{"role": "assistant", "content": action}, *obs]

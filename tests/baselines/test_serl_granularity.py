@@ -128,9 +128,14 @@ def policy() -> HFPolicy:
 
 
 def test_the_rollout_loop_records_the_action_tokens(policy):
-    cfg = RolloutConfig(max_turns=2, max_new_tokens=12)
-    for r in collect_rollouts(policy, lambda: gymnasium.make("agentgym/SearchQA-v0", dataset="tiny"), [5], group_size=3,
-                              config=cfg, sample_seed=2):  # fmt: skip
+    """Only when asked (RolloutConfig.action_spans, set by the trainer for serl at token granularity): finding the
+    action takes a few decodes a turn. Unasked, each turn is its action whole."""
+    make = lambda: gymnasium.make("agentgym/SearchQA-v0", dataset="tiny")
+    plain = collect_rollouts(policy, make, [5], group_size=3, config=RolloutConfig(max_turns=2, max_new_tokens=12),
+                             sample_seed=2)  # fmt: skip
+    assert all(r.action_spans == r.turn_spans for r in plain)
+    cfg = RolloutConfig(max_turns=2, max_new_tokens=12, action_spans=True)
+    for r in collect_rollouts(policy, make, [5], group_size=3, config=cfg, sample_seed=2):
         assert len(r.action_spans) == len(r.turn_spans) and r.to_dict()["action_spans"] == [
             list(s) for s in r.action_spans
         ]
