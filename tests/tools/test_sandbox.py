@@ -26,7 +26,7 @@ from agentgym.tools.sandbox import (
     Sandbox,
     SubprocessSandbox,
 )
-from agentgym.tools.sandbox.local import RUN_UIDS
+from agentgym.tools.sandbox.local import RUN_UIDS, _remove_cgroup, _spec, host_setup
 
 LIMITS = Limits(memory_bytes=512 << 20, processes=64, output_bytes=1 << 20)
 #: "-nons": the same back-ends told not to use namespaces, as on a machine whose kernel refuses them (containment
@@ -161,6 +161,23 @@ def test_sleep_past_timeout(box):
     r = box.run("import time\nprint('start', flush=True)\ntime.sleep(60)", timeout=1.0)
     assert r.status == "timeout" and r.stdout == "start\n" and r.wall_time < 1.0 + 30  # not the 60 s sleep
     assert_nothing_survives()
+
+
+def test_each_run_gets_a_cgroup_of_its_own_that_is_removed_after_it():
+    """A run's cgroup has a fresh name (a group a killed supervisor left behind once made a later run with the same
+    pid fail to isolate: "File exists"), and the caller removes it once the supervisor has exited."""
+    host = host_setup()
+    if host["cgroup"] is None:
+        pytest.skip("no cgroup for the runs here (not root, or /sys/fs/cgroup read-only)")
+    specs = [_spec("/tmp", None, LIMITS, 1.0, True, host) for _ in range(3)]
+    names = {s["cgroup"]["name"] for s in specs}
+    assert len(names) == 3 and all(n.startswith("agentgym-run-") for n in names)
+    left = specs[0]
+    for parent in left["cgroup"]["parents"]:  # what a killed supervisor leaves: its empty group
+        os.mkdir(os.path.join(parent, left["cgroup"]["name"]))
+    _remove_cgroup(left)
+    assert not any(os.path.exists(os.path.join(p, left["cgroup"]["name"])) for p in left["cgroup"]["parents"])
+    _remove_cgroup(specs[1])  # never made: nothing to do, nothing raised
 
 
 # --- processes ---------------------------------------------------------------------------------------------------

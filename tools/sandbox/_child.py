@@ -370,7 +370,7 @@ class RunCgroup:
 
     def __init__(self, spec: dict) -> None:
         self.version = spec["version"]
-        self.name = f"agentgym-run-{os.getpid()}"
+        self.name = spec["name"]  # fresh per run (tools/sandbox/local.py, _spec)
         self.parents = [os.open(p, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) for p in spec["parents"]]
         self.dirs: list[int] = []
         for parent in self.parents:

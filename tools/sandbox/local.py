@@ -195,8 +195,20 @@ def _spec(workdir: str, uid: int | None, limits: Limits, timeout: float, namespa
         "root": host["root"],
     }
     if cgroup is not None:
-        spec["cgroup"] = {**cgroup, "memory_bytes": limits.memory_bytes, "processes": limits.processes}
+        # a fresh name per run: a group a killed supervisor could not remove never collides with a later run's
+        spec["cgroup"] = {**cgroup, "memory_bytes": limits.memory_bytes, "processes": limits.processes,
+                          "name": f"agentgym-run-{secrets.token_hex(8)}"}  # fmt: skip
     return spec
+
+
+def _remove_cgroup(spec: dict) -> None:
+    """After a run's supervisor has exited: remove the run's cgroup if it is still there (the supervisor removes it
+    itself, unless it was killed first or its processes outlived its wait). A group that still has processes stays
+    (rmdir refuses it); nothing here raises."""
+    cgroup = spec.get("cgroup")
+    for parent in cgroup["parents"] if cgroup else ():
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.join(parent, cgroup["name"]))
 
 
 def _refusal(code: str, stdin: str, files: Files | None, limits: Limits) -> tuple[dict[str, bytes], str | None]:
@@ -509,10 +521,10 @@ class SubprocessSandbox(Sandbox):
             _remove(workdir)
 
     def _run(self, workdir: str, stdin_fd: int, uid: int | None, timeout: float, start: float) -> RunResult:
-        spec = json.dumps(_spec(workdir, uid, self.limits, timeout, self.namespaces, self._host))
+        run_spec = _spec(workdir, uid, self.limits, timeout, self.namespaces, self._host)
         try:
             proc = subprocess.Popen(
-                [self.python, "-I", "-S", CHILD, "--run", spec],
+                [self.python, "-I", "-S", CHILD, "--run", json.dumps(run_spec)],
                 stdin=stdin_fd,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -542,6 +554,7 @@ class SubprocessSandbox(Sandbox):
                 os.killpg(proc.pid, signal.SIGKILL)
             if proc.returncode is None:
                 proc.wait()
+            _remove_cgroup(run_spec)
         return _result(outs, exit_code, timed_out, overflow, self.limits.output_bytes, start)
 
     def capabilities(self) -> Capabilities:
@@ -669,9 +682,9 @@ class PooledSandbox(Sandbox):
         server.healthy = False
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        run_spec = _spec(workdir, uid, self.limits, timeout, self.namespaces, self._host)
         try:
-            spec = json.dumps(_spec(workdir, uid, self.limits, timeout, self.namespaces, self._host)).encode()
-            socket.send_fds(server.sock, [spec], [stdin_fd, out_w, err_w])
+            socket.send_fds(server.sock, [json.dumps(run_spec).encode()], [stdin_fd, out_w, err_w])
             reply = server.sock.recv(4096)
         except BaseException:
             os.close(out_r)
@@ -693,6 +706,8 @@ class PooledSandbox(Sandbox):
         msg = server.sock.recv(4096) if ready else b""
         exit_code = os.waitstatus_to_exitcode(json.loads(msg)["status"]) if msg else None
         server.healthy = bool(msg)
+        if msg:  # the supervisor has exited (without a reply it may still be running: its group is left to it)
+            _remove_cgroup(run_spec)
         return _result(outs, exit_code, timed_out, overflow, self.limits.output_bytes, start)
 
     def capabilities(self) -> Capabilities:

@@ -37,14 +37,21 @@ from agentgym.rewards.advantages.dual_track import dual_track_advantages, explor
 from agentgym.rewards.advantages.gae import masked_whiten, token_gae, token_gae_torch, turn_gae
 from agentgym.rewards.advantages.gopo import gopo_advantages, gopo_turns, mean_ranks
 from agentgym.rewards.advantages.group import dr_grpo, grpo, rloo
-from agentgym.rewards.advantages.hiper import hiper_advantages, subgoal_segments
-from agentgym.rewards.advantages.lampo import lampo_advantages
+from agentgym.rewards.advantages.hiper import hiper_advantages, subgoal_achieved, subgoal_segments
+from agentgym.rewards.advantages.lampo import lampo_advantages, reference_score, rouge_l
 from agentgym.rewards.advantages.mixed import mapo_mixed, matchtir_dual
 from agentgym.rewards.advantages.multi_turn import mt_grpo
 from agentgym.rewards.advantages.registry import ESTIMATORS, OUTCOME_ESTIMATORS, get_estimator
-from agentgym.rewards.advantages.serl import SERL_FEATURES, serl_advantages, serl_criticality
+from agentgym.rewards.advantages.serl import SERL_FEATURES, agrees, expert_references, serl_advantages, serl_criticality
 from agentgym.rewards.advantages.signals import TURN_SIGNALS, TurnSignal, observation_anchors, observation_key
-from agentgym.rewards.advantages.tokens import broadcast_to_tokens, broadcast_to_tokens_batch, place_turn_rewards
+from agentgym.rewards.advantages.tokens import (
+    action_char_span,
+    action_token_span,
+    broadcast_to_action_tokens,
+    broadcast_to_tokens,
+    broadcast_to_tokens_batch,
+    place_turn_rewards,
+)
 from agentgym.rewards.advantages.turn_level import (
     a2tgpo_advantages,
     adaptive_clip_scale,
@@ -67,11 +74,16 @@ __all__ = [
     "TurnBatch",
     "TurnSignal",
     "a2tgpo_advantages",
+    "action_char_span",
+    "action_token_span",
     "adaptive_clip_scale",
+    "agrees",
+    "broadcast_to_action_tokens",
     "broadcast_to_tokens",
     "broadcast_to_tokens_batch",
     "dr_grpo",
     "dual_track_advantages",
+    "expert_references",
     "exploration_reward",
     "get_estimator",
     "gigpo",
@@ -92,10 +104,13 @@ __all__ = [
     "observation_anchors",
     "observation_key",
     "place_turn_rewards",
+    "reference_score",
     "rloo",
+    "rouge_l",
     "serl_advantages",
     "serl_criticality",
     "siop_advantages",
+    "subgoal_achieved",
     "subgoal_segments",
     "token_gae",
     "token_gae_torch",
