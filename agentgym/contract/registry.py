@@ -39,6 +39,7 @@ BUILTIN_ENVS: tuple[BuiltinEnv, ...] = (
     BuiltinEnv("agentgym/Household-v0", "agentgym.envs.household.env:HouseholdEnv"),
     BuiltinEnv("agentgym/ToolUse-v0", "agentgym.envs.tool_use.env:ToolUseEnv"),
     BuiltinEnv("agentgym/CodeExec-v0", "agentgym.envs.code_exec.env:CodeExecEnv"),
+    BuiltinEnv("agentgym/SQL-v0", "agentgym.envs.sql.env:SQLEnv"),
     BuiltinEnv("agentgym/Sokoban-v0", "agentgym.envs.sokoban.env:SokobanEnv"),
     BuiltinEnv("agentgym/Clarify-v0", "agentgym.envs.user_sim.clarify:ClarifyEnv"),
     BuiltinEnv("agentgym/Preference-v0", "agentgym.envs.user_sim.preference:PreferenceEnv"),

@@ -101,6 +101,9 @@ TURN_SIGNALS: Mapping[str, TurnSignal] = MappingProxyType(
         "agentgym/ToolUse-v0": TurnSignal("action_valid"),
         "agentgym/BFCL-v0": TurnSignal("action_valid"),
         "agentgym/CodeExec-v0": TurnSignal("action_valid"),
+        # the share of the gold query's tables and columns discovered so far (TRUST-SQL's exploration reward): its
+        # increase is what the step's schema probing found
+        "agentgym/SQL-v0": TurnSignal("exploration_reward", "delta"),
         # boxes on targets after the step (the solver's exact `distance_to_go` / `progress` are in info too)
         "agentgym/Sokoban-v0": TurnSignal("boxes_on_target"),
     }
