@@ -2,8 +2,9 @@
 
 Rooms come from a level set built once per ``(size, num_levels, level_seed)`` and cached in memory (``LEVEL_CACHE``;
 optionally on disk under the operator's ``cache_dir``), so ``reset`` is a lookup; ``level_file`` (the operator's)
-plays the levels of a Boxoban level file instead. Sizes (``size``): ``"6x6-1"`` (RAGEN's default: 6x6, one box),
-``"8x8-2"``, ``"10x10-3"`` and ``"10x10-4"`` (gym-sokoban's and GEM's larger rooms).
+plays the levels of a Boxoban level file instead. Sizes (``size``, ``levels.PRESETS``, "HxW-boxes"): ``"6x6-1"``
+(RAGEN's default), ``"6x6-2"`` and ``"8x8-4"`` (GEM's easy and hard), ``"7x7-2"``, ``"7x7-3"``, ``"10x10-3"`` and
+``"10x10-4"`` (gym-sokoban's), and ``"8x8-2"``.
 
 The observation is RAGEN's text grid: ``#`` wall, ``_`` floor, ``O`` target, ``X`` box, ``√`` box on target, ``P``
 player, ``S`` player on target. Each turn the agent answers one of RAGEN's action words, ``Up``, ``Down``, ``Left``
@@ -57,6 +58,8 @@ LEVEL_CACHE: dict[Any, LevelSet] = {}
 #: RAGEN's grid symbols.
 SYMBOLS = {"wall": "#", "floor": "_", "target": "O", "box": "X", "box_target": "√", "player": "P", "player_target": "S"}
 REWARDS = ("outcome", "shaped")
+#: Sizes whose 200-room set builds in about a second (a client may pick them; the others only where allowed).
+CHEAP_SIZES = ("6x6-1", "6x6-2", "7x7-2", "7x7-3", "8x8-2")
 _WORD = re.compile(r"\s*([A-Za-z]{1,10})\s*[.!]?\s*")
 
 INTRO = (
@@ -101,7 +104,8 @@ class SokobanEnv(AgentEnv):
     """Text Sokoban (see the module docstring).
 
     Args:
-        size: a preset of ``PRESETS`` (``"6x6-1"``, ``"8x8-2"``, ``"10x10-3"``, ``"10x10-4"``).
+        size: a preset of ``PRESETS`` ("HxW-boxes": ``"6x6-1"``, ``"6x6-2"``, ``"7x7-2"``, ``"7x7-3"``, ``"8x8-2"``,
+            ``"8x8-4"``, ``"10x10-3"``, ``"10x10-4"``).
         num_levels: rooms in the generated set (tasks ``0..num_levels-1``); built once per process.
         level_seed: the set's seed (room ``i`` depends only on size, seed and ``i``).
         reward: ``"outcome"`` or ``"shaped"`` (gym-sokoban's).
@@ -113,7 +117,9 @@ class SokobanEnv(AgentEnv):
     """
 
     agents: ClassVar[Mapping[str, Any]] = {"oracle": OracleAgent, "heuristic": HeuristicAgent, "random": RandomAgent}
-    public_args = declare(AgentEnv.public_args, size=one_of(*PRESETS), num_levels=integer(1, 1000),
+    # the larger sizes take a solver minute or more per 100 rooms to build: a client gets them only where the
+    # operator allows them (``allow={"size": [...]}``), as SearchQA's large datasets
+    public_args = declare(AgentEnv.public_args, size=one_of(*CHEAP_SIZES), num_levels=integer(1, 200),
                           level_seed=integer(0, 2**31 - 1), reward=one_of(*REWARDS))  # fmt: skip
 
     def __init__(

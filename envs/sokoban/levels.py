@@ -14,9 +14,18 @@ import numpy as np
 from agentgym.envs.sokoban.rooms import Room, carve, reverse_play
 from agentgym.envs.sokoban.solver import Table, solve_table
 
-#: The sizes the peers use: RAGEN's default 6x6 with one box, and gym-sokoban's / GEM's larger rooms.
-PRESETS: dict[str, tuple[int, int, int]] = {"6x6-1": (6, 6, 1), "8x8-2": (8, 8, 2), "10x10-3": (10, 10, 3),
-                                            "10x10-4": (10, 10, 4)}  # fmt: skip
+#: The sizes the peers use: RAGEN's 6x6 with one box (the default), GEM's 6x6 / 2 boxes ("easy") and 8x8 / 4 boxes
+#: ("hard"), gym-sokoban's 7x7 / 2 and 3 boxes ("small") and 10x10 / 3 and 4 boxes, and 8x8 / 2 boxes between them.
+PRESETS: dict[str, tuple[int, int, int]] = {
+    "6x6-1": (6, 6, 1),
+    "6x6-2": (6, 6, 2),
+    "7x7-2": (7, 7, 2),
+    "7x7-3": (7, 7, 3),
+    "8x8-2": (8, 8, 2),
+    "8x8-4": (8, 8, 4),
+    "10x10-3": (10, 10, 3),
+    "10x10-4": (10, 10, 4),
+}
 
 
 def generate_room(

@@ -185,3 +185,16 @@ def test_heuristic_beats_random():
     h = run("agentgym/Sokoban-v0", "heuristic", episodes=30, progress=False)
     r = run("agentgym/Sokoban-v0", "random", episodes=30, progress=False)
     assert sum(t.success for t in h) > sum(t.success for t in r)
+
+
+def test_public_args_refuse_files_and_expensive_sizes():
+    from agentgym.contract.trust import UntrustedArgumentError, checked_kwargs
+
+    assert checked_kwargs("agentgym/Sokoban-v0", {"size": "8x8-2", "reward": "shaped"}) == {
+        "size": "8x8-2",
+        "reward": "shaped",
+    }
+    for kwargs in ({"level_file": "/etc/passwd"}, {"cache_dir": "/tmp"}, {"size": "10x10-4"}, {"num_levels": 10**6}):
+        with pytest.raises(UntrustedArgumentError):
+            checked_kwargs("agentgym/Sokoban-v0", kwargs)
+    assert checked_kwargs("agentgym/Sokoban-v0", {"size": "10x10-4"}, allow={"size": ["10x10-4"]})
