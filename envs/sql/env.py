@@ -53,7 +53,7 @@ from agentgym.contract.env import AgentEnv, StepResult
 from agentgym.contract.parsing import ParseError, ToolCall, is_blank, parse_tool_turn
 from agentgym.contract.trust import declare, integer, one_of
 from agentgym.envs.sql.agents import HeuristicAgent, OracleAgent, RandomAgent
-from agentgym.envs.sql.databases import DOMAINS, build_database, make_questions
+from agentgym.envs.sql.databases import DOMAINS, Database, build_database, make_questions
 from agentgym.envs.sql.engine import QueryResult, SafeDatabase, has_order, result_overlap, results_match
 from agentgym.envs.sql.spider import SpiderData
 from agentgym.envs.tool_use.tools import ArgumentError, schema_of, tool, tool_names, validate_arguments
@@ -63,7 +63,8 @@ QUESTIONS_PER_DB = 20
 MAX_CALLS_PER_TURN = 8
 MAX_OUTPUT_CHARS = 4_000
 MAX_CELL_CHARS = 100
-_CACHED_DBS = 16
+#: Databases an env keeps built and open (each well under 100 KB).
+_CACHED_DBS = 32
 
 SYSTEM = (
     "You answer the user's question by writing one SQLite query over a database you have not seen. Explore it with "
@@ -231,7 +232,7 @@ class SQLEnv(AgentEnv):
         self._schemas = tool_schemas()
         self._system = SYSTEM.format(tools="\n".join(json.dumps(s) for s in self._schemas.values()), rows=row_limit)
         self._dbs: OrderedDict[str, Loaded] = OrderedDict()
-        self._generated: dict[str, list[Task]] = {}
+        self._generated: dict[str, tuple[Database, list[Task]]] = {}
         self._ep: Episode | None = None
 
     # -- tasks ----------------------------------------------------------------------------------------------------
@@ -246,9 +247,11 @@ class SQLEnv(AgentEnv):
         if key not in self._generated:
             if len(self._generated) >= _CACHED_DBS:
                 self._generated.pop(next(iter(self._generated)))
-            qs = make_questions(build_database(domain, seed), 0, QUESTIONS_PER_DB)
-            self._generated[key] = [Task(f"{key}/{i}", key, x.text, x.sql, x.difficulty) for i, x in enumerate(qs)]
-        return self._generated[key][q]
+            built = build_database(domain, seed)
+            qs = make_questions(built, 0, QUESTIONS_PER_DB)
+            tasks = [Task(f"{key}/{i}", key, x.text, x.sql, x.difficulty) for i, x in enumerate(qs)]
+            self._generated[key] = (built, tasks)
+        return self._generated[key][1][q]
 
     def task_index_of(self, task_id: str) -> int:
         key, _, local = task_id.rpartition("/")
@@ -271,7 +274,7 @@ class SQLEnv(AgentEnv):
             schema = self.spider.schema(key)
         else:
             domain, _, seed = key.rpartition("_")
-            built = build_database(domain, int(seed))
+            built = self._generated[key][0] if key in self._generated else build_database(domain, int(seed))
             db = SafeDatabase.from_bytes(built.data)
             schema = {t.name: [(c.name, c.type) for c in t.columns] for t in built.schema.values()}
         self._dbs[key] = loaded = Loaded(db, schema)

@@ -100,5 +100,7 @@ METHODS: tuple[Method, ...] = (
                     "exploration (turn_phases)",
                     "R^exp is the last info['exploration_reward'] of the rollout, 0 where none (exploration_reward)",
                     "advantages per turn: every token of a turn gets its phase's advantage"),
-           train={"algo": "grpo", "estimator": "dual_track"}, knobs_into="estimator_kwargs"),
+           train={"algo": "grpo", "estimator": "dual_track", "env_id": "agentgym/SQL-v0", "env_kwargs": {},
+                  "stop": ["</tool_call>"]},  # the paper's setting: text-to-SQL that must discover the schema
+           knobs_into="estimator_kwargs"),
 )  # fmt: skip
