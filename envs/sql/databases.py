@@ -162,7 +162,7 @@ def _value(rng: np.random.Generator, table: Table, col: Column, n: int, sizes: d
         if col.name == "code":
             letters = rng.choice(list("ABCDEFGHKLMNPRSTVWXZ"), size=(n, 3))
             return ["".join(r) for r in letters]
-        if col.name in ("title",):
+        if col.name == "title" or table.name == "products":
             return [f"{_WORDS[rng.integers(12)]} {_NOUNS[rng.integers(12)]}" for _ in range(n)]
         if table.name in ("airlines",):
             return [f"{_WORDS[rng.integers(12)]} Air" for _ in range(n)]
@@ -304,15 +304,20 @@ def _t_nested_avg(rng: np.random.Generator, db: Database, conn: sqlite3.Connecti
             None)  # fmt: skip
 
 
-def _t_nested_none(rng: np.random.Generator, db: Database, conn: sqlite3.Connection) -> Candidate | None:
+def _t_nested_in(rng: np.random.Generator, db: Database, conn: sqlite3.Connection) -> Candidate | None:
     _, _, fact = _tables(db)
-    fk = _draw(rng, fact.col("fk"))
-    assert isinstance(fk, Column)
+    fk, num = _draw(rng, fact.col("fk")), _draw(rng, fact.col("num"))
+    assert isinstance(fk, Column) and isinstance(num, Column)
     parent = db.schema[fk.kind[3:]]
     name = parent.col("name")[0]
-    return (f"Give the {name.phrase} of every {parent.noun} that has no {fact.noun}.",
-            f"SELECT {name.name} FROM {parent.name} WHERE id NOT IN (SELECT {fk.name} FROM {fact.name})", "nested",
-            None)  # fmt: skip
+    v = _draw(rng, sorted(_one(conn, f"SELECT {num.name} FROM {fact.name}")))
+    return (
+        f"Give the {name.phrase} of every {parent.noun} with at least one {fact.noun} whose {num.phrase} is greater "
+        f"than {v}.",
+        f"SELECT {name.name} FROM {parent.name} WHERE id IN (SELECT {fk.name} FROM {fact.name} WHERE {num.name} > {v})",
+        "nested",
+        None,
+    )
 
 
 def _t_top_k(rng: np.random.Generator, db: Database, conn: sqlite3.Connection) -> Candidate | None:
@@ -329,8 +334,9 @@ def _t_top_k(rng: np.random.Generator, db: Database, conn: sqlite3.Connection) -
             (f"SELECT {num.name} FROM {t.name} ORDER BY {num.name} {order} LIMIT {k + 1}", k))  # fmt: skip
 
 
-TEMPLATES: tuple[_Template, ...] = (_t_filter_cat, _t_filter_num, _t_group_count, _t_join_filter, _t_join_group,
-                                    _t_nested_avg, _t_nested_none, _t_top_k)  # fmt: skip
+#: The templates in the order questions draw them: each difficulty twice in ten slots.
+TEMPLATES: tuple[_Template, ...] = (_t_filter_cat, _t_group_count, _t_join_filter, _t_nested_avg, _t_top_k,
+                                    _t_filter_num, _t_group_count, _t_join_group, _t_nested_in, _t_top_k)  # fmt: skip
 
 
 def open_copy(data: bytes) -> sqlite3.Connection:
@@ -341,6 +347,15 @@ def open_copy(data: bytes) -> sqlite3.Connection:
     return conn
 
 
+def _well_posed(conn: sqlite3.Connection, cand: Candidate) -> bool:
+    """The gold's result is non-empty, has no NULL, and a top k is strictly ordered down to row k + 1 (no tie)."""
+    rows = conn.execute(cand[1]).fetchall()
+    if not rows or any(v is None for r in rows for v in r):
+        return False
+    keys = _one(conn, cand[3][0]) if cand[3] is not None else []
+    return len(set(keys)) == len(keys)
+
+
 def make_questions(db: Database, seed: int, n: int) -> list[Question]:
     """``n`` distinct questions over ``db`` (templates cycled so each difficulty appears), every gold checked."""
     rng = np.random.default_rng([DOMAINS.index(db.domain), db.seed, seed, 7])
@@ -348,22 +363,15 @@ def make_questions(db: Database, seed: int, n: int) -> list[Question]:
     out: list[Question] = []
     seen: set[str] = set()
     try:
-        for attempt in range(50 * n):
+        for slot in range(5 * n):  # templates in turn, each tried a few times, so every difficulty is common
             if len(out) >= n:
                 break
-            cand = TEMPLATES[(len(out) + attempt) % len(TEMPLATES)](rng, db, conn)
-            if cand is None or cand[1] in seen:
-                continue
-            text, sql, difficulty, order = cand
-            rows = conn.execute(sql).fetchall()
-            if not rows or any(v is None for r in rows for v in r):
-                continue
-            if order is not None:  # the top k must be strictly ordered, and row k + 1 must not tie row k
-                keys = _one(conn, order[0])
-                if len(set(keys)) != len(keys):
-                    continue
-            seen.add(sql)
-            out.append(Question(text, sql, difficulty))
+            for _ in range(10):
+                cand = TEMPLATES[slot % len(TEMPLATES)](rng, db, conn)
+                if cand is not None and cand[1] not in seen and _well_posed(conn, cand):
+                    seen.add(cand[1])
+                    out.append(Question(cand[0], cand[1], cand[2]))
+                    break
     finally:
         conn.close()
     if len(out) < n:

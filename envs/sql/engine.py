@@ -11,7 +11,7 @@ back as an error message, never an exception.
 >>> from agentgym.envs.sql.databases import build_database
 >>> db = SafeDatabase.from_bytes(build_database("shop", 0).data)
 >>> db.run("SELECT COUNT(*) FROM customers").rows
-[(24,)]
+[(37,)]
 >>> db.run("DELETE FROM customers").error
 'not authorized'
 >>> db.run("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT COUNT(*) FROM r").error

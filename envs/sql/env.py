@@ -28,11 +28,12 @@ instead (``agentgym.envs.sql.spider``).
 >>> env = gym.make("agentgym/SQL-v0")
 >>> obs, info = env.reset(options={"task_index": 0})
 >>> obs[-1]["content"]
-'Which products have a price greater than 211.39? Give their names.'
+"List the name of every product whose category is 'kitchen'."
 >>> obs, r, term, trunc, info = env.step('<tool_call>{"name": "list_tables", "arguments": {}}</tool_call>')
 >>> obs[0]["content"], info["phase"], info["exploration_reward"]
 ('customers\\norders\\nproducts', 'exploration', 0.333...)
->>> call = {"name": "submit_query", "arguments": {"sql": "SELECT name AS n FROM products WHERE 211.39 < price"}}
+>>> sql = "SELECT DISTINCT name AS n FROM products WHERE 'kitchen' = category"
+>>> call = {"name": "submit_query", "arguments": {"sql": sql}}
 >>> obs, r, term, trunc, info = env.step(f"<tool_call>{json.dumps(call)}</tool_call>")
 >>> r, term, info["phase"]
 (1.0, True, 'execution')
