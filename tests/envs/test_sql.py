@@ -135,6 +135,7 @@ HOSTILE = [
 ]
 
 
+@pytest.mark.timeout(120)  # a hang guard: each query stops at the step budget (a 2 s wall deadline backs it up)
 @pytest.mark.parametrize("sql", HOSTILE)
 def test_hostile_sql_is_an_observation_and_changes_nothing(sql: str):
     env = SQLEnv(domain="shop")
@@ -150,6 +151,7 @@ def test_hostile_sql_is_an_observation_and_changes_nothing(sql: str):
     env.close()
 
 
+@pytest.mark.timeout(120)  # a hang guard, not a timing assertion
 def test_step_budget_stops_runaway_queries():
     db = SafeDatabase.from_bytes(build_database("flights", 0).data, step_budget=50_000, wall=60.0)
     res = db.run("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT COUNT(*) FROM r")
@@ -265,3 +267,24 @@ def test_spider_bird_adapter_loads_and_scores(tmp_path: Path, bird: bool):
 def test_spider_adapter_reports_missing_files(tmp_path: Path):
     with pytest.raises(FileNotFoundError, match=r"tables\.json"):
         SQLEnv(data_dir=str(tmp_path))
+
+
+def test_judge_on_a_generated_suite_of_rewrites():
+    """For 200 tasks: the gold wrapped, with its columns swapped and aliased, or DISTINCT where its rows are distinct
+    scores 1; the gold missing a row, with a row repeated, or DISTINCT where rows repeat scores 0."""
+    env = SQLEnv()
+    for i in range(200):
+        task = env.task_at(i)
+        env.reset(options={"task_index": i})
+        gold = env.loaded.db.run(task.sql)
+        cols = ", ".join(f'"{c}" AS c{k}' for k, c in reversed(list(enumerate(gold.columns))))
+        distinct = len(set(gold.rows)) == len(gold.rows)
+        right = [f"SELECT * FROM ({task.sql}) AS sub", f"SELECT {cols} FROM ({task.sql})"]
+        repeat = f"SELECT * FROM ({task.sql}) UNION ALL SELECT * FROM (SELECT * FROM ({task.sql}) LIMIT 1)"
+        wrong = [f"SELECT * FROM ({task.sql}) LIMIT {len(gold.rows) - 1}", repeat]
+        (right if distinct else wrong).append(f"SELECT DISTINCT * FROM ({task.sql})")
+        for sql in right:
+            assert _play(env, task.task_id, sql) == 1.0, sql
+        for sql in wrong:
+            assert _play(env, task.task_id, sql) == 0.0, sql
+    env.close()
