@@ -2,8 +2,8 @@
 
 ``SafeDatabase`` wraps one SQLite connection for agent queries: a private in-memory copy (``open_copy``) or a file
 opened read-only (``mode=ro`` URI), with ``PRAGMA query_only``, extension loading off, no attached databases
-(``SQLITE_LIMIT_ATTACHED`` 0), an authorizer that allows only reads (SELECT, reading columns, functions other than
-``load_extension``, recursive CTEs) and denies every write, ATTACH, DETACH, PRAGMA and transaction, a length limit on
+(``SQLITE_LIMIT_ATTACHED`` 0), an authorizer that allows only reads (SELECT, reading columns, functions but those of
+``DENIED_FUNCTIONS``, recursive CTEs) and denies every write, ATTACH, DETACH, PRAGMA and transaction, a length limit on
 strings and blobs, and a progress handler that stops a query past a budget of virtual-machine steps (deterministic:
 the same query stops at the same point on any machine) or a wall-clock deadline (a backstop). Every failure comes
 back as an error message, never an exception.
@@ -49,6 +49,10 @@ _ALLOWED = {
     sqlite3.SQLITE_FUNCTION,
     getattr(sqlite3, "SQLITE_RECURSIVE", 33),
 }
+#: Functions denied: extension loading; ``fts3_tokenizer`` (it returns a pointer: an address leak); ``printf`` and
+#: ``format``, whose width argument builds a string of any size inside one step (``printf('%.*c', 1e9, 'x')`` took 7 s
+#: and a gigabyte before the length limit turned it into NULL).
+DENIED_FUNCTIONS = frozenset({"load_extension", "fts3_tokenizer", "printf", "format"})
 _ORDER_BY = re.compile(r"\border\s+by\b", re.IGNORECASE)
 
 
@@ -103,7 +107,7 @@ class SafeDatabase:
     def _authorize(self, action: int, arg1: str | None, arg2: str | None, dbname: str | None, _trig: Any) -> int:
         if action not in _ALLOWED:
             return sqlite3.SQLITE_DENY
-        if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() == "load_extension":
+        if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in DENIED_FUNCTIONS:
             return sqlite3.SQLITE_DENY
         if action == sqlite3.SQLITE_READ and arg1:
             if dbname not in (None, "main") or arg1.lower().startswith("sqlite_"):
