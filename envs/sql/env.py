@@ -55,7 +55,7 @@ from agentgym.contract.parsing import ParseError, ToolCall, is_blank, parse_tool
 from agentgym.contract.trust import declare, integer, one_of
 from agentgym.envs.sql.agents import HeuristicAgent, OracleAgent, RandomAgent
 from agentgym.envs.sql.databases import DOMAINS, Database, build_database, make_questions
-from agentgym.envs.sql.engine import QueryResult, SafeDatabase, has_order, result_overlap, results_match
+from agentgym.envs.sql.engine import GOLD_MAX_ROWS, QueryResult, SafeDatabase, has_order, result_overlap, results_match
 from agentgym.envs.sql.spider import SpiderData
 from agentgym.envs.tool_use.tools import ArgumentError, schema_of, tool, tool_names, validate_arguments
 
@@ -291,9 +291,10 @@ class SQLEnv(AgentEnv):
     def _reset(self, task_index: int, options: dict[str, Any]) -> tuple[list[dict], dict[str, Any]]:
         task = self.task_at(task_index)
         loaded = self._load(task.db_key)
-        gold = loaded.db.run(task.sql)
-        if not gold.ok:
-            raise RuntimeError(f"task {task.task_id}: the gold query fails here: {gold.error}")
+        gold = loaded.db.run(task.sql, GOLD_MAX_ROWS, gold=True)
+        if not gold.ok or gold.truncated:
+            why = gold.error or f"it returns more than {GOLD_MAX_ROWS:,} rows"
+            raise RuntimeError(f"task {task.task_id}: the gold query cannot be judged here: {why}")
         words = set(re.findall(r"\w+", task.sql.lower()))
         tables = {(t.lower(), "") for t in loaded.schema if t.lower() in words}
         self._ep = Episode(task, gold.rows, frozenset(gold.reads | tables))
@@ -412,7 +413,7 @@ class SQLEnv(AgentEnv):
                 executed: list[bool], overlaps: list[float]) -> StepResult:  # fmt: skip
         assert self._ep is not None
         ep = self._ep
-        result = self.loaded.db.run(sql)
+        result = self.loaded.db.run(sql, GOLD_MAX_ROWS)
         ordered = has_order(ep.task.sql)
         success = result.ok and not result.truncated and results_match(ep.gold_rows, result.rows, ordered)
         if result.ok:

@@ -131,6 +131,7 @@ HOSTILE = [
     "SELECT COUNT(*) FROM orders a, orders b, orders c, orders d",
     "SELECT zeroblob(1000000000)",
     "SELECT randomblob(500000000)",
+    "SELECT randomblob(99999) FROM orders a, orders b",  # gigabytes if fetched: stopped at the result-size cap
     "SELECT * FROM orders a, orders b",  # 20k-40k rows: cut to the row limit
     "BEGIN",
     "VACUUM",
