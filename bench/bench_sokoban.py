@@ -13,7 +13,8 @@ they end; only step calls are timed); and a naive baseline that generates and so
 (``levels.generate_room``). The peers run in ``--peer-python`` (a separate venv: gym-sokoban needs the old ``gym``)
 with the same sizes: gym-sokoban's ``SokobanEnv(dim_room, num_boxes)`` (its default ``rgb_array`` observation) and
 GEM's ``SokobanEnv(dim_room, num_boxes)`` (text, ``\\boxed{up}`` actions); a peer's resets stop after ``--peer-budget``
-seconds a size. One process, one thread, numbers on whatever machine runs it.
+seconds a size (at least 3), and its step limit is lifted for the steps/s loop so that only solved rooms reset.
+One process, one thread, numbers on whatever machine runs it.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ for name, (h, w, b) in sizes.items():
         def gs_step(env, a):
             r = env.step(a + 1)
             return r[2] or (len(r) > 4 and r[3])
-        make = lambda: GS(dim_room=(h, w), num_boxes=b, max_steps=100, reset=False)
+        make = lambda: GS(dim_room=(h, w), num_boxes=b, max_steps=10**9, reset=False)
         row["gym-sokoban"] = measure(make, gs_reset, gs_step)
     except Exception as e:
         row["gym-sokoban"] = {"error": repr(e)[:200]}
@@ -72,12 +73,11 @@ for name, (h, w, b) in sizes.items():
         def gem_step(env, a):
             r = env.step("\\boxed{" + words[a] + "}")
             return r[2] or r[3]
-        row["gem"] = measure(lambda: GEM(dim_room=(h, w), num_boxes=b, max_turns=100), lambda e: e.reset(), gem_step)
+        row["gem"] = measure(lambda: GEM(dim_room=(h, w), num_boxes=b, max_turns=10**9), lambda e: e.reset(), gem_step)
     except Exception as e:
         row["gem"] = {"error": repr(e)[:200]}
     out[name] = row
-    print(json.dumps({name: row}), file=sys.stderr, flush=True)
-print(json.dumps(out))
+print("PEER-RESULTS " + json.dumps(out))
 """
 
 
@@ -139,7 +139,8 @@ def main(argv: list[str] | None = None) -> None:
         sizes = {s: PRESETS[s] for s in args.sizes}
         proc = subprocess.run([args.peer_python, "-c", PEER, json.dumps(sizes), str(args.peer_steps),
                                str(args.peer_budget)], capture_output=True, text=True, check=True)  # fmt: skip
-        for size, peers in json.loads(proc.stdout).items():
+        line = next(x for x in proc.stdout.splitlines() if x.startswith("PEER-RESULTS "))  # gym prints to stdout too
+        for size, peers in json.loads(line.split(" ", 1)[1]).items():
             rows[size].update(peers)
     print("| size | env | reset p50 (ms) | steps/s | steps/s ratio (ours / it) |")
     print("|---|---|---|---|---|")
