@@ -180,6 +180,7 @@ ENV_KWARGS = {
     "agentgym/ToolUse-v0": {},  # action_valid: the oracle's tool calls are valid (1.0)
     "agentgym/BFCL-v0": {},
     "agentgym/CodeExec-v0": {},
+    "agentgym/Sokoban-v0": {},  # boxes_on_target: 1 once the oracle pushes the box home
 }
 
 
