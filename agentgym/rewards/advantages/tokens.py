@@ -26,6 +26,16 @@ def _turn_span_lists(turn_spans: Sequence[Any]) -> list[list[Span]]:
     return out
 
 
+def _masked(out: np.ndarray, loss_mask: ArrayLike | None, length: int) -> np.ndarray:
+    """``out`` with exact zeros where ``loss_mask`` is 0 (``None``: no mask), and no ``-0.0``."""
+    if loss_mask is not None:
+        m = np.asarray(_numpy(loss_mask))
+        if m.shape != (length,):
+            raise ValueError(f"loss_mask shape {m.shape} != ({length},)")
+        out = np.where(m != 0, out, 0.0)
+    return out + 0.0  # no -0.0
+
+
 def broadcast_to_tokens(
     turn_advantages: Sequence[float] | ArrayLike,
     turn_spans: Sequence[Span] | Sequence[Sequence[Span]],
@@ -54,12 +64,7 @@ def broadcast_to_tokens(
                 raise ValueError(f"turn {k}: span ({s}, {e}) overlaps turn {int(owner[s:e].max())}")
             owner[s:e] = k
             out[s:e] = a
-    if loss_mask is not None:
-        m = np.asarray(_numpy(loss_mask))
-        if m.shape != (length,):
-            raise ValueError(f"loss_mask shape {m.shape} != ({length},)")
-        out = np.where(m != 0, out, 0.0)
-    return out + 0.0  # no -0.0
+    return _masked(out, loss_mask, length)
 
 
 def broadcast_to_tokens_batch(
@@ -232,9 +237,4 @@ def broadcast_to_action_tokens(
         if e > s and not any(ts <= s and e <= te for ts, te in turn):
             raise ValueError(f"turn {k}: action span ({s}, {e}) is not inside the turn's span {turn}")
         out[int(s) : int(e)] = a
-    if loss_mask is not None:
-        m = np.asarray(_numpy(loss_mask))
-        if m.shape != (length,):
-            raise ValueError(f"loss_mask shape {m.shape} != ({length},)")
-        out = np.where(m != 0, out, 0.0)
-    return out + 0.0  # no -0.0
+    return _masked(out, loss_mask, length)
