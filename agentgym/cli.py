@@ -22,7 +22,6 @@ import inspect
 import json
 import os
 import sys
-import types
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib.metadata import EntryPoint, entry_points
@@ -151,23 +150,6 @@ def check_env_id(env_id: str) -> None:
     raise UserError(f"unknown env id {env_id!r} (agentgym list shows them all)")
 
 
-def _type_text(tp: Any) -> str:
-    """How an error names an annotation: ``an int``, ``a string or None``, ``one of 'tiny', 'small'``."""
-    origin = typing.get_origin(tp)
-    if origin is typing.Union or isinstance(tp, types.UnionType):
-        return " or ".join(dict.fromkeys(_type_text(a) for a in typing.get_args(tp)))
-    if origin is typing.Literal:
-        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
-    names = {type(None): "None", bool: "true or false", int: "an int", float: "a number", str: "a string"}
-    names.update(dict.fromkeys((list, tuple, Sequence), "a list") | dict.fromkeys((dict, Mapping), "a JSON object"))
-    kind = origin or tp
-    if kind in names:
-        return names[kind]
-    if isinstance(kind, type) and issubclass(kind, os.PathLike):
-        return "a path"
-    return f"a {getattr(kind, '__name__', kind)}"
-
-
 def _entry_point(env_id: str) -> Any:
     """What a registered env id builds: its class (or factory function), imported."""
     import gymnasium as gym
@@ -199,7 +181,7 @@ MAKE_ARGS = ("max_episode_steps", "autoreset", "apply_api_compatibility", "disab
 def check_env_kwargs(env_id: str, env_kwargs: Mapping[str, Any]) -> None:
     """Check ``--env-arg`` values against the env constructor's signature and annotations, before anything is built:
     an argument it does not take, or a value of the wrong type (``max_turns=six``), is a one-line ``UserError``."""
-    from agentgym.contract.trust import value_fits
+    from agentgym.contract.trust import type_text, value_fits
 
     try:
         params, hints, open_ended = _constructor(env_id)
@@ -214,7 +196,7 @@ def check_env_kwargs(env_id: str, env_kwargs: Mapping[str, Any]) -> None:
             raise UserError(f"{env_id} takes no argument {name!r}{did_you_mean(name, params)} (it takes: "
                             f"{', '.join(sorted(params))})")  # fmt: skip
         if name in hints and not value_fits(value, hints[name]):
-            raise UserError(f"{env_id}: {name} must be {_type_text(hints[name])}, got {value!r}")
+            raise UserError(f"{env_id}: {name} must be {type_text(hints[name])}, got {value!r}")
 
 
 def _make_env(env_id: str, env_kwargs: dict[str, Any]) -> Any:

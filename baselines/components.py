@@ -38,8 +38,8 @@ from typing import Any
 from agentgym.rewards.text_features import observation_text
 
 __all__ = ["FALLBACK_SCORERS", "FALLBACK_WRAPPERS", "SCORER_INPUTS", "TABLE_ITEMS", "InfoPotential", "WrapperSpec",
-           "build_scorer", "did_you_mean", "items_kind", "make_client", "resolve_class", "scorer_class", "table_items",
-           "wrapper_specs"]  # fmt: skip
+           "build_scorer", "check_values", "did_you_mean", "items_kind", "make_client", "resolve_class", "scorer_class",
+           "table_items", "wrapper_specs"]  # fmt: skip
 
 #: Scorer names that work before (or without) their catalogue cards.
 FALLBACK_SCORERS: Mapping[str, str] = {
@@ -126,6 +126,18 @@ def _hints(cls: Callable[..., Any]) -> dict[str, Any]:
         return {k: p.annotation for k, p in inspect.signature(cls).parameters.items()}
 
 
+def check_values(fn: Callable[..., Any], kwargs: Mapping[str, Any], what: str) -> None:
+    """``ValueError`` (one line) where a value of ``kwargs`` cannot stand for ``fn``'s parameter of that name, judged
+    by its annotation (``agentgym.contract.trust.value_fits``, as env arguments are)."""
+    from agentgym.contract.trust import type_text, value_fits
+
+    hints = _hints(fn)
+    for key, value in kwargs.items():
+        hint = hints.get(key, Any)
+        if not value_fits(value, hint):
+            raise ValueError(f"{what}: {key} must be {type_text(hint)}, got {value!r}")
+
+
 def _required(p: inspect.Parameter) -> bool:
     return p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
 
@@ -154,6 +166,7 @@ def check_scorer(name: str, kwargs: Mapping[str, Any]) -> Callable[..., Any]:
     missing = [k for k, p in params.items() if _required(p) and k not in SCORER_INPUTS and k not in kwargs]
     if missing:
         raise ValueError(f"scorer {name!r} needs scorer_kwargs {missing}")
+    check_values(cls, {k: v for k, v in kwargs.items() if k not in SCORER_INPUTS}, f"scorer {name!r}")
     return cls
 
 
@@ -271,11 +284,18 @@ def wrapper_specs(entries: Sequence[Mapping[str, Any]]) -> list[WrapperSpec]:
             raise ValueError(f"reward wrapper {name!r} keeps no table (its 'table' arguments have nowhere to go)")
         if not isinstance(table_kwargs, Mapping):
             raise ValueError(f"reward_wrappers[{i}]['table'] must be a dict of the table's arguments")
+        check_values(cls, kwargs, f"reward wrapper {name!r}")
         if table_cls is not None:
             tparams = inspect.signature(table_cls).parameters
             bad = sorted(set(table_kwargs) - set(tparams))
             if bad:
                 raise ValueError(f"{table_cls.__name__} (the table of {name!r}) takes no {bad}")
+            what = f"{table_cls.__name__} (the table of {name!r})"
+            check_values(table_cls, table_kwargs, what)
+            try:  # built once here, so arguments it refuses stop the run before it starts
+                table_cls(**dict(table_kwargs))
+            except Exception as exc:
+                raise ValueError(f"{what}: {dict(table_kwargs)} do not build it: {exc}") from None
             items = items_kind(cls, table_cls)
             if items not in TABLE_ITEMS:
                 raise ValueError(f"{table_cls.__name__}.items must be one of {TABLE_ITEMS}, got {items!r}")

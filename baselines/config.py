@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from agentgym.baselines.backends import BACKENDS
-from agentgym.baselines.components import FALLBACK_SCORERS, check_scorer, did_you_mean, wrapper_specs
+from agentgym.baselines.components import FALLBACK_SCORERS, check_scorer, check_values, did_you_mean, wrapper_specs
 from agentgym.baselines.rollout import RolloutConfig, derive_seed
 from agentgym.rewards.advantages import ESTIMATORS, OUTCOME_ESTIMATORS, TURN_SIGNALS, TurnSignal
 from agentgym.rewards.advantages.signals import SignalMode
@@ -262,6 +262,8 @@ class TrainConfig:
             unknown = sorted(set(self.estimator_kwargs) - set(params))
             if unknown:
                 raise ValueError(f"estimator {self.estimator_name!r} takes no {unknown}")
+            if fn is not None:
+                check_values(fn, self.estimator_kwargs, f"estimator {self.estimator_name!r}")
         self._check_credit_inputs()
         self._check_branches()
         self._check_methods()

@@ -388,6 +388,27 @@ def checked_kwargs(
     return {**out, **operator}
 
 
+def type_text(tp: Any) -> str:
+    """How an error names an annotation (what ``value_fits`` judges against).
+
+    >>> type_text(int), type_text(str | None), type_text(typing.Literal["tiny", "small"])
+    ('an int', 'a string or None', "one of 'tiny', 'small'")
+    """
+    origin = typing.get_origin(tp)
+    if origin is typing.Union or isinstance(tp, types.UnionType):
+        return " or ".join(dict.fromkeys(type_text(a) for a in typing.get_args(tp)))
+    if origin is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    names = {type(None): "None", bool: "true or false", int: "an int", float: "a number", str: "a string"}
+    names.update(dict.fromkeys((list, tuple, Sequence), "a list") | dict.fromkeys((dict, Mapping), "a JSON object"))
+    kind = origin or tp
+    if kind in names:
+        return names[kind]
+    if isinstance(kind, type) and issubclass(kind, os.PathLike):
+        return "a path"
+    return f"a {getattr(kind, '__name__', kind)}"
+
+
 def value_fits(value: Any, tp: Any) -> bool:
     """Whether a JSON value (what ``--env-arg`` gives) can stand for an argument annotated ``tp``. An annotation this
     cannot judge (``Any``, a type variable, a string it could not resolve) accepts anything.

@@ -104,6 +104,22 @@ def config_of(**kw: Any) -> TrainConfig:
     return TrainConfig.from_dict({**base, **kw})
 
 
+def test_method_arguments_of_the_wrong_type_are_refused_before_the_run():
+    """Estimator, scorer, wrapper and table arguments are judged against their annotations (as env arguments are),
+    and a table is built once at the start, so a bad value is a one-line error, not a traceback mid-run."""
+    cases = [
+        ({"estimator": "gigpo", "estimator_kwargs": {"omega": [[1]]}}, "estimator 'gigpo': omega must be a number"),
+        ({"scorer": "igpo", "scorer_kwargs": {"mode": "weird"}}, "mode must be one of 'prob_diff', 'log_prob_diff'"),
+        ({"reward_wrappers": [{"name": "rnd", "coef": "lots"}]}, "reward wrapper 'rnd': coef must be a number"),
+        ({"reward_wrappers": [{"name": "rnd", "table": {"dim": 10**20}}]}, r"RNDTable \(the table of 'rnd'\): .* do n"),
+    ]
+    for settings, message in cases:
+        with pytest.raises(ValueError, match=message):
+            config_of(**settings)
+    config_of(estimator="gigpo", estimator_kwargs={"omega": 1})  # an int is a number
+    config_of(reward_wrappers=[{"name": "rnd", "coef": 0.5, "table": {"dim": 64}}])
+
+
 def play(env: gymnasium.Env, group: int = 0, seed: int = 0) -> Rollout:
     """A rollout record of one episode played with fixed actions (no model): what the trainer records per step."""
     r = Rollout(prompt_ids=[1], group_id=group, seed=seed)
