@@ -1,0 +1,135 @@
+"""Sokoban-v0's step, pinned: a fixed mix of actions on several sizes, reward modes and limits gives exactly the
+observations, rewards, flags and ``info`` (values, types and key order) it gave before the step was optimised, and
+each step's grid is ``render`` of the env's state (the grid is updated in place, not redrawn)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from typing import Any
+
+from agentgym.envs.sokoban.env import SokobanEnv, render
+from agentgym.envs.sokoban.rooms import parse_level
+from agentgym.envs.sokoban.solver import ACTIONS, step_state
+
+#: sha256 of the trajectories' JSON lines (``_trajectories``), recorded with the step as it was before the fast path.
+PINNED = "44d9cca894d217b47a6aa10ba799a3768dea8758808d7dba57bc47ed0af121b2"
+
+LEVEL = """\
+#######
+#  .  #
+# $$  #
+#@ .  #
+#######
+"""
+
+#: (env arguments, episodes): sizes, both rewards, an invalid-action penalty, a short turn limit, a level file.
+CONFIGS: tuple[tuple[dict[str, Any], int], ...] = (
+    ({"size": "6x6-1", "num_levels": 8}, 8),
+    ({"size": "6x6-2", "num_levels": 6, "reward": "shaped", "invalid_action_penalty": 0.5, "max_turns": 30}, 6),
+    ({"size": "7x7-3", "num_levels": 4, "reward": "shaped", "level_seed": 3}, 4),
+    ({"size": "8x8-2", "num_levels": 5, "invalid_action_penalty": 1.0, "max_turns": 12}, 5),
+    ({"level_file": "LEVEL", "reward": "shaped", "max_turns": 40}, 3),
+)
+
+#: Actions other than the plain ``<answer>Word</answer>`` that parse (and move).
+VARIANTS = ("<answer> up </answer>", "<answer>LEFT.</answer>", "<ANSWER>Down</ANSWER>", "Right", " down! ", "up.",
+            "<think>push it</think><answer>Right</answer>", "<answer>Up</answer><answer>Down</answer>",
+            "<answer>Up</answer>!", b"<answer>Left</answer>", "<answer>Right</answer>" + " " * 30,
+            "<answer>Down</answer>" + "x" * 17_000)  # fmt: skip
+#: Invalid actions of every kind (the room does not change).
+INVALID: tuple[Any, ...] = (
+    "<answer>Up", "<answer>Jump</answer>", "", "   ", "x" * 50, "<answer></answer>", "\x00Up", "\ud800", "上",
+    {"role": "assistant", "content": "Up"}, 3, None, "<answer>\u200b</answer>", "Up Down", "</answer>",
+    "<answer>Upward</answer>", "x" * 16_370 + "<answer>Left</answer>",
+)  # fmt: skip
+
+
+def _jsonable(x: Any) -> Any:
+    """Types kept apart in the JSON (a float 1.0 is not an int 1)."""
+    if isinstance(x, dict):
+        return {"__dict__": [[k, _jsonable(v)] for k, v in x.items()]}
+    if isinstance(x, list | tuple):
+        return [type(x).__name__, [_jsonable(v) for v in x]]
+    if isinstance(x, float):
+        return ["float", repr(x)]
+    return x
+
+
+def _trajectories(lines: list[str], tmp_dir: str) -> None:
+    """Play every config's episodes: the gold plan (even episodes) or random moves, with the odd actions between."""
+    rng = random.Random(1234)
+    for kwargs, episodes in CONFIGS:
+        if kwargs.get("level_file") == "LEVEL":
+            path = f"{tmp_dir}/level.txt"
+            with open(path, "w", encoding="utf-8") as f:
+                f.write("; 0\n" + LEVEL + "\n; 1\n" + LEVEL.replace("@ .", " @.") + "\n")
+            kwargs = {**kwargs, "level_file": path}
+        env = SokobanEnv(**kwargs)
+        for e in range(episodes):
+            obs, info = env.reset(options={"task_index": e % env.num_tasks})
+            lines.append(json.dumps(["reset", _jsonable(obs), _jsonable(info), env.anchor()], ensure_ascii=False))
+            plan = list(info["gold"]["plan"]) if e % 2 == 0 else []
+            snap, done, turns = None, False, 0
+            while not done and turns < 150:
+                u = rng.random()
+                if plan:  # the plan with invalid actions between its moves: it solves the room
+                    action: Any = f"<answer>{plan.pop(0)}</answer>" if u < 0.8 else rng.choice(INVALID)
+                elif u < 0.15:
+                    action = rng.choice(VARIANTS)
+                elif u < 0.3:
+                    action = rng.choice(INVALID)
+                else:
+                    action = f"<answer>{rng.choice(ACTIONS)}</answer>"
+                obs, reward, terminated, truncated, info = env.step(action)
+                turns += 1
+                lines.append(json.dumps(["step", _jsonable(obs), _jsonable(reward), terminated, truncated,
+                                         _jsonable(info)], ensure_ascii=False))  # fmt: skip
+                ep = env._ep
+                assert ep is not None
+                grid = render(ep.room, ep.state)
+                text_action = isinstance(action, str | bytes | dict)  # else the base class refuses it, without a grid
+                assert obs[0]["content"].endswith(grid) == text_action and env.anchor() == info["anchor"]
+                done = terminated or truncated
+                if not done and turns == 3 and e % 2 == 1:
+                    snap = env.snapshot()
+                if not done and turns == 9 and snap is not None:  # rewind to turn 3 and go on from there
+                    env.restore(snap)
+                    lines.append(json.dumps(["restore", env.anchor(), env.turn], ensure_ascii=False))
+            lines.append(json.dumps(["transcript", _jsonable(env.transcript)], ensure_ascii=False))
+
+
+def test_step_trajectories_are_pinned(tmp_path):
+    lines: list[str] = []
+    _trajectories(lines, str(tmp_path))
+    digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()
+    (tmp_path / "trajectories.jsonl").write_text("\n".join(lines), encoding="utf-8")
+    assert len(lines) > 500
+    assert digest == PINNED, f"trajectories changed: {tmp_path / 'trajectories.jsonl'}"
+
+
+def test_move_into_wall_and_push_on_target_by_hand(tmp_path):
+    """A hand-played room: the grid, the note and the signals after a blocked move, a walk and the solving push."""
+    room = parse_level(["#####", "#@$.#", "#####"])
+    assert step_state(room, room.start, 0) is None  # Up: a wall
+    path = tmp_path / "one.txt"
+    path.write_text("; 0\n#####\n#@$.#\n#####\n", encoding="utf-8")
+    env = SokobanEnv(level_file=str(path), reward="shaped")
+    obs, info = env.reset(options={"task_index": 0})
+    assert obs[0]["content"].endswith("#####\n#PXO#\n#####")
+    assert (info["distance_to_go"], info["optimal_moves"], info["progress"]) == (1, 1, 0.0)
+    obs, reward, terminated, truncated, info = env.step("<answer>Up</answer>")
+    assert obs == [{"role": "user", "content": "You cannot move there.\n\n#####\n#PXO#\n#####"}]
+    assert (reward, terminated, truncated, info["anchor"], info["distance_to_go"]) == (
+        -0.1,
+        False,
+        False,
+        "file/0:6:7",
+        1,
+    )
+    obs, reward, terminated, truncated, info = env.step("<answer>Right</answer>")
+    assert obs == [{"role": "user", "content": "Solved!\n\n#####\n#_P√#\n#####"}]
+    assert reward == -0.1 + 1.0 + 10.0 and terminated and not truncated and info["success"]
+    assert info["boxes_on_target"] == 1
+    assert (info["distance_to_go"], info["progress"], info["anchor"]) == (0, 1.0, "file/0:7:8")
