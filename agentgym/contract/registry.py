@@ -41,6 +41,7 @@ BUILTIN_ENVS: tuple[BuiltinEnv, ...] = (
     BuiltinEnv("agentgym/CodeExec-v0", "agentgym.envs.code_exec.env:CodeExecEnv"),
     BuiltinEnv("agentgym/SQL-v0", "agentgym.envs.sql.env:SQLEnv"),
     BuiltinEnv("agentgym/Sokoban-v0", "agentgym.envs.sokoban.env:SokobanEnv"),
+    BuiltinEnv("agentgym/Shop-v0", "agentgym.envs.shop.env:ShopEnv"),
     BuiltinEnv("agentgym/Clarify-v0", "agentgym.envs.user_sim.clarify:ClarifyEnv"),
     BuiltinEnv("agentgym/Preference-v0", "agentgym.envs.user_sim.preference:PreferenceEnv"),
     BuiltinEnv("agentgym/TwentyQuestions-v0", "agentgym.envs.user_sim.twenty_questions:TwentyQuestionsEnv"),

@@ -23,7 +23,7 @@ results, 1-50, or None) and ``page``; ``anchor`` is the task and the page, canon
 >>> import gymnasium as gym, agentgym
 >>> env = gym.make("agentgym/Shop-v0", catalogue="tiny", show_actions=False)
 >>> obs, info = env.reset(options={"task_index": 0})
->>> obs[-1]["content"].split("\n\n")[-1].split(" [SEP] ")[:2]
+>>> obs[-1]["content"].rsplit(chr(10), 1)[-1].split(" [SEP] ")[:2]
 ['WebShop', 'Instruction:']
 >>> obs, r, term, trunc, info = env.step(f"search[{info['gold']['search']}]")
 >>> info["page"], info["target_rank"]

@@ -9,7 +9,7 @@ the product it was written from, its text, the attributes and option values it a
 >>> p = Product("B0TEST0001", "Acme Cotton T-Shirt", "fashion", "men's shirts", "Clothing › Men › Shirts", 12.5,
 ...             "$12.5", ("machine wash",), (("size", ("small", "large")),), "A shirt.", ("Soft cotton.",), ())
 >>> p.search_text()
-"acme cotton t-shirt a shirt. soft cotton. size: small, large"
+'acme cotton t-shirt a shirt. soft cotton. size: small, large'
 """
 
 from __future__ import annotations
