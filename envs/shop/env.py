@@ -26,8 +26,8 @@ results, 1-50, or None) and ``page``; ``anchor`` is the task and the page, canon
 >>> obs[-1]["content"].rsplit(chr(10), 1)[-1].split(" [SEP] ")[:2]
 ['WebShop', 'Instruction:']
 >>> obs, r, term, trunc, info = env.step(f"search[{info['gold']['search']}]")
->>> info["page"], info["target_rank"]
-('results', 1)
+>>> info["page"], 1 <= info["target_rank"] <= 10  # the goal's product is on the first results page
+('results', True)
 """
 
 from __future__ import annotations
