@@ -17,7 +17,8 @@ Rewards: ``outcome`` is WebShop's score of the purchase (0 to 1) on the step tha
 ``info["reward_parts"]``; ``success`` is a score of 1.0. Verified turn signals, in every step's ``info``:
 ``purchase_value`` (the score buying now would get: the viewed product with the options selected so far; None off
 an item page), ``attributes_matched`` / ``options_matched`` / ``type_match`` / ``price_ok`` (its parts for the
-viewed product; None off a product's pages), ``target_rank`` (the goal product's rank in the current search's
+viewed product; None off a product's pages), ``best_purchase_value`` (the highest ``purchase_value`` of the episode
+so far, 0.0 at the start: never None, never lower), ``target_rank`` (the goal product's rank in the current search's
 results, 1-50, or None) and ``page``; ``anchor`` is the task and the page, canonically.
 
 >>> import gymnasium as gym, agentgym
@@ -100,6 +101,7 @@ class Episode:
     goal: Goal
     page: Page
     score: PurchaseScore | None = None
+    best: float = 0.0  # the highest purchase_value of the episode so far
 
 
 def parse_action(text: str) -> tuple[str, str] | str:
@@ -222,6 +224,9 @@ class ShopEnv(AgentEnv):
                 out["purchase_value"] = s.total
         if ep.score is not None:
             out["purchase_value"] = ep.score.total
+        if out["purchase_value"] is not None and out["purchase_value"] > ep.best:
+            self._ep = ep = Episode(ep.goal, ep.page, ep.score, out["purchase_value"])
+        out["best_purchase_value"] = ep.best
         return out
 
     def _invalid(self, why: str) -> StepResult:
@@ -245,7 +250,7 @@ class ShopEnv(AgentEnv):
                 return self._invalid("search[...] needs keywords.")
             if len(keywords) > MAX_QUERY_CHARS:
                 return self._invalid(f"search[...] takes at most {MAX_QUERY_CHARS} characters.")
-            self._ep = Episode(ep.goal, Page("results", keywords, 1, results=self.store.search(keywords)))
+            self._ep = Episode(ep.goal, Page("results", keywords, 1, results=self.store.search(keywords)), best=ep.best)
             return self._moved()
         arg = arg.lower()
         options = clickables(page, data.by_asin, self.show_attrs)
@@ -257,7 +262,7 @@ class ShopEnv(AgentEnv):
         if what == "buy":
             product = data.by_asin[page.asin]
             score = purchase_score(product, ep.goal, product.price, page.selected())
-            self._ep = Episode(ep.goal, Page("done", asin=page.asin, options=page.options), score)
+            self._ep = Episode(ep.goal, Page("done", asin=page.asin, options=page.options), score, ep.best)
             return StepResult([{"role": "user", "content": self._observe()}], {"outcome": score.total},
                               terminated=True, success=score.total == 1.0,
                               info={**self._signals(), "reward_parts": score.to_json()})  # fmt: skip
@@ -277,7 +282,7 @@ class ShopEnv(AgentEnv):
             new = page.select(value, arg)
         else:  # a sub-page
             new = Page("sub", page.keywords, page.page, page.asin, page.options, value, page.results)
-        self._ep = Episode(ep.goal, new)
+        self._ep = Episode(ep.goal, new, best=ep.best)
         return self._moved()
 
     def _moved(self) -> StepResult:

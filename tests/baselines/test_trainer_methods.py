@@ -508,13 +508,16 @@ def test_mt_grpo_starts_on_the_tool_envs_with_their_action_valid_signal(tmp_path
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("env_id", ["agentgym/Sokoban-v0", "agentgym/SQL-v0"])
+@pytest.mark.parametrize(
+    "env_id, env_kwargs",
+    [("agentgym/Sokoban-v0", "{}"), ("agentgym/SQL-v0", "{}"), ("agentgym/Shop-v0", '{"catalogue": "tiny"}')],
+)
 @pytest.mark.parametrize("estimator", ["mt_grpo", "gigpo"])
-def test_turn_credit_trains_on_the_seed_papers_benchmarks(tmp_path, env_id, estimator):
-    """mt_grpo (each env's TURN_SIGNALS entry) and gigpo (its anchors) train on Sokoban-v0 and SQL-v0: a short SFT
-    warm start on the env's oracle, two iterations, no collapse."""
+def test_turn_credit_trains_on_the_seed_papers_benchmarks(tmp_path, env_id, env_kwargs, estimator):
+    """mt_grpo (each env's TURN_SIGNALS entry) and gigpo (its anchors) train on Sokoban-v0, SQL-v0 and Shop-v0: a
+    short SFT warm start on the env's oracle, two iterations, no collapse."""
     out = tmp_path / "run"
-    sets = [f"env_id={env_id}", "env_kwargs={}", f"estimator={estimator}", "iterations=2", "sft_steps=40",
+    sets = [f"env_id={env_id}", f"env_kwargs={env_kwargs}", f"estimator={estimator}", "iterations=2", "sft_steps=40",
             "sft_lr=0.003", "progress=false", "plot=false"]  # fmt: skip
     argv = ["--preset", "tiny", "--out-dir", str(out), *(a for x in sets for a in ("--set", x))]
     assert main(argv) == 0

@@ -106,6 +106,9 @@ TURN_SIGNALS: Mapping[str, TurnSignal] = MappingProxyType(
         "agentgym/SQL-v0": TurnSignal("exploration_reward", "delta"),
         # boxes on targets after the step (the solver's exact `distance_to_go` / `progress` are in info too)
         "agentgym/Sokoban-v0": TurnSignal("boxes_on_target"),
+        # the best score a purchase could have got so far (WebShop's reward of a viewed product with the options
+        # then selected; 0.0 at the start): its increase is what the step found or selected
+        "agentgym/Shop-v0": TurnSignal("best_purchase_value", "delta"),
     }
 )
 
