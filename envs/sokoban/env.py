@@ -55,6 +55,9 @@ from agentgym.envs.sokoban.solver import ACTIONS, State, Table, plan, solve_tabl
 #: Level sets built in this process, shared by its envs: ``(height, width, boxes, count, seed)`` or a level file's
 #: path -> ``LevelSet``. Rooms and tables are never mutated once built.
 LEVEL_CACHE: dict[Any, LevelSet] = {}
+#: An env keeps the states it has shown (``RoomGraph``: about 600 bytes each) until they number this many at a reset;
+#: then it starts again from none.
+MAX_NODES = 10_000
 #: RAGEN's grid symbols.
 SYMBOLS = {"wall": "#", "floor": "_", "target": "O", "box": "X", "box_target": "√", "player": "P", "player_target": "S"}
 REWARDS = ("outcome", "shaped")
@@ -70,8 +73,8 @@ INTRO = (
 )
 
 
-def render(room: Room, state: State) -> str:
-    """The state as RAGEN's text grid."""
+def grid_rows(room: Room, state: State) -> list[str]:
+    """The rows of RAGEN's text grid of the state."""
     player, boxes = state
     rows = []
     for r in range(room.height):
@@ -88,16 +91,99 @@ def render(room: Room, state: State) -> str:
             else:
                 row.append("O" if on else "_")
         rows.append("".join(row))
-    return "\n".join(rows)
+    return rows
+
+
+def render(room: Room, state: State) -> str:
+    """The state as RAGEN's text grid."""
+    return "\n".join(grid_rows(room, state))
+
+
+#: The well-formed answers (each action word in three cases, in tags or bare) and their action indices: what
+#: ``SokobanEnv._parse`` makes of them, looked up without parsing (a test compares the two on every key).
+FAST_ACTIONS: dict[str, int] = {
+    form: a
+    for a, word in enumerate(ACTIONS)
+    for case in (word, word.lower(), word.upper())
+    for form in (f"<answer>{case}</answer>", case)
+}
 
 
 @dataclass(frozen=True)
 class Episode:
-    """The env's episode state (immutable: snapshots share it)."""
+    """The env's episode state as an immutable value (what snapshots hold)."""
 
     room: Room
     table: Table
     state: State
+
+
+def _symbol(room: Room, state: State, cell: int) -> str:
+    """The grid symbol of one floor cell in ``state``."""
+    on = cell in room.targets
+    if cell == state[0]:
+        return "S" if on else "P"
+    if cell in state[1]:
+        return "√" if on else "X"
+    return "O" if on else "_"
+
+
+@dataclass(slots=True, eq=False)
+class Node:
+    """One state of a room with what a step shows of it, and the state each move leads to once a step has taken it
+    (``next[a]``; the node itself for a blocked move). Never changed once made but for ``next`` and ``stuck``."""
+
+    state: State
+    grid: str  # RAGEN's text grid
+    text: str  # the observation of a move that arrives here
+    dist: int | None  # the exact moves-to-go; None: unsolvable
+    progress: float | None  # 1 - dist / optimum
+    on: int  # boxes on targets
+    solved: bool
+    anchor: str  # SokobanEnv.anchor() in this state
+    next: list[Node | None]
+    stuck: str = ""  # the observation of a blocked move from here, made on first use
+
+
+@dataclass(slots=True)
+class RoomGraph:
+    """The states of one room that an env has shown (each made once, its grid edited from a neighbour's) and the moves
+    between them: a move the env has seen before is a list lookup."""
+
+    room: Room
+    table: Table
+    task_id: str
+    nodes: dict[State, Node]
+
+    def node(self, state: State, near: Node | None = None) -> Node:
+        """The node of ``state``, made on first use (its grid edited from ``near``'s, a state one move away)."""
+        found = self.nodes.get(state)
+        if found is None:
+            room, table = self.room, self.table
+            if near is None:
+                grid = render(room, state)
+            else:  # repaint the cells where the player or a box came or went
+                rows, width = near.grid.split("\n"), room.width
+                for cell in {near.state[0], state[0], *set(near.state[1]).symmetric_difference(state[1])}:
+                    r, c = divmod(cell, width)
+                    rows[r] = rows[r][:c] + _symbol(room, state, cell) + rows[r][c + 1 :]
+                grid = "\n".join(rows)
+            d, optimum = table.dist.get(state), table.optimum
+            on = sum(b in room.targets for b in state[1])
+            solved = room.targets.issuperset(state[1])
+            found = self.nodes[state] = Node(state, grid, "Solved!\n\n" + grid if solved else grid, d,
+                                             None if d is None else 1.0 - d / (optimum or 1), on, solved,
+                                             f"{self.task_id}:{state[0]}:{','.join(map(str, state[1]))}",
+                                             [None, None, None, None])  # fmt: skip
+        return found
+
+    def move(self, node: Node, a: int) -> Node:
+        """The node that action ``a`` leads to from ``node`` (``step_state``; ``node`` itself when blocked)."""
+        nxt = node.next[a]
+        if nxt is None:
+            after = step_state(self.room, node.state, a)
+            nxt = node.next[a] = node if after is None else self.node(after, node)
+        return nxt
 
 
 class SokobanEnv(AgentEnv):
@@ -143,6 +229,7 @@ class SokobanEnv(AgentEnv):
         if num_levels < 1:
             raise ValueError(f"num_levels must be >= 1, got {num_levels}")
         self.size, self.reward, self.max_states = size, reward, max_states
+        self._shaped = reward == "shaped"
         if level_file is not None:
             key = ("file", str(level_file))
             if key not in LEVEL_CACHE:
@@ -156,7 +243,14 @@ class SokobanEnv(AgentEnv):
                                           cache_dir=cache_dir)  # fmt: skip
             self._prefix = f"{size}/s{level_seed}"
         self.num_tasks = len(self.levels.rooms)
-        self._ep: Episode | None = None
+        # the rooms played so far (task index -> graph), dropped at a reset once they hold MAX_NODES states
+        self._graphs: dict[int, RoomGraph] = {}
+        self._graph: RoomGraph | None = None
+        self._node: Node | None = None
+        # well-formed answers the fast path of ``step`` takes (a subclass that overrides what it inlines has none)
+        inlined = ("anchor", "_truncated_info", "_step", "_move", "_info")
+        plain = all(getattr(type(self), name) is getattr(SokobanEnv, name) for name in inlined)
+        self._fast = {k: v for k, v in FAST_ACTIONS.items() if len(k) <= self.max_action_chars} if plain else {}
 
     def task_index_of(self, task_id: str) -> int:
         prefix, _, local = task_id.rpartition("/")
@@ -174,23 +268,29 @@ class SokobanEnv(AgentEnv):
             self.levels.tables[index] = table
         return table
 
+    def _room_graph(self, index: int, room: Room, table: Table) -> RoomGraph:
+        graph = self._graphs.get(index)
+        if graph is None or graph.room != room:
+            graph = self._graphs[index] = RoomGraph(room, table, f"{self._prefix}/{index}", {})
+        return graph
+
     def _reset(self, task_index: int, options: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         room, table = self.levels.rooms[task_index], self._table(task_index)
-        self._ep = Episode(room, table, room.start)
-        grid = render(room, room.start)
+        if sum(len(g.nodes) for g in self._graphs.values()) >= MAX_NODES:
+            self._graphs.clear()
+        graph = self._graph = self._room_graph(task_index, room, table)
+        node = self._node = graph.node(room.start)
         gold = {"plan": [ACTIONS[a] for a in plan(room, table) or []], "optimal_moves": table.optimum,
-                "room": grid, "category": self.size if self._prefix != "file" else "file"}  # fmt: skip
-        obs = [{"role": "user", "content": f"{INTRO}\n\n{grid}"}]
-        return obs, {"task_id": f"{self._prefix}/{task_index}", "gold": gold, **self._info(room.start, False)}
+                "room": node.grid, "category": self.size if self._prefix != "file" else "file"}  # fmt: skip
+        obs = [{"role": "user", "content": f"{INTRO}\n\n{node.grid}"}]
+        return obs, {"task_id": graph.task_id, "gold": gold, **self._info(node, False)}
 
-    def _info(self, state: State, deadlock: bool) -> dict[str, Any]:
-        assert self._ep is not None
-        room, table = self._ep.room, self._ep.table
-        d = table.dist.get(state)
-        optimum = table.optimum or 1
-        return {"boxes_on_target": sum(b in room.targets for b in state[1]), "num_boxes": len(room.boxes),
-                "distance_to_go": d, "progress": None if d is None else 1.0 - d / optimum,
-                "deadlock": deadlock, "optimal_moves": table.optimum}  # fmt: skip
+    def _info(self, node: Node, deadlock: bool) -> dict[str, Any]:
+        """The env's own info keys in ``node``'s state."""
+        assert self._graph is not None
+        return {"boxes_on_target": node.on, "num_boxes": len(node.state[1]), "distance_to_go": node.dist,
+                "progress": node.progress, "deadlock": deadlock,
+                "optimal_moves": self._graph.table.optimum}  # fmt: skip
 
     def _parse(self, action: str) -> int | str:
         """The action index, or why the action is invalid."""
@@ -209,42 +309,98 @@ class SokobanEnv(AgentEnv):
             )
         return ACTIONS.index(word)
 
-    def _step(self, action: str) -> StepResult:
-        assert self._ep is not None
-        ep = self._ep
-        parsed = self._parse(action)
-        if isinstance(parsed, str):
-            msg = f"Invalid action: {parsed}\n\n{render(ep.room, ep.state)}"
-            return StepResult([{"role": "user", "content": msg}], action_valid=False, parse_error=parsed,
-                              info=self._info(ep.state, False))  # fmt: skip
-        before = ep.state
-        after = step_state(ep.room, before, parsed) or before
-        self._ep = Episode(ep.room, ep.table, after)
-        targets = ep.room.targets
-        solved = targets.issuperset(after[1])
-        deadlock = before in ep.table.dist and after not in ep.table.dist
-        components: dict[str, float] = {}
-        if self.reward == "shaped":
-            on_before, on_after = sum(b in targets for b in before[1]), sum(b in targets for b in after[1])
-            components = {"step": -0.1, "box": float(on_after - on_before), "outcome": 10.0 if solved else 0.0}
+    def _move(self, a: int) -> tuple[str, dict[str, float], float, bool, dict[str, Any]]:
+        """Play action ``a``: the observation's text, the reward components and their sum, whether the room is
+        solved, and the env's info keys."""
+        graph, node = self._graph, self._node
+        assert graph is not None and node is not None
+        nxt = self._node = graph.move(node, a)
+        text = nxt.text if nxt is not node else node.stuck or self._stuck(node)
+        solved = nxt.solved
+        if self._shaped:
+            box, outcome = float(nxt.on - node.on), 10.0 if solved else 0.0
+            # the sum as AgentEnv.step adds the components up: 0 + step + box + outcome, in that order
+            components, reward = {"step": -0.1, "box": box, "outcome": outcome}, -0.1 + box + outcome
         else:
-            components = {"outcome": 1.0 if solved else 0.0}
-        note = "Solved!" if solved else "You cannot move there." if after == before else ""
-        text = f"{note}\n\n{render(ep.room, after)}" if note else render(ep.room, after)
+            reward = 1.0 if solved else 0.0
+            components = {"outcome": reward}
+        # deadlock: this move left the states with a distance (a blocked move leaves the room as it was)
+        return text, components, reward, solved, self._info(nxt, node.dist is not None and nxt.dist is None)
+
+    @staticmethod
+    def _stuck(node: Node) -> str:
+        node.stuck = ("Solved!\n\n" if node.solved else "You cannot move there.\n\n") + node.grid
+        return node.stuck
+
+    def _step(self, action: str) -> StepResult:
+        node = self._node
+        assert node is not None
+        a = None if self._action_cut else FAST_ACTIONS.get(action)
+        if a is None:
+            parsed = self._parse(action)
+            if isinstance(parsed, str):
+                msg = f"Invalid action: {parsed}\n\n{node.grid}"
+                return StepResult([{"role": "user", "content": msg}], action_valid=False, parse_error=parsed,
+                                  info=self._info(node, False))  # fmt: skip
+            a = parsed
+        text, components, _, solved, info = self._move(a)
         return StepResult([{"role": "user", "content": text}], components, terminated=solved, success=solved,
-                          info=self._info(after, deadlock))  # fmt: skip
+                          info=info)  # fmt: skip
+
+    def step(self, action: str) -> tuple[list, float, bool, bool, dict]:
+        """``AgentEnv.step``, with a fast path for a well-formed answer (a key of ``FAST_ACTIONS``) that does what
+        ``AgentEnv.step`` and ``_move`` do for it without parsing, without a ``StepResult`` and without a call per
+        part: the same result (a test compares the two on every kind of turn)."""
+        a = self._fast.get(action) if type(action) is str else None
+        if a is None or self._done:
+            return super().step(action)
+        node, graph = self._node, self._graph
+        assert node is not None and graph is not None
+        nxt = node.next[a] or graph.move(node, a)
+        self._node = nxt
+        self._turn = turn = self._turn + 1
+        self._action_cut = False
+        solved = nxt.solved
+        text = nxt.text if nxt is not node else node.stuck or self._stuck(node)
+        if self._shaped:
+            box, outcome = float(nxt.on - node.on), 10.0 if solved else 0.0
+            components, reward = {"step": -0.1, "box": box, "outcome": outcome}, -0.1 + box + outcome
+        else:
+            reward = 1.0 if solved else 0.0
+            components = {"outcome": reward}
+        limit = not solved and turn >= self.max_turns
+        done = self._done = solved or limit
+        self._transcript.append({"role": "assistant", "content": action})
+        self._transcript.append({"role": "user", "content": text})
+        info = {"turn": turn, "task_id": self._task_id, "action_valid": True, "parse_error": None,
+                "reward_components": components, "action_truncated": False, "anchor": nxt.anchor,
+                "boxes_on_target": nxt.on, "num_boxes": len(nxt.state[1]), "distance_to_go": nxt.dist,
+                "progress": nxt.progress, "deadlock": node.dist is not None and nxt.dist is None,
+                "optimal_moves": graph.table.optimum}  # fmt: skip
+        if done:
+            info["success"] = solved
+        return [{"role": "user", "content": text}], reward, solved, limit, info
 
     def _truncated_info(self) -> dict[str, Any]:
         return {}
 
     def anchor(self) -> str:
         """The task and the canonical state (player cell, sorted box cells): equal exactly when the rooms are."""
-        assert self._ep is not None
-        player, boxes = self._ep.state
-        return f"{self._task_id}:{player}:{','.join(map(str, boxes))}"
+        assert self._node is not None
+        return self._node.anchor
+
+    @property
+    def _ep(self) -> Episode | None:
+        """The episode state as an immutable value."""
+        graph, node = self._graph, self._node
+        return None if graph is None or node is None else Episode(graph.room, graph.table, node.state)
 
     def _snapshot_state(self) -> Episode | None:
-        return self._ep  # immutable
+        return self._ep
 
     def _restore_state(self, state: Episode | None) -> None:
-        self._ep = state
+        if state is None or self._task_index is None:
+            self._graph = self._node = None
+            return
+        self._graph = self._room_graph(self._task_index, state.room, state.table)
+        self._node = self._graph.node(state.state)

@@ -1,15 +1,21 @@
 """Sokoban-v0's step, pinned: a fixed mix of actions on several sizes, reward modes and limits gives exactly the
 observations, rewards, flags and ``info`` (values, types and key order) it gave before the step was optimised, and
-each step's grid is ``render`` of the env's state (the grid is updated in place, not redrawn)."""
+each step's grid is ``render`` of the env's state. The fast path of ``step`` returns what ``AgentEnv.step`` returns,
+and the env's graph of the states it has shown holds the solver's moves and the rendered grids."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import pickle
 import random
 from typing import Any
 
-from agentgym.envs.sokoban.env import SokobanEnv, render
+import pytest
+
+import agentgym.envs.sokoban.env as env_module
+from agentgym.contract.env import AgentEnv
+from agentgym.envs.sokoban.env import FAST_ACTIONS, SokobanEnv, render
 from agentgym.envs.sokoban.rooms import parse_level
 from agentgym.envs.sokoban.solver import ACTIONS, step_state
 
@@ -133,3 +139,89 @@ def test_move_into_wall_and_push_on_target_by_hand(tmp_path):
     assert reward == -0.1 + 1.0 + 10.0 and terminated and not truncated and info["success"]
     assert info["boxes_on_target"] == 1
     assert (info["distance_to_go"], info["progress"], info["anchor"]) == (0, 1.0, "file/0:7:8")
+
+
+def _play(env: SokobanEnv, step: Any, seed: int, episodes: int) -> list[Any]:
+    """Seeded random play through ``step(env, action)``: every output, with ``info``'s key order and the types."""
+    rng, out = random.Random(seed), []
+    for e in range(episodes):
+        out.append(_jsonable(env.reset(options={"task_index": e % env.num_tasks})))
+        for _ in range(60):
+            u = rng.random()
+            action = rng.choice(VARIANTS + INVALID) if u < 0.2 else f"<answer>{rng.choice(ACTIONS)}</answer>"
+            obs, reward, terminated, truncated, info = step(env, action)
+            out.append([_jsonable(obs), _jsonable(reward), terminated, truncated, _jsonable(info), env.anchor()])
+            if terminated or truncated:
+                break
+        out.append(_jsonable(env.transcript))
+    return out
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"size": "6x6-1", "num_levels": 6},
+     {"size": "7x7-2", "num_levels": 4, "reward": "shaped", "invalid_action_penalty": 0.25, "max_turns": 20}],
+)  # fmt: skip
+def test_fast_path_returns_what_the_base_class_step_returns(kwargs):
+    fast, general = SokobanEnv(**kwargs), SokobanEnv(**kwargs)
+    assert fast._fast == FAST_ACTIONS  # the fast path is on
+    got = _play(fast, SokobanEnv.step, 5, 12)
+    want = _play(general, AgentEnv.step, 5, 12)  # parses every action and assembles info in AgentEnv.step
+    assert got == want
+
+
+def test_fast_actions_are_what_the_parser_reads():
+    env = SokobanEnv()
+    env.reset(options={"task_index": 0})
+    assert len(FAST_ACTIONS) == 24 and FAST_ACTIONS["<answer>Left</answer>"] == 2 and FAST_ACTIONS["DOWN"] == 1
+    for form, a in FAST_ACTIONS.items():
+        assert env._parse(form) == a, form
+
+
+def test_subclass_that_overrides_the_anchor_gets_no_fast_path():
+    class Mine(SokobanEnv):
+        def anchor(self) -> str:
+            return "mine"
+
+    env = Mine()
+    assert env._fast == {}
+    env.reset(options={"task_index": 0})
+    assert env.step("<answer>Up</answer>")[4]["anchor"] == "mine"
+
+
+def test_graph_nodes_are_the_solver_moves_and_the_rendered_grids():
+    env = SokobanEnv(size="7x7-3", num_levels=3)
+    _play(env, SokobanEnv.step, 9, 9)
+    checked = 0
+    for graph in env._graphs.values():
+        for state, node in graph.nodes.items():
+            assert node.state == state and node.grid == render(graph.room, state)
+            assert node.dist == graph.table.dist.get(state) and node.solved == graph.room.targets.issuperset(state[1])
+            for a, nxt in enumerate(node.next):
+                if nxt is not None:
+                    after = step_state(graph.room, state, a)
+                    assert (nxt is node) if after is None else (nxt.state == after)
+                    checked += 1
+    assert checked > 100
+
+
+def test_dropping_the_graphs_changes_nothing(monkeypatch):
+    kwargs = {"size": "6x6-2", "num_levels": 5, "reward": "shaped"}
+    want = _play(SokobanEnv(**kwargs), SokobanEnv.step, 3, 10)
+    monkeypatch.setattr(env_module, "MAX_NODES", 8)
+    env = SokobanEnv(**kwargs)
+    assert _play(env, SokobanEnv.step, 3, 10) == want
+    assert sum(len(g.nodes) for g in env._graphs.values()) <= 8 + 60  # dropped at the last reset, then one episode
+
+
+def test_pickled_env_goes_on_as_the_original():
+    env = SokobanEnv(size="6x6-2", num_levels=4)
+    env.reset(options={"task_index": 1})
+    for move in ("Up", "Left", "Down"):
+        env.step(f"<answer>{move}</answer>")
+    twin = pickle.loads(pickle.dumps(env))
+    assert sum(len(g.nodes) for g in twin._graphs.values()) == 1  # a graph of its own, from the restored state
+    for move in ("Right", "Right", "Down", "Left", "Up", "Up"):
+        a, b = env.step(f"<answer>{move}</answer>"), twin.step(f"<answer>{move}</answer>")
+        assert _jsonable(a) == _jsonable(b)
+    assert env.transcript == twin.transcript
