@@ -182,6 +182,7 @@ ENV_KWARGS = {
     "agentgym/CodeExec-v0": {},
     "agentgym/Sokoban-v0": {},  # boxes_on_target: 1 once the oracle pushes the box home
     "agentgym/SQL-v0": {},  # exploration_reward: the share of the gold's schema the oracle has read, rising
+    "agentgym/Shop-v0": {"catalogue": "tiny"},  # best_purchase_value: up as the oracle opens and configures
 }
 
 
