@@ -185,7 +185,7 @@ class ShopEnv(AgentEnv):
             for name, values in target.options:
                 if want := next((v for v in goal.options if v in values), None):
                     choose[name] = want
-        gold = {"goal": goal.to_json(), "asin": goal.asin, "select": choose,
+        gold = {"goal": goal.to_json(), "asin": goal.asin, "select": choose, "category": goal.category,
                 "search": target.title.lower() if target else goal.instruction}  # fmt: skip
         text = self._observe()
         obs = [{"role": "user", "content": f"{INTRO}\n\n{text}"}]
