@@ -54,6 +54,7 @@ BUILTIN_ENVS: tuple[BuiltinEnv, ...] = (
     # `unavailable_reason` says what to install or download) and reset() raises EnvUnavailableError.
     BuiltinEnv("agentgym/TextWorld-v0", "agentgym.envs.household.textworld_adapter:TextWorldEnv"),
     BuiltinEnv("agentgym/ALFWorld-v0", "agentgym.envs.household.alfworld_adapter:ALFWorldEnv"),
+    BuiltinEnv("agentgym/WebShop-v0", "agentgym.envs.shop.webshop:WebShopEnv"),
     BuiltinEnv("agentgym/BFCL-v0", "agentgym.envs.bfcl.env:BFCLEnv"),
 )
 
