@@ -225,9 +225,11 @@ def _read_products(path: str, num_products: int | None) -> list[dict[str, Any]]:
 
 def _read_mapping(path: str, kind: type, what: str) -> dict[str, Any]:
     raw = _read_json(path)
-    if not isinstance(raw, dict) or not all(isinstance(v, kind) for v in raw.values()):
-        raise ValueError(f"{path} must hold a JSON object of ASIN -> {what}, got {type(raw).__name__}"
-                         + ("" if not isinstance(raw, dict) else " with other values"))  # fmt: skip
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path} must hold a JSON object of ASIN -> {what}, got {type(raw).__name__}")
+    bad = next((asin for asin, v in raw.items() if not isinstance(v, kind)), None)
+    if bad is not None:
+        raise ValueError(f"{path} must hold a JSON object of ASIN -> {what}; {bad} has {raw[bad]!r:.80}")
     return raw
 
 

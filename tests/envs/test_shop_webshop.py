@@ -230,7 +230,8 @@ def test_a_malformed_product_is_a_value_error_naming_the_file_and_the_product(tm
         ("items_shuffle.json", {"asin": "B000SHIRT1"}, "must hold a JSON list of product objects"),
         ("items_shuffle.json", "[{", "is not valid JSON"),
         ("items_ins_v2.json", [], r"must hold a JSON object of ASIN -> an object"),
-        ("items_human_ins.json", {"B000SHIRT1": {"instruction": "x"}}, "must hold a JSON object of ASIN -> a list"),
+        ("items_human_ins.json", {"B000SHIRT1": {"instruction": "x"}},
+         r"must hold a JSON object of ASIN -> a list of instruction objects; B000SHIRT1 has \{'instruction'"),
         ("items_human_ins.json", {"B000SHIRT1": [{"instruction": "x"}]}, r"B000SHIRT1\[0\]: 'instruction_attributes'"),
         ("items_human_ins.json", {"B000SHIRT1": [{"instruction": "x", "instruction_attributes": ["a"]}]},
          r"B000SHIRT1\[0\]: 'instruction_options' must be a list"),
@@ -242,6 +243,17 @@ def test_a_file_of_the_wrong_shape_is_a_value_error_naming_it(tmp_path, name, co
     with pytest.raises(ValueError, match=message) as err:
         load_webshop(str(tmp_path))
     assert str(err.value).startswith(str(tmp_path / name))
+
+
+def test_a_synthetic_instruction_without_attributes_is_a_value_error(tmp_path):
+    """WebShop asserts that a synthetic instruction has attributes; human goals skip such instructions instead."""
+    _products(tmp_path, {})
+    ins = json.loads((SAMPLE / "items_ins_v2.json").read_text(encoding="utf-8"))
+    ins["B000SHOE02"]["instruction_attributes"] = []
+    (tmp_path / "items_ins_v2.json").write_text(json.dumps(ins), encoding="utf-8")
+    assert load_webshop(str(tmp_path)).num_goals == 5
+    with pytest.raises(ValueError, match=r"items_ins_v2.json: B000SHOE02: an instruction needs .* instruction attr"):
+        load_webshop(str(tmp_path), human_goals=False)
 
 
 # -- the env -----------------------------------------------------------------------------------------------------------
