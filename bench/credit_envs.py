@@ -427,21 +427,27 @@ def design(args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-def report(args: argparse.Namespace, out: Path) -> str:
-    """The report's markdown, from the recorded ``result.json`` files alone; also writes REPORT.md, results.json
-    and the plot (when a run finished)."""
+def render(args: argparse.Namespace, out: Path) -> tuple[str, dict[str, Any]]:
+    """The report's markdown and its tests, computed from the recorded ``result.json`` files alone (nothing written)."""
     warm, runs = load_results(out, args)
     tests = comparisons(args, runs)
     parts = ["# Credit on the seed papers' envs: `grpo` vs the env's verified turn signal", "", design(args), "",
              "## Final held-out success and training AUC (mean ± sd over seeds)", "", summary_table(args, warm, runs),
              "", "## Paired tests against `grpo`", "", tests_table(tests) if tests else "no paired comparison yet",
-             "", "## Per seed", "", seed_table(args, warm, runs), "", "## Warm starts", "",
-             warm_table(args, warm), "", "## Compute", "", compute(warm, runs), "", "## Missing", ""]  # fmt: skip
+             "", "## Per seed", "", seed_table(args, warm, runs), "", "![training success per iteration and "
+             "held-out success per seed](credit_envs.png)", "", "## Warm starts", "", warm_table(args, warm), "",
+             "## Compute", "", compute(warm, runs), "", "## Missing", ""]  # fmt: skip
     gaps = missing(args, warm, runs)
     parts += [f"- {g}" for g in gaps] or ["nothing: the requested grid is complete (the gate's exclusions above)"]
-    md = "\n".join(parts) + "\n"
+    return "\n".join(parts) + "\n", {"tests": tests, "missing": gaps}
+
+
+def report(args: argparse.Namespace, out: Path) -> str:
+    """Write REPORT.md, results.json and the plot (when a run finished) of what has finished; return the markdown."""
+    md, results = render(args, out)
     (out / "REPORT.md").write_text(md, encoding="utf-8")
-    (out / "results.json").write_text(json.dumps({"tests": tests, "missing": gaps}, indent=1), encoding="utf-8")
+    (out / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    warm, runs = load_results(out, args)
     if runs:
         plot(args, warm, runs, out / "credit_envs.png")
     return md
@@ -624,7 +630,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="ENV_ID=JSON: EnvSetting fields of one env (env_kwargs merged key by key)")  # fmt: skip
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(METHODS))
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(8)))
-    parser.add_argument("--iterations", type=int, default=25)
+    parser.add_argument("--iterations", type=int, default=15)
     parser.add_argument("--batch-tasks", type=int, default=4)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--minibatch-size", type=int, default=16)
