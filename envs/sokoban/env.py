@@ -118,16 +118,6 @@ class Episode:
     state: State
 
 
-def _symbol(room: Room, state: State, cell: int) -> str:
-    """The grid symbol of one floor cell in ``state``."""
-    on = cell in room.targets
-    if cell == state[0]:
-        return "S" if on else "P"
-    if cell in state[1]:
-        return "√" if on else "X"
-    return "O" if on else "_"
-
-
 @dataclass(slots=True, eq=False)
 class Node:
     """One state of a room with what a step shows of it, and the state each move leads to once a step has taken it
@@ -140,9 +130,16 @@ class Node:
     progress: float | None  # 1 - dist / optimum
     on: int  # boxes on targets
     solved: bool
+    boxes_key: str  # the box cells, comma-separated
     anchor: str  # SokobanEnv.anchor() in this state
     next: list[Node | None]
     stuck: str = ""  # the observation of a blocked move from here, made on first use
+
+
+def _paint(grid: str, width: int, cell: int, symbol: str) -> str:
+    """``grid`` with ``cell`` (``row * width + column``) showing ``symbol``."""
+    at = cell + cell // width  # each row before it ends in a newline
+    return grid[:at] + symbol + grid[at + 1 :]
 
 
 @dataclass(slots=True)
@@ -156,25 +153,29 @@ class RoomGraph:
     nodes: dict[State, Node]
 
     def node(self, state: State, near: Node | None = None) -> Node:
-        """The node of ``state``, made on first use (its grid edited from ``near``'s, a state one move away)."""
+        """The node of ``state``, made on first use (from ``near``'s, where given: the state before one move)."""
         found = self.nodes.get(state)
-        if found is None:
-            room, table = self.room, self.table
-            if near is None:
-                grid = render(room, state)
-            else:  # repaint the cells where the player or a box came or went
-                rows, width = near.grid.split("\n"), room.width
-                for cell in {near.state[0], state[0], *set(near.state[1]).symmetric_difference(state[1])}:
-                    r, c = divmod(cell, width)
-                    rows[r] = rows[r][:c] + _symbol(room, state, cell) + rows[r][c + 1 :]
-                grid = "\n".join(rows)
-            d, optimum = table.dist.get(state), table.optimum
-            on = sum(b in room.targets for b in state[1])
-            solved = room.targets.issuperset(state[1])
-            found = self.nodes[state] = Node(state, grid, "Solved!\n\n" + grid if solved else grid, d,
-                                             None if d is None else 1.0 - d / (optimum or 1), on, solved,
-                                             f"{self.task_id}:{state[0]}:{','.join(map(str, state[1]))}",
-                                             [None, None, None, None])  # fmt: skip
+        if found is not None:
+            return found
+        room, (player, boxes) = self.room, state
+        targets, width = room.targets, room.width
+        if near is None:
+            grid, on = render(room, state), sum(b in targets for b in boxes)
+            solved, boxes_key = targets.issuperset(boxes), ",".join(map(str, boxes))
+        else:  # repaint the cells the player left and entered, and the cell a pushed box entered
+            grid = _paint(near.grid, width, near.state[0], "O" if near.state[0] in targets else "_")
+            grid = _paint(grid, width, player, "S" if player in targets else "P")
+            if boxes == near.state[1]:
+                on, solved, boxes_key = near.on, near.solved, near.boxes_key
+            else:  # the box on the player's new cell went one cell further the same way
+                dest = 2 * player - near.state[0]
+                grid = _paint(grid, width, dest, "√" if dest in targets else "X")
+                on = near.on + (dest in targets) - (player in targets)
+                solved, boxes_key = on == len(boxes), ",".join(map(str, boxes))
+        d, optimum = self.table.dist.get(state), self.table.optimum
+        found = self.nodes[state] = Node(state, grid, "Solved!\n\n" + grid if solved else grid, d,
+                                         None if d is None else 1.0 - d / (optimum or 1), on, solved, boxes_key,
+                                         f"{self.task_id}:{player}:{boxes_key}", [None, None, None, None])  # fmt: skip
         return found
 
     def move(self, node: Node, a: int) -> Node:
@@ -352,6 +353,8 @@ class SokobanEnv(AgentEnv):
         ``AgentEnv.step`` and ``_move`` do for it without parsing, without a ``StepResult`` and without a call per
         part: the same result (a test compares the two on every kind of turn)."""
         a = self._fast.get(action) if type(action) is str else None
+        if a is None and type(action) is str:
+            a = self._answer_after_text(action)
         if a is None or self._done:
             return super().step(action)
         node, graph = self._node, self._graph
@@ -380,6 +383,21 @@ class SokobanEnv(AgentEnv):
         if done:
             info["success"] = solved
         return [{"role": "user", "content": text}], reward, solved, limit, info
+
+    def _answer_after_text(self, action: str) -> int | None:
+        """The move of an ASCII turn that ends (but for whitespace) in a well-formed tagged answer with no answer tag
+        before it, e.g. ``<think>...</think><answer>Up</answer>``: what the parser reads in it (the leftmost complete
+        pair is that answer); else None. ASCII: the text is what ``sanitize_action`` makes of it, and the parser's
+        case-insensitive tag match is ``lower()``'s."""
+        body = action.rstrip()
+        if not body.endswith("</answer>") or len(action) > self.max_action_chars or not action.isascii():
+            return None
+        start = body.rfind("<answer>", 0, len(body) - 9)
+        a = self._fast.get(body[start:]) if start >= 0 else None
+        if a is None:
+            return None
+        head = body[:start].lower()
+        return None if "<answer>" in head or "</answer>" in head else a
 
     def _truncated_info(self) -> dict[str, Any]:
         return {}

@@ -12,6 +12,7 @@ import random
 from typing import Any
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import agentgym.envs.sokoban.env as env_module
 from agentgym.contract.env import AgentEnv
@@ -141,6 +142,13 @@ def test_move_into_wall_and_push_on_target_by_hand(tmp_path):
     assert (info["distance_to_go"], info["progress"], info["anchor"]) == (0, 1.0, "file/0:7:8")
 
 
+#: Turns with text before the answer (the fast path reads some of them; the parser decides the others).
+REASONING = ("<think>Left is a wall.</think>\n<answer>Down</answer>\n", "<answer>Up</answer> or <answer>Down</answer>",
+             "<Answer>left</Answer><answer>Right</answer>", "</answer><answer>Right</answer>",
+             "I'd go <answer>UP</answer>", "é <answer>Left</answer>", "\ud800 <answer>Left</answer>",
+             "<think>" + "x" * 16_380 + "</think><answer>Up</answer>")  # fmt: skip
+
+
 def _play(env: SokobanEnv, step: Any, seed: int, episodes: int) -> list[Any]:
     """Seeded random play through ``step(env, action)``: every output, with ``info``'s key order and the types."""
     rng, out = random.Random(seed), []
@@ -148,7 +156,9 @@ def _play(env: SokobanEnv, step: Any, seed: int, episodes: int) -> list[Any]:
         out.append(_jsonable(env.reset(options={"task_index": e % env.num_tasks})))
         for _ in range(60):
             u = rng.random()
-            action = rng.choice(VARIANTS + INVALID) if u < 0.2 else f"<answer>{rng.choice(ACTIONS)}</answer>"
+            action = (
+                rng.choice(VARIANTS + INVALID + REASONING) if u < 0.3 else f"<answer>{rng.choice(ACTIONS)}</answer>"
+            )
             obs, reward, terminated, truncated, info = step(env, action)
             out.append([_jsonable(obs), _jsonable(reward), terminated, truncated, _jsonable(info), env.anchor()])
             if terminated or truncated:
@@ -176,6 +186,35 @@ def test_fast_actions_are_what_the_parser_reads():
     assert len(FAST_ACTIONS) == 24 and FAST_ACTIONS["<answer>Left</answer>"] == 2 and FAST_ACTIONS["DOWN"] == 1
     for form, a in FAST_ACTIONS.items():
         assert env._parse(form) == a, form
+
+
+FRAGMENTS = ("<answer>", "</answer>", "<ANSWER>", "</Answer>", "<answer", "answer>", "<think>", "</think>", "Up",
+             "down", "LEFT", "Right", "right.", "Jump", " ", "\n", "x", "\t", "é", "\x00")  # fmt: skip
+
+
+TAILS = (*(k for k in FAST_ACTIONS if k.startswith("<")), "<answer>Jump</answer>", "<answer> Up</answer>", "Up")
+
+
+@settings(max_examples=400)
+@given(st.lists(st.sampled_from(FRAGMENTS), max_size=10), st.sampled_from(TAILS), st.sampled_from(("", " \n", "x")))
+def test_answers_after_text_are_what_the_parser_reads(head, tail, end):
+    env = SokobanEnv()
+    env.reset(options={"task_index": 0})
+    text = "".join(head) + tail + end
+    a = env._answer_after_text(text)
+    if a is not None:  # taken without the parser: the parser reads the same move
+        assert env._parse(text) == a
+
+
+def test_answers_after_reasoning_take_the_fast_path():
+    env = SokobanEnv()
+    env.reset(options={"task_index": 0})
+    for text, a in [("<think>the box is left of me</think><answer>Left</answer>", 2), ("<answer>down</answer>\n", 1),
+                    ("Push it: <answer>RIGHT</answer>  ", 3)]:  # fmt: skip
+        assert env._answer_after_text(text) == a == env._parse(text)
+    for text in ("<answer>Up</answer><answer>Down</answer>", "<ANSWER>Up</ANSWER>", "é <answer>Up</answer>",
+                 "<answer>Up</answer> x", "</answer><answer>Up</answer>"):  # fmt: skip
+        assert env._answer_after_text(text) is None  # the parser decides
 
 
 def test_subclass_that_overrides_the_anchor_gets_no_fast_path():
