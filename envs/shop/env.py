@@ -6,7 +6,8 @@ price lower than 30.00 dollars"). The agent searches, opens results, picks optio
 (``agentgym.envs.shop.pages``): the visible texts joined by ``" [SEP] "``.
 
 Actions are WebShop's: ``search[keywords]`` (on the search page only) and ``click[value]`` (a clickable of the
-current page, in any case), written bare, after ``Action:``, or inside ``<action>`` / ``<answer>`` tags; anything
+current page, in any case; spaces around the brackets and around punctuation, as a word-piece tokenizer decodes
+``click[x-large]``, are allowed), written bare, after ``Action:``, or inside ``<action>`` / ``<answer>`` tags; anything
 else is an invalid step that says why and leaves the page as it was. With ``show_actions=True`` (the default) each
 observation ends with the page's available actions; ``info["admissible_commands"]`` always lists them.
 
@@ -51,7 +52,7 @@ from agentgym.tools.retrieval import BM25Retriever, Document
 CHEAP_SIZES = ("tiny", "1k", "5k")
 #: A ``search[...]`` longer than this is refused (WebShop has no limit; ours keeps a query's cost bounded).
 MAX_QUERY_CHARS = 500
-_ACTION = re.compile(r"(search|click)\[(.*)\]", re.IGNORECASE | re.DOTALL)
+_ACTION = re.compile(r"(search|click)\s*\[(.*)\]", re.IGNORECASE | re.DOTALL)
 _TAGGED = re.compile(r"<(action|answer)>(.*?)</\1>", re.IGNORECASE | re.DOTALL)
 
 INTRO = (
@@ -104,13 +105,22 @@ class Episode:
     best: float = 0.0  # the highest purchase_value of the episode so far
 
 
+def _tight(text: str) -> str:
+    """``text`` without the spaces around its punctuation: ``"x - large"`` -> ``"x-large"``, ``"< prev"`` ->
+    ``"<prev"``."""
+    return re.sub(r"\s*([^\w\s])\s*", r"\1", text)
+
+
 def parse_action(text: str) -> tuple[str, str] | str:
     """``(name, argument)`` of a WebShop action, or why ``text`` is not one.
 
     >>> parse_action("Thought: the second one.\\nAction: click[B0ABC12345]")
     ('click', 'B0ABC12345')
-    >>> parse_action("<action>search[red shoes]</action>"), parse_action("buy it")[:30]
-    (('search', 'red shoes'), 'No action found: write search[')
+    >>> parse_action("<action>search[red shoes]</action>"), parse_action("click [ buy now ]")
+    (('search', 'red shoes'), ('click', 'buy now'))
+    >>> parse_action("buy it")[:30]
+    'No action found: write search['
+
     """
     tagged = _TAGGED.findall(text)
     candidate = tagged[-1][1].strip() if tagged else text.strip()
@@ -254,6 +264,8 @@ class ShopEnv(AgentEnv):
             return self._moved()
         arg = arg.lower()
         options = clickables(page, data.by_asin, self.show_attrs)
+        if arg not in options:  # spacing around punctuation aside ("x - large" as a tokenizer decodes "x-large")
+            arg = {_tight(c): c for c in options}.get(_tight(arg), arg)
         if arg not in options:
             where = "the search page has nothing to click: search[...] first" if page.kind == "search" else (
                 "click one of: " + ", ".join(f"click[{c}]" for c in options))  # fmt: skip

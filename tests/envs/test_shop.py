@@ -241,6 +241,15 @@ def test_action_forms():
     assert parse_action("Think: cheap.\nAction: search[red shoes]") == ("search", "red shoes")
     assert parse_action("<answer>CLICK[B0ABC]</answer>") == ("click", "B0ABC")
     assert isinstance(parse_action("I will buy it"), str)
+    # a word-piece tokenizer's decoding: spaces around brackets and punctuation
+    env = ShopEnv(catalogue="tiny")
+    _, info = env.reset(options={"task_index": 0})
+    _, _, _, _, info = env.step(f"search [ {info['gold']['search']} ]")
+    assert info["action_valid"] and info["page"] == "results"
+    _, _, _, _, info = env.step("click [ next > ]")
+    assert info["action_valid"] and env.unwrapped._ep.page.page == 2
+    _, _, _, _, info = env.step("click [ < prev ]")
+    assert info["action_valid"] and env.unwrapped._ep.page.page == 1
 
 
 # --------------------------------------------------------------------------- signals, anchors, contract
