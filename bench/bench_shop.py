@@ -60,7 +60,7 @@ def measure(env: ShopEnv, agent_name: str, episodes: int) -> dict[str, float]:
 
 def search_peer(env: ShopEnv, n_queries: int) -> dict[str, float] | None:
     try:
-        from rank_bm25 import BM25Okapi
+        from rank_bm25 import BM25Okapi  # type: ignore[import-untyped]
     except ImportError:
         return None
     data = env.store.data
@@ -74,7 +74,7 @@ def search_peer(env: ShopEnv, n_queries: int) -> dict[str, float] | None:
     theirs = [asins[np.argsort(-peer.get_scores(tokenize(q)), kind="stable")[:50]] for q in queries]
     peer_s = time.perf_counter() - t0
     overlap = np.mean([len(set(a[:10]) & set(b[:10].tolist())) / 10 for a, b in zip(ours, theirs, strict=True)])
-    return {"ours_qps": len(queries) / ours_s, "rank_bm25_qps": len(queries) / peer_s, "top10_overlap": overlap}
+    return {"ours_qps": len(queries) / ours_s, "rank_bm25_qps": len(queries) / peer_s, "top10_overlap": float(overlap)}
 
 
 def main() -> None:

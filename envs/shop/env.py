@@ -66,8 +66,11 @@ INTRO = (
 class ShopData(Protocol):
     """What the env plays: products (looked up by ASIN) and goals (see ``catalogue.Catalogue``)."""
 
-    products: Sequence[Product]
-    by_asin: Mapping[str, Product]
+    @property
+    def products(self) -> Sequence[Product]: ...
+
+    @property
+    def by_asin(self) -> Mapping[str, Product]: ...
 
     @property
     def num_goals(self) -> int: ...

@@ -452,8 +452,9 @@ class WebShopEnv(ShopEnv):
         if missing is not None:
             self.unavailable_reason = (f"agentgym/WebShop-v0 is unavailable here: it needs {missing}. "
                                        "agentgym/Shop-v0 is the offline, WebShop-compatible stand-in.")  # fmt: skip
-            self.agents = {}  # nothing to benchmark: ``agentgym bench`` plays no agent on it
+            self.agents = {}  # type: ignore[misc]  # no agents: ``agentgym bench`` plays none on it
             return
+        assert data is not None  # found above
         key = ("webshop", files.key(), human_goals, num_products)
         if key not in STORE_CACHE:
             loaded = load_webshop(data, human_goals=human_goals, num_products=num_products,
