@@ -108,6 +108,11 @@ FAST_ACTIONS: dict[str, int] = {
     for form in (f"<answer>{case}</answer>", case)
 }
 
+#: The longest of them.
+FAST_LEN = max(map(len, FAST_ACTIONS))
+#: An answer tag as the parser finds it (``parse_tag_action``'s pattern for the tag ``answer``).
+_ANSWER_TAG = re.compile(r"<(/?)(answer)>", re.IGNORECASE)
+
 
 @dataclass(frozen=True)
 class Episode:
@@ -352,10 +357,10 @@ class SokobanEnv(AgentEnv):
         """``AgentEnv.step``, with a fast path for a well-formed answer (a key of ``FAST_ACTIONS``) that does what
         ``AgentEnv.step`` and ``_move`` do for it without parsing, without a ``StepResult`` and without a call per
         part: the same result (a test compares the two on every kind of turn)."""
-        a = self._fast.get(action) if type(action) is str else None
-        if a is None and type(action) is str:
-            a = self._answer_after_text(action)
-        if a is None or self._done:
+        if type(action) is not str or self._done:
+            return super().step(action)
+        a = self._fast.get(action) if len(action) <= FAST_LEN else None
+        if a is None and (a := self._answer_after_text(action)) is None:
             return super().step(action)
         node, graph = self._node, self._graph
         assert node is not None and graph is not None
@@ -387,17 +392,13 @@ class SokobanEnv(AgentEnv):
     def _answer_after_text(self, action: str) -> int | None:
         """The move of an ASCII turn that ends (but for whitespace) in a well-formed tagged answer with no answer tag
         before it, e.g. ``<think>...</think><answer>Up</answer>``: what the parser reads in it (the leftmost complete
-        pair is that answer); else None. ASCII: the text is what ``sanitize_action`` makes of it, and the parser's
-        case-insensitive tag match is ``lower()``'s."""
+        pair is that answer); else None. ASCII: the text is what ``sanitize_action`` makes of it."""
         body = action.rstrip()
         if not body.endswith("</answer>") or len(action) > self.max_action_chars or not action.isascii():
             return None
         start = body.rfind("<answer>", 0, len(body) - 9)
         a = self._fast.get(body[start:]) if start >= 0 else None
-        if a is None:
-            return None
-        head = body[:start].lower()
-        return None if "<answer>" in head or "</answer>" in head else a
+        return None if a is None or _ANSWER_TAG.search(body, 0, start) else a
 
     def _truncated_info(self) -> dict[str, Any]:
         return {}

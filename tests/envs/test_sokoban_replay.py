@@ -16,7 +16,8 @@ from hypothesis import given, settings, strategies as st
 
 import agentgym.envs.sokoban.env as env_module
 from agentgym.contract.env import AgentEnv
-from agentgym.envs.sokoban.env import FAST_ACTIONS, SokobanEnv, render
+from agentgym.contract.parsing import _tag_pattern
+from agentgym.envs.sokoban.env import _ANSWER_TAG, FAST_ACTIONS, SokobanEnv, render
 from agentgym.envs.sokoban.rooms import parse_level
 from agentgym.envs.sokoban.solver import ACTIONS, step_state
 
@@ -207,6 +208,8 @@ def test_answers_after_text_are_what_the_parser_reads(head, tail, end):
 
 
 def test_answers_after_reasoning_take_the_fast_path():
+    parser_pattern = _tag_pattern(("answer",), True)  # what parse_tag_action looks for
+    assert (_ANSWER_TAG.pattern, _ANSWER_TAG.flags) == (parser_pattern.pattern, parser_pattern.flags)
     env = SokobanEnv()
     env.reset(options={"task_index": 0})
     for text, a in [("<think>the box is left of me</think><answer>Left</answer>", 2), ("<answer>down</answer>\n", 1),
