@@ -1,7 +1,8 @@
 """Built-in Shop-v0 agents: ``oracle`` (privileged: searches the goal product's title, pages to it, selects the
 goal's options, buys), ``heuristic`` (an honest baseline: searches the instruction's words, opens the first result
-within the price cap, selects every option value the instruction names, buys) and ``random`` (random clicks and
-searches, now and then malformed).
+within the price cap, selects every option value the instruction names, buys), ``rule`` (the rule baseline of the
+WebShop paper: searches the instruction, opens the first result, buys it with no option selected) and ``random``
+(random clicks and searches, now and then malformed).
 """
 
 from __future__ import annotations
@@ -89,6 +90,21 @@ class HeuristicAgent(Agent):
             price = _PRICE.match(parts[i + 2]) if i + 2 < len(parts) else None
             if price is None or float(price[1]) <= cap:
                 return f"click[{asin.lower()}]"
+        return f"click[{asins[0].lower()}]" if asins else "click[back to search]"
+
+
+class RuleAgent(Agent):
+    """WebShop's rule baseline: ``search[<instruction>]``, the first result, ``Buy Now``."""
+
+    name = "rule"
+
+    def act(self, messages: list[Message], info: dict[str, Any]) -> str:
+        parts = page_parts(messages)
+        if parts[:1] == ["WebShop"]:
+            return f"search[{instruction_of(messages)}]"
+        if parts and parts[-1] == "Buy Now":
+            return "click[buy now]"
+        asins = [p for p in parts if re.fullmatch(r"B0[A-Z0-9]{8}", p)]
         return f"click[{asins[0].lower()}]" if asins else "click[back to search]"
 
 

@@ -41,7 +41,7 @@ from typing import Any, ClassVar, Protocol
 
 from agentgym.contract.env import AgentEnv, StepResult
 from agentgym.contract.trust import declare, flag, integer, one_of
-from agentgym.envs.shop.agents import HeuristicAgent, OracleAgent, RandomAgent
+from agentgym.envs.shop.agents import HeuristicAgent, OracleAgent, RandomAgent, RuleAgent
 from agentgym.envs.shop.catalogue import SIZES, build_catalogue
 from agentgym.envs.shop.pages import RESULTS, Page, clickables, render
 from agentgym.envs.shop.products import Goal, Product
@@ -150,7 +150,8 @@ class ShopEnv(AgentEnv):
         invalid_action_penalty: subtracted (component ``format``) for each invalid step.
     """
 
-    agents: ClassVar[Mapping[str, Any]] = {"oracle": OracleAgent, "heuristic": HeuristicAgent, "random": RandomAgent}
+    agents: ClassVar[Mapping[str, Any]] = {"oracle": OracleAgent, "heuristic": HeuristicAgent, "rule": RuleAgent,
+                                           "random": RandomAgent}  # fmt: skip
     public_args = declare(AgentEnv.public_args, catalogue=one_of(*CHEAP_SIZES), seed=integer(0, 2**31 - 1),
                           show_attrs=flag(), show_actions=flag())  # fmt: skip
 
