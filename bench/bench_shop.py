@@ -17,6 +17,7 @@ differ: rank-bm25's okapi floors negative idfs).
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import time
 
@@ -86,9 +87,9 @@ def main() -> None:
     t0 = time.perf_counter()
     env = ShopEnv(catalogue=a.catalogue)
     build = time.perf_counter() - t0
-    print(
-        f"Shop-v0 {a.catalogue}: {len(env.store.data.products):,} products, catalogue and index built in {build:.2f} s"
-    )
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"Shop-v0 {a.catalogue}: {len(env.store.data.products):,} products, catalogue and index built in "
+          f"{build:.2f} s, peak RSS {rss:,.0f} MiB")  # fmt: skip
     print("| agent | score | success | turns | env steps/s | reset p50 (ms) |\n|---|---|---|---|---|---|")
     for name in env.agents:
         r = measure(env, name, a.episodes)
