@@ -101,3 +101,55 @@ def test_tiny_run_against_lucene(tmp_path):
 def test_lucene_needs_a_jar(tmp_path):
     proc = run(tmp_path, "--systems", "lucene")
     assert proc.returncode == 2 and "--anserini-jar" in proc.stderr
+
+
+COMMON_SCRIPT = SCRIPT.parent / "bench_bm25_common_terms.py"
+
+
+@pytest.fixture(scope="module")
+def common_bench():
+    spec = importlib.util.spec_from_file_location("bench_bm25_common_terms", COMMON_SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_catalogue_corpus_has_the_common_terms_it_promises(common_bench, tmp_path):
+    from agentgym.tools.retrieval.bm25 import tokenize
+
+    path, again = tmp_path / "c.jsonl", tmp_path / "d.jsonl"
+    common_bench.write_catalogue(path, 3000, seed=1)
+    common_bench.write_catalogue(again, 3000, seed=1)
+    assert path.read_bytes() == again.read_bytes()  # seeded
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["id"] for r in rows] == [str(i) for i in range(3000)]
+    df: dict[str, int] = {}
+    for r in rows:
+        for t in set(tokenize(r["contents"])):
+            df[t] = df.get(t, 0) + 1
+    for word, share in common_bench.COMMON.items():  # each drawn independently; "size"/"color" need a listed value
+        assert abs(df[word] / 3000 - share) < 0.06, (word, df[word])
+    common_bench.write_queries(path, tmp_path / "q.json", 50, 0, df, 3000)
+    sets = json.loads((tmp_path / "q.json").read_text())
+    assert {k: len(v) for k, v in sets.items()} == {"common": 50, "rare": 50, "mixed": 50}
+    for q in sets["common"]:
+        assert 2 <= len(tokenize(q)) <= 5 and all(df[t] >= 0.4 * 3000 for t in tokenize(q)), q
+    for q in sets["rare"]:
+        assert all(df[t] < 0.05 * 3000 for t in tokenize(q)), q
+    for q in sets["mixed"]:
+        toks = tokenize(q)
+        assert any(df[t] < 0.05 * 3000 for t in toks) and any(df[t] >= 0.4 * 3000 for t in toks), q
+    assert common_bench.recall([["1", "2"], ["3"], []], [["2", "4"], [], []]) == 0.5  # only queries Lucene answered
+
+
+@pytest.mark.slow
+def test_common_terms_bench_tiny_run(tmp_path):
+    proc = subprocess.run([sys.executable, str(COMMON_SCRIPT), "--passages", "3k", "--queries", "20", "--systems",
+                           "ours", "--work", str(tmp_path / "w"), "--out", str(tmp_path / "o"), "--label", "t"],
+                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    entry = json.loads((tmp_path / "o" / "results.json").read_text())["t"]
+    assert set(entry["systems"]) == {"ours-okapi", "ours-lucene"}
+    assert all(entry["systems"][s][q]["qps"] > 0 for s in entry["systems"] for q in ("common", "rare", "mixed"))
+    assert "| ours-lucene |" in proc.stdout

@@ -223,6 +223,102 @@ def test_pruning_with_many_candidates_long_lists_and_ties(
             assert got[1].dtype == np.float32
 
 
+def common_corpus(seed: int, n_docs: int, dup: float) -> list[Document]:
+    """Catalogue-like documents: common terms (c*: in 40-95% of them, sometimes repeated), a few rarer ones (r*)
+    and padding of varied length; a ``dup`` share repeat an earlier document (exact ties)."""
+    rng = random.Random(seed)
+    rates = {f"c{i}": 0.4 + 0.11 * i for i in range(6)} | {f"r{i}": 0.01 * (i + 1) for i in range(3)}
+    texts: list[str] = []
+    for _ in range(n_docs):
+        if texts and rng.random() < dup:
+            texts.append(rng.choice(texts))
+            continue
+        words = [w for w, p in rates.items() if rng.random() < p for _ in range(rng.choice((1, 1, 1, 2, 3)))]
+        texts.append(" ".join(words + [f"pad{rng.randint(0, 50)}" for _ in range(rng.randint(0, 12))]))
+    return [Document(str(i), t) for i, t in enumerate(texts)]
+
+
+def brute_force(toks: list[list[str]], query: str, idf_kind: str, k1: float = 1.5, b: float = 0.75) -> np.ndarray:
+    """Every document's BM25 score (``toks``: its tokens) in float64, straight from the module docstring's formula
+    (0 where no query term occurs)."""
+    n = len(toks)
+    avgdl = sum(map(len, toks)) / n
+    df: dict[str, int] = {}
+    for t in toks:
+        for w in set(t):
+            df[w] = df.get(w, 0) + 1
+    if idf_kind == "lucene":
+        idf = {w: np.log1p((n - c + 0.5) / (c + 0.5)) for w, c in df.items()}
+    else:
+        raw = {w: np.log(n - c + 0.5) - np.log(c + 0.5) for w, c in df.items()}
+        floor = 0.25 * sum(raw.values()) / len(raw)
+        idf = {w: v if v >= 0 else floor for w, v in raw.items()}
+    scores = np.zeros(n)
+    for i, t in enumerate(toks):
+        for w in tokenize(query):
+            tf = t.count(w)
+            if tf:
+                scores[i] += idf[w] * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len(t) / avgdl))
+    return scores
+
+
+@given(
+    seed=st.integers(0, 10_000),
+    n_docs=st.integers(50, 9000),
+    dup=st.sampled_from([0.0, 0.5]),
+    topk=st.sampled_from([1, 3, 10, 40]),
+    idf=st.sampled_from(["okapi", "lucene"]),
+)
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_common_term_queries_are_exact(seed: int, n_docs: int, dup: float, topk: int, idf: str) -> None:
+    """Queries whose terms are in most documents (scored window by window): the same ids and float32 scores as
+    exhaustive scoring, and the top k of a float64 brute force over every document (up to float32 near-ties)."""
+    corpus = common_corpus(seed, n_docs, dup)
+    rng = random.Random(seed + 1)
+    common = [f"c{i}" for i in range(6)]
+    queries = [" ".join(rng.sample(common, rng.randint(1, 6))) for _ in range(8)] + ["c0 c5 c5 r0", "c1 c2 pad3"]
+    pruned = BM25Retriever(corpus, idf=idf, n_threads=1)
+    exhaustive = BM25Retriever(corpus, idf=idf, n_threads=1, prune=False, _index=pruned._fast)
+    toks = [tokenize(d.contents) for d in corpus]
+    for q, (ids, scores), (e_ids, e_scores) in zip(
+        queries, pruned.search_ids(queries, topk), exhaustive.search_ids(queries, topk), strict=True
+    ):
+        assert ids.tolist() == e_ids.tolist() and scores.tobytes() == e_scores.tobytes(), q
+        want = brute_force(toks, q, idf)
+        matching = [i for i, t in enumerate(toks) if set(t) & set(tokenize(q))]
+        assert len(ids) == min(topk, len(matching))
+        np.testing.assert_allclose(scores, want[ids], rtol=1e-5)
+        best = np.sort(want[matching])[::-1][: len(ids)]
+        np.testing.assert_allclose(scores, best, rtol=1e-5)  # nothing left out scores higher
+
+
+def test_common_terms_scoring_zero_are_still_hits() -> None:
+    """okapi idf is exactly 0 for a term in half the documents: its matches score 0, and a search of it alone (a
+    query of common terms, scored window by window, where a 0 is not told from no match) still returns them."""
+    corpus = [Document("0", "half a"), Document("1", "x"), Document("2", "half b"), Document("3", "y")]
+    for prune in (True, False):
+        r = BM25Retriever(corpus, idf="okapi", prune=prune)
+        hits = r.search("half", 3)
+        assert [(h.doc.id, h.score) for h in hits] == [("0", 0.0), ("2", 0.0)]
+        assert [h.doc.id for h in r.search("half b", 3)] == ["2", "0"]
+
+
+def test_dense_pays_weighs_the_essential_postings() -> None:
+    from agentgym.tools.retrieval.bm25 import DAAT_POSTING_COST, SCAN_COST, THETA_SHARE, _dense_pays
+
+    assert (DAAT_POSTING_COST, THETA_SHARE) == (10, 0.8)  # the hand-computed cases below assume these
+    # three common terms of equal bounds, the k-th score expected at 0.8 x 3 = 2.4: the first two (in bound order)
+    # are non-essential, the third (700 postings) essential: 10 x 700 > 2,400 postings + a 1,000-document scan
+    assert _dense_pays(np.array([900, 800, 700]), np.array([1.0, 1.0, 1.0]), 1000)
+    # a rare term bounds above the common ones' sum (0.8 x 12 = 9.6 > 1 + 1): only its 10 postings are essential
+    assert not _dense_pays(np.array([10, 900, 900]), np.array([10.0, 1.0, 1.0]), 1000)
+    # the boundary: essential * DAAT_POSTING_COST against postings + SCAN_COST * documents
+    n = 1000
+    df = (SCAN_COST * n) // (DAAT_POSTING_COST - 1) + 1  # one term: df * cost > df + scan
+    assert _dense_pays(np.array([df]), np.array([1.0]), n)
+    assert not _dense_pays(np.array([df - 1]), np.array([1.0]), n)
+
+
 def test_ties_break_by_corpus_order_and_no_match_gives_fewer_hits() -> None:
     corpus = [Document(str(i), "alpha beta") for i in range(6)] + [Document("x", "gamma"), Document("y", "delta")]
     for backend in ("fast", "rank_bm25"):
@@ -232,10 +328,28 @@ def test_ties_break_by_corpus_order_and_no_match_gives_fewer_hits() -> None:
         assert r.search("epsilon", 3) == [] and r.search("beta", 0) == [] and r.search("beta", -2) == []
 
 
+def test_default_idf_is_lucenes(tmp_path: Path) -> None:
+    """Lucene's idf by default (Search-R1's pyserini BM25): for a term in 1 of 2 one-word documents,
+    log(1 + 1.5 / 1.5) = log 2, with tf saturation 1 * 2.5 / (1 + 1.5) = 1; rank-bm25's okapi idf is 0 there."""
+    from agentgym.tools.retrieval.bm25 import BM25Params
+    from agentgym.tools.retrieval.bm25_disk import DiskBM25
+
+    corpus = [Document("0", "lake"), Document("1", "river")]
+    assert BM25Params().idf == "lucene"
+    for r in (
+        BM25Retriever(corpus),
+        BM25Retriever(corpus, backend="rank_bm25"),
+        DiskBM25.build(corpus, tmp_path / "ix", progress=False),
+    ):
+        [hit] = r.search("lake", 3)
+        assert hit.doc.id == "0" and hit.score == pytest.approx(np.log(2), rel=1e-6)
+    assert BM25Retriever(corpus, idf="okapi").search("lake", 3)[0].score == 0.0
+
+
 def test_negative_okapi_idf_uses_the_epsilon_floor_and_stays_a_hit() -> None:
     # "common" is in 3 of 4 docs -> negative raw idf -> floor = epsilon * mean idf (here negative too).
     corpus = [Document("0", "common rare"), Document("1", "common"), Document("2", "common"), Document("3", "other")]
-    fast, ref = BM25Retriever(corpus), BM25Retriever(corpus, backend="rank_bm25")
+    fast, ref = BM25Retriever(corpus, idf="okapi"), BM25Retriever(corpus, idf="okapi", backend="rank_bm25")
     for q in ("common", "rare common", "other"):
         f, r = fast.search(q, 5), ref.search(q, 5)
         assert [h.doc.id for h in f] == [h.doc.id for h in r]
@@ -317,7 +431,7 @@ def test_batch_parallel_equals_single_queries_and_is_thread_safe() -> None:
 
 def test_save_load_round_trip(tmp_path: Path) -> None:
     corpus = random_corpus(4)
-    r = BM25Retriever(corpus, k1=1.2, b=0.6, idf="lucene")
+    r = BM25Retriever(corpus, k1=1.2, b=0.6, idf="okapi")  # not the defaults
     r.save(tmp_path)
     loaded = BM25Retriever.load(tmp_path, corpus)
     assert loaded.params == r.params

@@ -90,6 +90,63 @@ def test_long_posting_lists_match_in_memory_index(tmp_path: Path, n_docs, seed, 
         assert ds.tobytes() == rs.tobytes() == es.tobytes(), q  # bit-identical scores
 
 
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
+@given(
+    n_docs=st.integers(20, 9000),
+    seed=st.integers(0, 2**31),
+    topk=st.sampled_from([1, 3, 10, 40]),
+    idf=st.sampled_from(["okapi", "lucene"]),
+)
+def test_common_term_queries_match_exhaustive_scoring(tmp_path: Path, n_docs, seed, topk, idf) -> None:
+    """Terms in 40-95% of the documents, over several windows of documents and many blocks: the window-by-window
+    scoring gives the ids and float32 scores of the in-memory index without pruning."""
+    rng = np.random.default_rng(seed)
+    rates = np.array([0.4, 0.55, 0.7, 0.85, 0.95, 0.02])
+    words = np.array(["c0", "c1", "c2", "c3", "c4", "r0"])
+    corpus = []
+    for i in range(n_docs):
+        present = words[rng.random(len(words)) < rates]
+        toks = [w for w in present.tolist() for _ in range(int(rng.integers(1, 4)))]
+        corpus.append(Document.from_title_text(str(i), "", " ".join(toks + ["pad"] * int(rng.integers(0, 15)))))
+    ref = BM25Retriever(corpus, idf=idf, n_threads=1, prune=False)
+    disk = DiskBM25.build(corpus, tmp_path / f"ix{seed}{idf}", params=BM25Params(idf=idf), chunk_docs=4000,
+                          progress=False, n_threads=1)  # fmt: skip
+    queries = ["c0 c1 c2 c3 c4", "c4", "c2 c3", "c0 c0 c4", "c1 c4 pad", "c0 c1 r0", "r0 c3"]
+    for q, (ri, rs), (di, ds) in zip(queries, ref.search_ids(queries, topk), disk.search_ids(queries, topk),
+                                     strict=True):  # fmt: skip
+        assert di.tolist() == ri.tolist(), q
+        assert ds.tobytes() == rs.tobytes(), q
+
+
+def test_common_term_windows_that_cannot_win_are_skipped_exactly(tmp_path: Path) -> None:
+    """The best documents come first (short, with the terms repeated): the later windows' block maxima cannot beat
+    the top 10, so they are skipped, the cursors moved past them, and the results are still exhaustive scoring's
+    (equal scores by corpus order)."""
+    from agentgym.tools.retrieval.bm25 import WINDOW
+
+    n = 3 * WINDOW + 300
+    texts = ["c0 c0 c0 c1 c1 c1" if i < 40 else "c0 c1 " + "pad " * (3 + i % 7) for i in range(n)]
+    texts[2 * WINDOW + 5] = "c0 c0 c0 c0 c1 c1 c1 c1"  # one better document in the third window
+    texts[n - 1] = "c1 c1 c1 c1"  # and at the very end
+    corpus = [Document.from_title_text(str(i), "", t) for i, t in enumerate(texts)]
+    ref = BM25Retriever(corpus, n_threads=1, prune=False)
+    disk = DiskBM25.build(corpus, tmp_path / "ix", progress=False, n_threads=1)
+    for q in ("c0 c1", "c1 c0 c0", "c1"):
+        (ri, rs), (di, ds) = ref.search_ids([q], 10)[0], disk.search_ids([q], 10)[0]
+        assert di.tolist() == ri.tolist() and ds.tobytes() == rs.tobytes(), q
+    assert disk.search_ids(["c0 c1"], 10)[0][0].tolist() == [2 * WINDOW + 5, *range(9)]
+
+
+def test_common_terms_scoring_zero_are_still_hits(tmp_path: Path) -> None:
+    """okapi idf is exactly 0 for a term in half the documents: a query of it alone still returns its matches."""
+    corpus = [Document("0", "half a"), Document("1", "x"), Document("2", "half b"), Document("3", "y")]
+    disk = DiskBM25.build(corpus, tmp_path / "ix", params=BM25Params(idf="okapi"), progress=False)
+    assert [(h.doc.id, h.score) for h in disk.search("half", 3)] == [("0", 0.0), ("2", 0.0)]
+    assert [h.doc.id for h in disk.search("half b", 3)] == ["2", "0"]
+
+
 def test_queries_with_many_terms_go_term_at_a_time(tmp_path: Path) -> None:
     """A query with more distinct terms than DAAT_MAX_TERMS (an untrusted client can send thousands) is scored
     term-at-a-time, with the same results."""

@@ -1,20 +1,26 @@
 """BM25 retrieval: a numba inverted-index back-end ("fast", the default) and the ``rank-bm25`` library ("rank_bm25").
 
-Scoring (both back-ends, identical up to float32 rounding of the precomputed impacts) is rank-bm25's ``BM25Okapi``::
+Scoring (both back-ends, identical up to float32 rounding of the precomputed impacts) is rank-bm25's ``BM25Okapi``
+formula, with Lucene's idf by default::
 
     score(q, d) = sum over query tokens t (repeats count again) of
                   idf(t) * tf(t, d) * (k1 + 1) / (tf(t, d) + k1 * (1 - b + b * |d| / avgdl))
 
-    idf(t) = log(N - df + 0.5) - log(df + 0.5)                  (idf="okapi", the default)
+    idf(t) = log(1 + (N - df + 0.5) / (df + 0.5))               (idf="lucene", the default: always positive, small
+                                                                 for common terms; Lucene's and so pyserini's)
+    idf(t) = log(N - df + 0.5) - log(df + 0.5)                  (idf="okapi": rank-bm25's BM25Okapi)
              negative values are replaced by epsilon * mean idf over the vocabulary (rank-bm25's floor)
-    idf(t) = log(1 + (N - df + 0.5) / (df + 0.5))               (idf="lucene", always positive)
+
+Lucene's idf is the default because it ranks like the Lucene/pyserini BM25 that Search-R1 and WebShop use, and
+rank-bm25's floor gives a term in most documents (a size, a colour) more weight than one in 40% of them
+(``bench/bench_bm25_common_terms.py`` measures both against Lucene: docs/scale.md).
 
 ``|d|`` counts a document's tokens after stop-word removal; title and text are both indexed.
 
 Result policy (both back-ends): the hits are the documents that contain at least one query token, ranked by score
 (descending), equal scores broken by corpus order (lower index first), at most ``topk`` of them. So a query with no
 indexed token (empty, only stop words, punctuation, unknown words) returns ``[]`` and a query matching fewer than
-``topk`` documents returns fewer hits. (With the okapi floor a matching document can score <= 0; it is still a hit.)
+``topk`` documents returns fewer hits. (With the okapi idf a matching document can score <= 0; it is still a hit.)
 
 The fast back-end is a CSR inverted index (per-term posting lists of document ids with the per-posting BM25 impact
 ``idf * tf-saturation`` precomputed in float32). A numba kernel (compiled once, cached on disk, releasing the GIL)
@@ -22,8 +28,12 @@ accumulates a query term-at-a-time into a dense score buffer, remembering the to
 among them with quickselect (``O(touched + k log k)``) and resets only the touched entries. Terms are processed
 shortest posting list first; as soon as the largest impacts of the remaining terms could not lift an unseen document
 into the top k, the kernel stops creating accumulators and only updates (and prunes) the candidates: exact,
-MaxScore-style dynamic pruning (the results are the same with ``prune=False``). ``batch_search`` spreads query chunks
-over a thread pool running that kernel in parallel. Indexing tokenises the corpus and builds the postings in numba.
+MaxScore-style dynamic pruning (the results are the same with ``prune=False``). A query of common terms, where that
+pruning would still visit most of their postings (:func:`_dense_pays`), is scored instead window by window: every
+posting into a cache-sized accumulator of :data:`WINDOW` documents, the terms in the same order (so the same float32
+scores), each window scanned for the top k, with no touched list and no selection over millions of candidates.
+``batch_search`` spreads query chunks over a thread pool running that kernel in parallel. Indexing tokenises the
+corpus and builds the postings in numba.
 
 Compiling the kernels takes 15-30 s, once: numba caches them on disk (``__pycache__`` next to this file when it is
 writable, else the user's cache directory, ``~/.cache/numba``; ``$NUMBA_CACHE_DIR`` overrides both), so later
@@ -94,12 +104,12 @@ def tokenize(text: str) -> list[str]:
 
 @dataclass(frozen=True)
 class BM25Params:
-    """BM25 parameters (rank-bm25 ``BM25Okapi`` defaults)."""
+    """BM25 parameters: rank-bm25 ``BM25Okapi``'s k1, b and epsilon; Lucene's idf (see the module docstring)."""
 
     k1: float = 1.5
     b: float = 0.75
     epsilon: float = 0.25
-    idf: str = "okapi"
+    idf: str = "lucene"
 
     def __post_init__(self) -> None:
         if self.idf not in ("okapi", "lucene"):
@@ -121,6 +131,18 @@ def _idf(df: np.ndarray, n_docs: int, params: BM25Params) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------------------- numba kernels
+
+WINDOW = 4096
+"""Documents per window of the window kernels (their scores, and on disk their norms, stay in cache)."""
+DAAT_POSTING_COST = 10
+"""What pruned search costs per posting of its essential terms, in postings scored into a window."""
+THETA_SHARE = 0.8
+"""The k-th score :func:`_dense_pays` expects, as a share of the sum of the query's term bounds. It and
+:data:`DAAT_POSTING_COST` were fitted to per-query timings of both ways on 2M catalogue and wiki passages (the
+corpora of ``bench/bench_bm25_common_terms.py``, common and mixed queries, both idfs)."""
+SCAN_COST = 1
+"""What scanning one document of a window for the top k costs, in postings scored into a window."""
+
 
 _uncached: list[str] = []  # kernels compiled without an on-disk cache (no writable cache location)
 
@@ -289,6 +311,124 @@ def _term_order(indptr, term_max, terms, weights):  # pragma: no cover - compile
 
 
 @_kernel
+def _heap_push(hs, hd, size, k, s, d):  # pragma: no cover - compiled
+    """Offer (score ``s``, doc ``d``) to the min-heap ``hs/hd[:size]`` of the best ``k`` (worst on top: lower score,
+    then higher doc id; docs arrive in ascending id order, so an equal score never displaces). Returns the size."""
+    if size < k:
+        i = size
+        size += 1
+    elif s > hs[0]:
+        i = 0  # replace the top, then sift down
+        while True:
+            c = 2 * i + 1
+            if c >= size:
+                break
+            if c + 1 < size and (hs[c + 1] < hs[c] or (hs[c + 1] == hs[c] and hd[c + 1] > hd[c])):
+                c += 1
+            if hs[c] < s or (hs[c] == s and hd[c] > d):
+                hs[i] = hs[c]
+                hd[i] = hd[c]
+                i = c
+            else:
+                break
+        hs[i] = s
+        hd[i] = d
+        return size
+    else:
+        return size
+    while i > 0:  # sift up
+        p = (i - 1) >> 1
+        if hs[p] > s or (hs[p] == s and hd[p] < d):
+            hs[i] = hs[p]
+            hd[i] = hd[p]
+            i = p
+        else:
+            break
+    hs[i] = s
+    hd[i] = d
+    return size
+
+
+@_kernel
+def _sorted_heap_out(hs, hd, size, out_ids, out_scores):  # pragma: no cover - compiled
+    """The heap's ``size`` entries into ``out_*`` by score descending, then doc id ascending."""
+    by_id = np.argsort(hd[:size])  # ids ascending, then a stable sort on -score
+    neg = np.empty(size, np.float32)
+    for i in range(size):
+        neg[i] = -hs[by_id[i]]
+    rank = np.argsort(neg, kind="mergesort")
+    for i in range(size):
+        out_ids[i] = hd[by_id[rank[i]]]
+        out_scores[i] = hs[by_id[rank[i]]]
+
+
+@_kernel
+def _dense_pays(dfs, bound, n_docs):  # pragma: no cover - compiled
+    """Whether scoring every posting window by window (:func:`_taat_windows`, ``postings._taat_windows``) costs less
+    than the pruned search, which visits every posting of its essential terms, at several times the cost of a
+    posting scored into a window. Those are estimated with the k-th score at :data:`THETA_SHARE` of the sum of the
+    term bounds (where the top documents land: they have most of the query's terms): the terms whose bounds,
+    smallest first, add up to less than that are non-essential, the rest essential."""
+    theta = THETA_SHARE * bound.sum()
+    total = 0
+    essential = 0
+    run = 0.0
+    for j in np.argsort(bound, kind="mergesort"):
+        run += bound[j]
+        total += dfs[j]
+        if run >= theta:
+            essential += dfs[j]
+    return DAAT_POSTING_COST * essential > total + SCAN_COST * n_docs
+
+
+@_kernel
+def _taat_windows(index, terms, weights, order, k, ws, out_ids, out_scores):  # pragma: no cover - compiled
+    """Every posting of every term into a small accumulator, one window of :data:`WINDOW` documents at a time (the
+    terms in ``order`` within a window, so every document gets its additions in :func:`_search_one`'s order: the
+    same float32 scores), each window scanned for the top ``k``: for queries of common terms, with no touched list
+    and no selection over millions of candidates. Needs every impact >= 0; a document scoring 0 is not told from
+    one that matched nothing: when fewer than ``k`` documents score above 0, returns -1 (score the query the usual
+    way), else the number of hits."""
+    indptr, post_docs, post_imp = index[0], index[1], index[2]
+    nt = terms.size
+    n_docs = ws[0].size
+    accw = np.zeros(WINDOW, np.float32)
+    pos = np.empty(nt, np.int64)  # per term, in processing order: the next posting, the end, the weight
+    end = np.empty(nt, np.int64)
+    w = np.empty(nt, np.float32)
+    for r in range(nt):
+        t = terms[order[r]]
+        pos[r] = indptr[t]
+        end[r] = indptr[t + 1]
+        w[r] = weights[order[r]]
+    hs = np.empty(max(k, 1), np.float32)
+    hd = np.empty(max(k, 1), np.int64)
+    size = 0
+    floor = np.float32(0.0)  # a document must beat this to enter: 0, then the k-th best once the heap is full
+    for lo in range(0, n_docs, WINDOW):
+        hi = min(lo + WINDOW, n_docs)
+        for r in range(nt):
+            wr = w[r]
+            p = pos[r]
+            e = end[r]
+            while p < e and post_docs[p] < hi:
+                accw[post_docs[p] - lo] += wr * post_imp[p]
+                p += 1
+            pos[r] = p
+        for i in range(hi - lo):  # ascending ids: an equal score never displaces (lower id first)
+            s = accw[i]
+            if s > floor:
+                size = _heap_push(hs, hd, size, k, s, lo + i)
+                if size == k:
+                    floor = hs[0]
+            accw[i] = 0
+    if size < k:
+        return -1
+    _sorted_heap_out(hs, hd, size, out_ids, out_scores)
+    return size
+
+
+@_kernel
 def _search_one(index, prune, terms, weights, k, ws, out_ids, out_scores):  # pragma: no cover - compiled
     """Score one query term-at-a-time and write its top ``k``; return the number of hits.
 
@@ -303,6 +443,14 @@ def _search_one(index, prune, terms, weights, k, ws, out_ids, out_scores):  # pr
     acc, seen, touched, cand, vals, ties = ws
     nt = terms.size
     bound, order = _term_order(indptr, term_max, terms, weights)
+    if prune and nt > 0 and k > 0:
+        dfs = np.empty(nt, np.int64)
+        for j in range(nt):
+            dfs[j] = indptr[terms[j] + 1] - indptr[terms[j]]
+        if _dense_pays(dfs, bound, acc.size):
+            found = _taat_windows(index, terms, weights, order, k, ws, out_ids, out_scores)
+            if found >= 0:
+                return found
     rest = np.zeros(nt + 1, np.float64)  # rest[j]: the most terms j.. (in processing order) can add to a document
     rest_len = np.zeros(nt + 1, np.int64)  # their postings
     for j in range(nt - 1, -1, -1):
@@ -836,12 +984,12 @@ class _RankBM25Index:
 
 
 class BM25Retriever(Retriever):
-    """BM25 over a corpus of :class:`Document` (title + text), with rank-bm25 ``BM25Okapi`` scoring.
+    """BM25 over a corpus of :class:`Document` (title + text), with rank-bm25 ``BM25Okapi``'s formula.
 
     Args:
         corpus: the documents; hits refer to these objects.
         k1, b, epsilon: BM25 parameters (rank-bm25 defaults); ``epsilon`` scales the okapi idf floor.
-        idf: ``"okapi"`` (rank-bm25, default) or ``"lucene"``; see the module docstring.
+        idf: ``"lucene"`` (Lucene's, default) or ``"okapi"`` (rank-bm25's); see the module docstring.
         backend: ``"fast"`` (numba inverted index) or ``"rank_bm25"`` (the reference library, slow).
         cache_dir: fast back-end only: load the index from here when a file for this exact corpus, parameters and
             tokenizer exists, else build it and save it there (atomically).
@@ -856,7 +1004,7 @@ class BM25Retriever(Retriever):
         k1: float = 1.5,
         b: float = 0.75,
         epsilon: float = 0.25,
-        idf: str = "okapi",
+        idf: str = "lucene",
         backend: str = "fast",
         cache_dir: str | os.PathLike[str] | None = None,
         n_threads: int | None = None,

@@ -33,7 +33,8 @@ index's float64 operations, so they are bit-identical to it.
 
 **Serve** (:class:`DiskBM25`): the arrays are opened with ``np.load(mmap_mode="r")`` (page cache, shared between
 processes) and searched by postings.py's block-max MaxScore kernel (document-at-a-time, decoding only the blocks a
-candidate can fall in), so results equal ``BM25Retriever``'s, ids and float32 scores. Opening checks the meta against
+candidate can fall in; queries of common terms window by window), so results equal ``BM25Retriever``'s, ids and
+float32 scores. Opening checks the meta against
 the corpus and the code (format, tokenizer, stop words, params when given), the arrays' dtypes and shapes, and decodes
 every block once (the kernels do not bounds-check); a mismatch raises :class:`IndexMismatchError`
 (``open_or_build`` rebuilds instead, so a format-1 folder is rebuilt). Hits' documents are read from the corpus on
@@ -737,7 +738,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     b.add_argument("--corpus-index-dir", default=None, help="where CorpusFile keeps its offsets (default: none)")
     b.add_argument("--k1", type=float, default=1.5)
     b.add_argument("--b", type=float, default=0.75)
-    b.add_argument("--idf", default="okapi", choices=["okapi", "lucene"])
+    b.add_argument("--idf", default="lucene", choices=["lucene", "okapi"], help="Lucene's (default) or rank-bm25's")
     args = parser.parse_args(argv)
     try:
         params = BM25Params(k1=args.k1, b=args.b, idf=args.idf)

@@ -20,16 +20,29 @@ come only from the essential terms, and a candidate is dropped, before the non-e
 soon as its known contributions plus the block maxima of the non-essential blocks it could fall in cannot beat the
 k-th score. Only the blocks a candidate falls in are decoded. A document's score is the float32 sum of its terms'
 contributions in the order the in-memory kernel adds them (shortest posting list first), so the scores, the ranking
-and the tie-breaking (lower doc id first) equal the in-memory index's. Longer queries, and indexes with a negative
-impact (where the bounds would not hold), are scored term-at-a-time over every posting into a dense accumulator
-(cost: the query's postings, never more).
+and the tie-breaking (lower doc id first) equal the in-memory index's. A query of common terms, where the essential
+lists would still be most of its postings (bm25.py's ``_dense_pays``: catalogue queries of sizes and colours, or
+wiki queries of the most frequent words), is scored window by window instead (:func:`_taat_windows`): every posting
+into an accumulator of ``WINDOW`` documents, whose norms and scores stay in cache, in the same order of additions,
+each window scanned for the top ``k`` (or skipped when its block maxima cannot beat the k-th score). Longer queries,
+and indexes with a negative impact (where the bounds would not hold), are scored term-at-a-time over every posting
+into a dense accumulator (cost: the query's postings, never more).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .bm25 import _kernel, _kth_ascending, _select_and_reset, _term_order
+from .bm25 import (
+    WINDOW,
+    _dense_pays,
+    _heap_push,
+    _kernel,
+    _kth_ascending,
+    _select_and_reset,
+    _sorted_heap_out,
+    _term_order,
+)
 
 __all__ = ["BLOCK", "DAAT_MAX_TERMS", "impact", "pack_blocks", "search_range", "validate"]
 
@@ -226,45 +239,6 @@ def _tf(words, cs, j, p):  # pragma: no cover - compiled
 
 
 @_kernel
-def _heap_push(hs, hd, size, k, s, d):  # pragma: no cover - compiled
-    """Offer (score ``s``, doc ``d``) to the min-heap ``hs/hd[:size]`` of the best ``k`` (worst on top: lower score,
-    then higher doc id; docs arrive in ascending id order, so an equal score never displaces). Returns the size."""
-    if size < k:
-        i = size
-        size += 1
-    elif s > hs[0]:
-        i = 0  # replace the top, then sift down
-        while True:
-            c = 2 * i + 1
-            if c >= size:
-                break
-            if c + 1 < size and (hs[c + 1] < hs[c] or (hs[c + 1] == hs[c] and hd[c + 1] > hd[c])):
-                c += 1
-            if hs[c] < s or (hs[c] == s and hd[c] > d):
-                hs[i] = hs[c]
-                hd[i] = hd[c]
-                i = c
-            else:
-                break
-        hs[i] = s
-        hd[i] = d
-        return size
-    else:
-        return size
-    while i > 0:  # sift up
-        p = (i - 1) >> 1
-        if hs[p] > s or (hs[p] == s and hd[p] < d):
-            hs[i] = hs[p]
-            hd[i] = hd[p]
-            i = p
-        else:
-            break
-    hs[i] = s
-    hd[i] = d
-    return size
-
-
-@_kernel
 def _first_block(block_last, b, end, d):  # pragma: no cover - compiled
     """The first block in ``b..end`` whose last doc is >= ``d`` (``end`` if none): galloping, then binary search."""
     if b >= end or np.int64(block_last[b]) >= d:
@@ -332,6 +306,104 @@ def _taat(ix, terms, weights, order, k, ws, out_ids, out_scores):  # pragma: no 
 
 
 @_kernel
+def _taat_windows(ix, terms, weights, order, k, ws, out_ids, out_scores):  # pragma: no cover - compiled
+    """Every posting of every term into a small accumulator, one window of :data:`WINDOW` documents at a time (the
+    terms in ``order`` within a window, so every document gets its additions in the in-memory kernel's order: the
+    same float32 scores), each window scanned for the top ``k``: for queries of common terms, with no touched list,
+    no selection over millions of candidates, and the window's norms and scores in cache. Once the top ``k`` is full,
+    a window where the terms' block maxima add up to less than the k-th score is skipped. Needs every impact >= 0;
+    a document scoring 0 is not told from one that matched nothing, so when fewer than ``k`` documents score above
+    0 the query is scored again by :func:`_taat`. Returns the number of hits."""
+    indptr, term_blocks, block_last, block_max, idf, norm, k1p1 = ix[0], ix[1], ix[2], ix[3], ix[8], ix[9], ix[10][0]
+    nt = terms.size
+    n_docs = norm.size
+    accw = np.zeros(WINDOW, np.float32)
+    bufd = np.empty((nt, BLOCK), np.int64)
+    buft = np.empty((nt, BLOCK), np.int64)
+    first = np.empty(nt, np.int64)  # per term, in processing order: its first block, current block, end, df
+    blk = np.empty(nt, np.int64)
+    bend = np.empty(nt, np.int64)
+    dfs = np.empty(nt, np.int64)
+    pos = np.zeros(nt, np.int64)
+    blen = np.zeros(nt, np.int64)
+    w = np.empty(nt, np.float32)
+    idf_r = np.empty(nt, np.float64)
+    for r in range(nt):
+        t = terms[order[r]]
+        first[r] = term_blocks[t]
+        blk[r] = term_blocks[t]
+        bend[r] = term_blocks[t + 1]
+        dfs[r] = indptr[t + 1] - indptr[t]
+        w[r] = weights[order[r]]
+        idf_r[r] = idf[t]
+        if blk[r] < bend[r]:
+            blen[r] = _decode(ix, first[r], blk[r], dfs[r], bufd[r], buft[r])
+    hs = np.empty(max(k, 1), np.float32)
+    hd = np.empty(max(k, 1), np.int64)
+    size = 0
+    floor = np.float32(0.0)  # a document must beat this to enter: 0, then the k-th best once the heap is full
+    margin = 1.0 + 1e-6 * (nt + 2)  # covers float32 rounding of the summed scores
+    for lo in range(0, n_docs, WINDOW):
+        hi = min(lo + WINDOW, n_docs)
+        if size == k:  # skip the window when the block maxima where it falls cannot beat the k-th score
+            most = 0.0
+            for r in range(nt):
+                b = blk[r]
+                top = 0.0
+                while b < bend[r]:
+                    top = max(top, np.float64(block_max[b]))
+                    if np.int64(block_last[b]) >= hi:
+                        break
+                    b += 1
+                most += w[r] * top
+            if most * margin < floor:
+                for r in range(nt):
+                    b = _first_block(block_last, blk[r], bend[r], hi)
+                    if b != blk[r]:
+                        blk[r] = b
+                        pos[r] = 0
+                        if b < bend[r]:
+                            blen[r] = _decode(ix, first[r], b, dfs[r], bufd[r], buft[r])
+                    if b < bend[r]:
+                        p = pos[r]
+                        while bufd[r, p] < hi:  # the block's last doc is >= hi
+                            p += 1
+                        pos[r] = p
+                continue
+        for r in range(nt):
+            wr = w[r]
+            it = idf_r[r]
+            while blk[r] < bend[r]:
+                p = pos[r]
+                n = blen[r]
+                if np.int64(block_last[blk[r]]) >= hi:  # the block ends past the window: stop at hi
+                    while p < n and bufd[r, p] < hi:
+                        d = bufd[r, p]
+                        accw[d - lo] += wr * impact(it, buft[r, p], norm[d], k1p1)
+                        p += 1
+                    pos[r] = p
+                    break
+                for q in range(p, n):
+                    d = bufd[r, q]
+                    accw[d - lo] += wr * impact(it, buft[r, q], norm[d], k1p1)
+                blk[r] += 1
+                pos[r] = 0
+                if blk[r] < bend[r]:
+                    blen[r] = _decode(ix, first[r], blk[r], dfs[r], bufd[r], buft[r])
+        for i in range(hi - lo):  # ascending ids: an equal score never displaces (lower id first)
+            s = accw[i]
+            if s > floor:
+                size = _heap_push(hs, hd, size, k, s, lo + i)
+                if size == k:
+                    floor = hs[0]
+            accw[i] = 0
+    if size < k:
+        return _taat(ix, terms, weights, order, k, ws, out_ids, out_scores)
+    _sorted_heap_out(hs, hd, size, out_ids, out_scores)
+    return size
+
+
+@_kernel
 def _search_one(ix, prune, terms, weights, k, ws, out_ids, out_scores):  # pragma: no cover - compiled
     """One query's top ``k`` into ``out_*`` (see the module docstring); returns the number of hits."""
     indptr, term_blocks, block_last, block_max, block_bits, term_max, idf, norm, k1p1 = (
@@ -341,6 +413,11 @@ def _search_one(ix, prune, terms, weights, k, ws, out_ids, out_scores):  # pragm
     bound, order = _term_order(indptr, term_max, terms, weights)  # the in-memory kernel's order of additions
     if not prune or nt == 0 or nt > DAAT_MAX_TERMS:
         return _taat(ix, terms, weights, order, k, ws, out_ids, out_scores)
+    dfs = np.empty(nt, np.int64)
+    for j in range(nt):
+        dfs[j] = indptr[terms[j] + 1] - indptr[terms[j]]
+    if k > 0 and _dense_pays(dfs, bound, ws[0].size):
+        return _taat_windows(ix, terms, weights, order, k, ws, out_ids, out_scores)
 
     mx = np.argsort(bound, kind="mergesort")  # smallest bound first: the candidates for non-essential
     prefix = np.empty(nt, np.float64)
@@ -352,7 +429,6 @@ def _search_one(ix, prune, terms, weights, k, ws, out_ids, out_scores):  # pragm
     words = ix[6]
     first = np.empty(nt, np.int64)
     end = np.empty(nt, np.int64)
-    dfs = np.empty(nt, np.int64)
     cs = np.zeros((nt, _NCOL), np.int64)  # the cursors (columns _CB.._CUR)
     sb = np.empty(nt, np.int64)  # the shallow cursor's block (block maxima only)
     bufd = np.empty((nt, BLOCK), np.int64)
@@ -365,7 +441,6 @@ def _search_one(ix, prune, terms, weights, k, ws, out_ids, out_scores):  # pragm
         t = terms[j]
         first[j] = term_blocks[t]
         end[j] = term_blocks[t + 1]
-        dfs[j] = indptr[t + 1] - indptr[t]
         sb[j] = first[j]
     # A first threshold, so that the long lists are non-essential from the start (documents arrive in id order, and
     # the first k would set a low one): a document's float32 score is at least each of its contributions (they are
@@ -482,14 +557,7 @@ def _search_one(ix, prune, terms, weights, k, ws, out_ids, out_scores):  # pragm
             theta = np.float64(hs[0])
             while ne < nt and prefix[ne] * margin < theta:
                 ne += 1
-    by_id = np.argsort(hd[:size])  # score desc, then doc id asc: ids ascending, then a stable sort on -score
-    neg = np.empty(size, np.float32)
-    for i in range(size):
-        neg[i] = -hs[by_id[i]]
-    rank = np.argsort(neg, kind="mergesort")
-    for i in range(size):
-        out_ids[i] = hd[by_id[rank[i]]]
-        out_scores[i] = hs[by_id[rank[i]]]
+    _sorted_heap_out(hs, hd, size, out_ids, out_scores)
     return size
 
 
