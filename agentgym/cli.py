@@ -278,7 +278,7 @@ DEFAULT_REWARDS_OUT = "reports/rewards"
 RUN_OUTPUTS = ("trajectories.jsonl", "summary.json")
 #: What a full bench costs (``agentgym bench --episodes 2000``, every env, one worker; measured on 2 shared cores):
 #: ``bench --help`` says it. Both scale with ``--episodes`` (up to the per-env caps of ``agentgym.running.bench``).
-BENCH_COST = "12 to 16 minutes and about 650 MB of trajectories (about 30 s and 20 MB per 50 episodes)"
+BENCH_COST = "13 to 18 minutes and about 870 MB of trajectories (about 30 s and 20 MB per 50 episodes)"
 #: What ``bench`` writes into its output folder.
 BENCH_OUTPUTS = ("report.md", "results.json", "progress.json", "*.png", "trajectories/*.jsonl")
 
