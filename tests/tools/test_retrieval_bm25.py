@@ -304,19 +304,22 @@ def test_common_terms_scoring_zero_are_still_hits() -> None:
 
 
 def test_dense_pays_weighs_the_essential_postings() -> None:
-    from agentgym.tools.retrieval.bm25 import DAAT_POSTING_COST, SCAN_COST, THETA_SHARE, _dense_pays
+    from agentgym.tools.retrieval.bm25 import SCAN_COST, _dense_pays
 
-    assert (DAAT_POSTING_COST, THETA_SHARE) == (10, 0.8)  # the hand-computed cases below assume these
+    def pays(dfs: list[int], bounds: list[float], n: int, share: float = 0.8, cost: int = 10) -> bool:
+        return bool(_dense_pays(np.array(dfs), np.array(bounds), n, share, cost))
+
     # three common terms of equal bounds, the k-th score expected at 0.8 x 3 = 2.4: the first two (in bound order)
     # are non-essential, the third (700 postings) essential: 10 x 700 > 2,400 postings + a 1,000-document scan
-    assert _dense_pays(np.array([900, 800, 700]), np.array([1.0, 1.0, 1.0]), 1000)
+    assert pays([900, 800, 700], [1.0, 1.0, 1.0], 1000)
+    assert not pays([900, 800, 700], [1.0, 1.0, 1.0], 1000, cost=4)  # 2,800 < 3,400
+    assert pays([900, 800, 700], [1.0, 1.0, 1.0], 1000, share=0.5, cost=4)  # 800 + 700 essential: 6,000 > 3,400
     # a rare term bounds above the common ones' sum (0.8 x 12 = 9.6 > 1 + 1): only its 10 postings are essential
-    assert not _dense_pays(np.array([10, 900, 900]), np.array([10.0, 1.0, 1.0]), 1000)
-    # the boundary: essential * DAAT_POSTING_COST against postings + SCAN_COST * documents
+    assert not pays([10, 900, 900], [10.0, 1.0, 1.0], 1000)
+    # the boundary: essential * cost against postings + SCAN_COST * documents
     n = 1000
-    df = (SCAN_COST * n) // (DAAT_POSTING_COST - 1) + 1  # one term: df * cost > df + scan
-    assert _dense_pays(np.array([df]), np.array([1.0]), n)
-    assert not _dense_pays(np.array([df - 1]), np.array([1.0]), n)
+    df = (SCAN_COST * n) // (10 - 1) + 1  # one term: df * cost > df + scan
+    assert pays([df], [1.0], n) and not pays([df - 1], [1.0], n)
 
 
 def test_ties_break_by_corpus_order_and_no_match_gives_fewer_hits() -> None:

@@ -135,11 +135,18 @@ def _idf(df: np.ndarray, n_docs: int, params: BM25Params) -> np.ndarray:
 WINDOW = 4096
 """Documents per window of the window kernels (their scores, and on disk their norms, stay in cache)."""
 DAAT_POSTING_COST = 10
-"""What pruned search costs per posting of its essential terms, in postings scored into a window."""
+"""What the on-disk document-at-a-time search costs per posting of its essential terms, in postings scored into a
+window."""
 THETA_SHARE = 0.8
-"""The k-th score :func:`_dense_pays` expects, as a share of the sum of the query's term bounds. It and
-:data:`DAAT_POSTING_COST` were fitted to per-query timings of both ways on 2M catalogue and wiki passages (the
-corpora of ``bench/bench_bm25_common_terms.py``, common and mixed queries, both idfs)."""
+"""The k-th score :func:`_dense_pays` expects for the on-disk search, as a share of the sum of the query's term
+bounds. It and :data:`DAAT_POSTING_COST` were fitted to per-query timings of both ways on 2M catalogue and wiki
+passages (the corpora of ``bench/bench_bm25_common_terms.py``, common and mixed queries, both idfs)."""
+MEM_POSTING_COST = 8
+"""The same for the in-memory term-at-a-time search, which adds every posting of the lists it reads before pruning
+into the touched-document list: dearer than the on-disk pass, so windows pay sooner (at 2M wiki passages they doubled
+mixed queries' rate with the okapi idf, :data:`MEM_THETA_SHARE` and this)."""
+MEM_THETA_SHARE = 0.5
+""":data:`THETA_SHARE` for the in-memory search."""
 SCAN_COST = 1
 """What scanning one document of a window for the top k costs, in postings scored into a window."""
 
@@ -363,13 +370,13 @@ def _sorted_heap_out(hs, hd, size, out_ids, out_scores):  # pragma: no cover - c
 
 
 @_kernel
-def _dense_pays(dfs, bound, n_docs):  # pragma: no cover - compiled
+def _dense_pays(dfs, bound, n_docs, theta_share, posting_cost):  # pragma: no cover - compiled
     """Whether scoring every posting window by window (:func:`_taat_windows`, ``postings._taat_windows``) costs less
-    than the pruned search, which visits every posting of its essential terms, at several times the cost of a
-    posting scored into a window. Those are estimated with the k-th score at :data:`THETA_SHARE` of the sum of the
-    term bounds (where the top documents land: they have most of the query's terms): the terms whose bounds,
-    smallest first, add up to less than that are non-essential, the rest essential."""
-    theta = THETA_SHARE * bound.sum()
+    than the pruned search, which visits every posting of its essential terms at ``posting_cost`` times the cost of
+    a posting scored into a window. Those are estimated with the k-th score at ``theta_share`` of the sum of the term
+    bounds (where the top documents land: they have most of the query's terms): the terms whose bounds, smallest
+    first, add up to less than that are non-essential, the rest essential."""
+    theta = theta_share * bound.sum()
     total = 0
     essential = 0
     run = 0.0
@@ -378,7 +385,7 @@ def _dense_pays(dfs, bound, n_docs):  # pragma: no cover - compiled
         total += dfs[j]
         if run >= theta:
             essential += dfs[j]
-    return DAAT_POSTING_COST * essential > total + SCAN_COST * n_docs
+    return posting_cost * essential > total + SCAN_COST * n_docs
 
 
 @_kernel
@@ -447,7 +454,7 @@ def _search_one(index, prune, terms, weights, k, ws, out_ids, out_scores):  # pr
         dfs = np.empty(nt, np.int64)
         for j in range(nt):
             dfs[j] = indptr[terms[j] + 1] - indptr[terms[j]]
-        if _dense_pays(dfs, bound, acc.size):
+        if _dense_pays(dfs, bound, acc.size, MEM_THETA_SHARE, MEM_POSTING_COST):
             found = _taat_windows(index, terms, weights, order, k, ws, out_ids, out_scores)
             if found >= 0:
                 return found

@@ -34,6 +34,8 @@ from __future__ import annotations
 import numpy as np
 
 from .bm25 import (
+    DAAT_POSTING_COST,
+    THETA_SHARE,
     WINDOW,
     _dense_pays,
     _heap_push,
@@ -416,7 +418,7 @@ def _search_one(ix, prune, terms, weights, k, ws, out_ids, out_scores):  # pragm
     dfs = np.empty(nt, np.int64)
     for j in range(nt):
         dfs[j] = indptr[terms[j] + 1] - indptr[terms[j]]
-    if k > 0 and _dense_pays(dfs, bound, ws[0].size):
+    if k > 0 and _dense_pays(dfs, bound, ws[0].size, THETA_SHARE, DAAT_POSTING_COST):
         return _taat_windows(ix, terms, weights, order, k, ws, out_ids, out_scores)
 
     mx = np.argsort(bound, kind="mergesort")  # smallest bound first: the candidates for non-essential
