@@ -363,7 +363,7 @@ def test_without_the_data_the_env_constructs_and_says_what_to_download(monkeypat
     monkeypatch.setenv("WEBSHOP_DATA", str(SAMPLE))
     env = gym.make(ENV, split="all")
     assert env.unwrapped.unavailable_reason is None and env.unwrapped.num_tasks == 5
-    assert sorted(builtin_agents(env)) == ["heuristic", "oracle", "random"]
+    assert sorted(builtin_agents(env)) == ["heuristic", "oracle", "random", "rule"]
 
 
 def test_check_env_passes():
