@@ -126,6 +126,9 @@ class TrainConfig:
     reward_components: str | tuple[str, ...] = "auto"
     turn_signal_key: str | None = None  # mt_grpo's verified per-turn signal: an info key (None: TURN_SIGNALS[env_id])
     turn_signal_mode: str | None = None  # "value" or "delta" (None: TURN_SIGNALS' mode for its key, else "value")
+    # a binary turn signal corrupted at a known rate (the noisy-signal arms of a credit experiment): each reported 0/1
+    # is flipped with this probability, drawn from (seed, the rollout's task seed, its place in the batch)
+    turn_signal_flip: float = 0.0
     # branch credit (BRANCH_ESTIMATORS, baselines/branches.py): branch_k forks from the env snapshot and token prefix
     # before each chosen turn: "all" turns, or "uncertain", the branch_frac of the batch's turns whose least likely
     # sampled token was least likely
@@ -312,6 +315,8 @@ class TrainConfig:
                              "leaves out")  # fmt: skip
         if self.turn_signal_mode not in (None, "value", "delta"):
             raise ValueError(f"turn_signal_mode must be 'value' or 'delta', got {self.turn_signal_mode!r}")
+        if not 0.0 <= self.turn_signal_flip <= 1.0:
+            raise ValueError(f"turn_signal_flip is a probability in [0, 1], got {self.turn_signal_flip}")
         if self.estimator_name in SIGNAL_ESTIMATORS and self.turn_signal is None:
             raise ValueError(f"estimator {self.estimator_name!r} needs a verified per-turn signal: set "
                              f"turn_signal_key (an info key; {self.env_id} has no entry in "

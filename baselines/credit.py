@@ -43,10 +43,11 @@ from agentgym.baselines.components import (
     wrapper_specs,
 )
 from agentgym.baselines.config import SIGNAL_ESTIMATORS, TrainConfig
-from agentgym.baselines.rollout import Rollout, autocast, collect_rollouts
+from agentgym.baselines.rollout import Rollout, autocast, collect_rollouts, derive_seed
 from agentgym.rewards.advantages import (
     TurnBatch,
     broadcast_to_tokens,
+    flip_signals,
     get_estimator,
     masked_whiten,
     observation_anchors,
@@ -223,6 +224,10 @@ def turn_signals(rollouts: Sequence[Rollout], config: TrainConfig) -> list[list[
     if rollouts and all(x is None for row in out for x in row):
         raise ValueError(f"{config.estimator_name}: no turn of the batch reports info[{src.key!r}] (env "
                          f"{config.env_id}; set turn_signal_key to a key it reports)")  # fmt: skip
+    if config.turn_signal_flip > 0:  # each rollout its own stream: a group's rollouts share a task seed
+        rate = config.turn_signal_flip
+        out = [flip_signals([row], rate, np.random.default_rng(derive_seed(config.seed, 7, r.seed, k)))[0]
+               for k, (r, row) in enumerate(zip(rollouts, out, strict=True))]  # fmt: skip
     return out
 
 

@@ -282,3 +282,44 @@ def test_observation_anchors_are_what_the_agent_saw():
     assert observation_anchors([], []) == []
     with pytest.raises(ValueError, match="observations"):
         get_estimator("gigpo_obs")(TurnBatch([[1.0]], [0], anchors=[["s"]]))
+
+
+def test_flip_signals_flips_binary_values_at_the_stated_rate():
+    from agentgym.rewards.advantages import flip_signals
+
+    rows = [[1.0, None, 0.0], [0.0]]
+    assert flip_signals(rows, 0.0, np.random.default_rng(1)) == rows
+    assert flip_signals(rows, 1.0, np.random.default_rng(1)) == [[0.0, None, 1.0], [1.0]]
+    ones = [[1.0] * 20_000]
+    flipped = flip_signals(ones, 0.3, np.random.default_rng(5))[0].count(0.0)
+    assert abs(flipped / 20_000 - 0.3) < 0.01  # binomial sd 0.0032: more than 3 sd away would be a bug
+    assert flip_signals(ones, 0.3, np.random.default_rng(5)) == flip_signals(ones, 0.3, np.random.default_rng(5))
+    with pytest.raises(ValueError, match="not a binary signal"):
+        flip_signals([[0.5]], 0.1, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="probability"):
+        flip_signals([[1.0]], 1.5, np.random.default_rng(0))
+
+
+def test_the_trainer_flips_each_rollouts_signal_from_its_own_stream():
+    """turn_signal_flip=1 flips every reported value; at 0.5 two rollouts of one group (one task seed) draw different
+    flips, and the same batch read twice draws the same."""
+    from agentgym.baselines.config import TrainConfig
+    from agentgym.baselines.credit import turn_signals
+    from agentgym.baselines.rollout import Rollout
+
+    def rollout(correct: list[bool | None]) -> Rollout:
+        r = Rollout(prompt_ids=[1], group_id="g", seed=11)
+        r.infos = [{"correct": c} for c in correct]
+        return r
+
+    base = {"env_id": "agentgym/Chain-v0", "estimator": "mt_grpo"}
+    batch = [rollout([True, None, False, True]), rollout([False, False, True, True])]
+    assert turn_signals(batch, TrainConfig(**base)) == [[1.0, None, 0.0, 1.0], [0.0, 0.0, 1.0, 1.0]]
+    assert turn_signals(batch, TrainConfig(**base, turn_signal_flip=1.0)) == [[0.0, None, 1.0, 0.0],
+                                                                              [1.0, 1.0, 0.0, 0.0]]  # fmt: skip
+    long = [rollout([True] * 64), rollout([True] * 64)]
+    half = TrainConfig(**base, turn_signal_flip=0.5)
+    a, b = turn_signals(long, half)
+    assert a != b and turn_signals(long, half) == [a, b]
+    with pytest.raises(ValueError, match="turn_signal_flip"):
+        TrainConfig(**base, turn_signal_flip=-0.1)

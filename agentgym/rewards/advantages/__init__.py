@@ -43,7 +43,13 @@ from agentgym.rewards.advantages.mixed import mapo_mixed, matchtir_dual
 from agentgym.rewards.advantages.multi_turn import mt_grpo
 from agentgym.rewards.advantages.registry import ESTIMATORS, OUTCOME_ESTIMATORS, get_estimator
 from agentgym.rewards.advantages.serl import SERL_FEATURES, agrees, expert_references, serl_advantages, serl_criticality
-from agentgym.rewards.advantages.signals import TURN_SIGNALS, TurnSignal, observation_anchors, observation_key
+from agentgym.rewards.advantages.signals import (
+    TURN_SIGNALS,
+    TurnSignal,
+    flip_signals,
+    observation_anchors,
+    observation_key,
+)
 from agentgym.rewards.advantages.tokens import (
     action_char_span,
     action_token_span,
@@ -85,6 +91,7 @@ __all__ = [
     "dual_track_advantages",
     "expert_references",
     "exploration_reward",
+    "flip_signals",
     "get_estimator",
     "gigpo",
     "gopo_advantages",

@@ -113,6 +113,32 @@ TURN_SIGNALS: Mapping[str, TurnSignal] = MappingProxyType(
 )
 
 
+def flip_signals(
+    rows: Sequence[Sequence[float | None]], rate: float, rng: np.random.Generator
+) -> list[list[float | None]]:
+    """A binary turn signal corrupted at a known rate: each reported value (0 or 1) is flipped to ``1 - x`` with
+    probability ``rate``, independently; None stays None. The noisy-signal arms of a credit experiment read it.
+    A value other than 0 or 1 raises ``ValueError`` (flipping has no meaning for it).
+
+    >>> flip_signals([[1.0, None, 0.0]], 1.0, np.random.default_rng(0))
+    [[0.0, None, 1.0]]
+    >>> flip_signals([[1.0, 0.0]], 0.0, np.random.default_rng(0))
+    [[1.0, 0.0]]
+    """
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError(f"a flip rate is a probability in [0, 1], got {rate}")
+    out: list[list[float | None]] = []
+    for i, row in enumerate(rows):
+        flips = rng.random(len(row)) < rate
+        new: list[float | None] = []
+        for t, x in enumerate(row):
+            if x is not None and x not in (0.0, 1.0):
+                raise ValueError(f"row {i}, turn {t}: {x} is not a binary signal (0 or 1), so it cannot be flipped")
+            new.append(None if x is None else 1.0 - x if flips[t] else x)
+        out.append(new)
+    return out
+
+
 def observation_key(messages: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
     """A hashable key of exactly what an observation showed the agent: each message as canonical JSON (sorted keys,
     non-JSON values by ``str``). Two observations share a key only if every message is identical.
