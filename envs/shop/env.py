@@ -137,41 +137,13 @@ def parse_action(text: str) -> tuple[str, str] | str:
     return m[1].lower(), m[2].strip()
 
 
-class ShopEnv(AgentEnv):
-    """WebShop over a generated catalogue (see the module docstring).
-
-    Args:
-        catalogue: a size of ``catalogue.SIZES`` (``"tiny"`` 100 products, ``"1k"``, ``"5k"`` the default,
-            ``"100k"``, ``"300k"``); one goal per product.
-        seed: the catalogue's seed.
-        show_attrs: show the ``Attributes`` sub-page (WebShop hides it by default).
-        show_actions: end each observation with the page's available actions.
-        max_turns: turns before truncation (15, as the WebShop agents of the seed papers use).
-        invalid_action_penalty: subtracted (component ``format``) for each invalid step.
-    """
+class ShopBase(AgentEnv):
+    """What Shop-v0 and WebShop-v0 share: the pages, actions, reward, signals, anchors and snapshots over a
+    ``Store``. A subclass builds its store and calls ``_setup`` in its constructor."""
 
     agents: ClassVar[Mapping[str, Any]] = {"oracle": OracleAgent, "heuristic": HeuristicAgent, "rule": RuleAgent,
                                            "random": RandomAgent}  # fmt: skip
-    public_args = declare(AgentEnv.public_args, catalogue=one_of(*CHEAP_SIZES), seed=integer(0, 2**31 - 1),
-                          show_attrs=flag(), show_actions=flag())  # fmt: skip
-
-    def __init__(
-        self,
-        *,
-        catalogue: str = "5k",
-        seed: int = 0,
-        show_attrs: bool = False,
-        show_actions: bool = True,
-        max_turns: int = 15,
-        invalid_action_penalty: float = 0.0,
-    ):
-        super().__init__(max_turns=max_turns, invalid_action_penalty=invalid_action_penalty)
-        if catalogue not in SIZES:
-            raise ValueError(f"catalogue must be one of {list(SIZES)}, got {catalogue!r}")
-        key = ("generated", catalogue, seed)
-        if key not in STORE_CACHE:
-            STORE_CACHE[key] = build_store(build_catalogue(SIZES[catalogue], seed))
-        self._setup(STORE_CACHE[key], f"{catalogue}/s{seed}", show_attrs, show_actions)
+    store: Store
 
     def _setup(self, store: Store, prefix: str, show_attrs: bool, show_actions: bool) -> None:
         self.store, self._prefix = store, prefix
@@ -314,3 +286,38 @@ class ShopEnv(AgentEnv):
 
     def _restore_state(self, state: Episode | None) -> None:
         self._ep = state
+
+
+class ShopEnv(ShopBase):
+    """WebShop over a generated catalogue (see the module docstring).
+
+    Args:
+        catalogue: a size of ``catalogue.SIZES`` (``"tiny"`` 100 products, ``"1k"``, ``"5k"`` the default,
+            ``"100k"``, ``"300k"``); one goal per product.
+        seed: the catalogue's seed.
+        show_attrs: show the ``Attributes`` sub-page (WebShop hides it by default).
+        show_actions: end each observation with the page's available actions.
+        max_turns: turns before truncation (15, as the WebShop agents of the seed papers use).
+        invalid_action_penalty: subtracted (component ``format``) for each invalid step.
+    """
+
+    public_args = declare(AgentEnv.public_args, catalogue=one_of(*CHEAP_SIZES), seed=integer(0, 2**31 - 1),
+                          show_attrs=flag(), show_actions=flag())  # fmt: skip
+
+    def __init__(
+        self,
+        *,
+        catalogue: str = "5k",
+        seed: int = 0,
+        show_attrs: bool = False,
+        show_actions: bool = True,
+        max_turns: int = 15,
+        invalid_action_penalty: float = 0.0,
+    ):
+        super().__init__(max_turns=max_turns, invalid_action_penalty=invalid_action_penalty)
+        if catalogue not in SIZES:
+            raise ValueError(f"catalogue must be one of {list(SIZES)}, got {catalogue!r}")
+        key = ("generated", catalogue, seed)
+        if key not in STORE_CACHE:
+            STORE_CACHE[key] = build_store(build_catalogue(SIZES[catalogue], seed))
+        self._setup(STORE_CACHE[key], f"{catalogue}/s{seed}", show_attrs, show_actions)

@@ -57,7 +57,7 @@ from typing import Any
 
 from agentgym.contract.env import AgentEnv
 from agentgym.contract.trust import declare, flag, one_of
-from agentgym.envs.shop.env import STORE_CACHE, ShopEnv, Store, build_store
+from agentgym.envs.shop.env import STORE_CACHE, ShopBase, Store, build_store
 from agentgym.envs.shop.products import NO_CAP, Goal, Product, price_cap, price_tag
 
 DATA_ENV = "WEBSHOP_DATA"
@@ -397,7 +397,7 @@ def _synthetic_goals(products: list[Product], ins: Mapping[str, Any], files: Web
 # -- the env -----------------------------------------------------------------------------------------------------------
 
 
-class WebShopEnv(ShopEnv):
+class WebShopEnv(ShopBase):
     """WebShop's real data with Shop-v0's protocol (see the module docstring and ``ShopEnv``).
 
     Tasks are the split's goals; a task id is ``webshop/<goal index>``, the goal's index in the whole shuffled
@@ -433,8 +433,7 @@ class WebShopEnv(ShopEnv):
         max_turns: int = 15,
         invalid_action_penalty: float = 0.0,
     ):
-        # ShopEnv's constructor builds a generated catalogue: this one builds the real store instead.
-        AgentEnv.__init__(self, max_turns=max_turns, invalid_action_penalty=invalid_action_penalty)
+        super().__init__(max_turns=max_turns, invalid_action_penalty=invalid_action_penalty)
         if split not in SPLITS:
             raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
         self.split = split
