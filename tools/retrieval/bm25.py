@@ -357,6 +357,21 @@ def _heap_push(hs, hd, size, k, s, d):  # pragma: no cover - compiled
 
 
 @_kernel
+def _flush_window(accw, n, lo, hs, hd, size, k, floor):  # pragma: no cover - compiled
+    """Offer the window's documents ``lo .. lo + n - 1`` (scores ``accw[:n]``) to the top-``k`` heap in ascending id
+    order (an equal score never displaces: lower id first), zeroing ``accw[:n]`` for the next window. ``floor`` is
+    what a document must beat: 0, then the k-th best once the heap is full. Returns the new size and floor."""
+    for i in range(n):
+        s = accw[i]
+        if s > floor:
+            size = _heap_push(hs, hd, size, k, s, lo + i)
+            if size == k:
+                floor = hs[0]
+        accw[i] = 0
+    return size, floor
+
+
+@_kernel
 def _sorted_heap_out(hs, hd, size, out_ids, out_scores):  # pragma: no cover - compiled
     """The heap's ``size`` entries into ``out_*`` by score descending, then doc id ascending."""
     by_id = np.argsort(hd[:size])  # ids ascending, then a stable sort on -score
@@ -422,13 +437,7 @@ def _taat_windows(index, terms, weights, order, k, ws, out_ids, out_scores):  # 
                 accw[post_docs[p] - lo] += wr * post_imp[p]
                 p += 1
             pos[r] = p
-        for i in range(hi - lo):  # ascending ids: an equal score never displaces (lower id first)
-            s = accw[i]
-            if s > floor:
-                size = _heap_push(hs, hd, size, k, s, lo + i)
-                if size == k:
-                    floor = hs[0]
-            accw[i] = 0
+        size, floor = _flush_window(accw, hi - lo, lo, hs, hd, size, k, floor)
     if size < k:
         return -1
     _sorted_heap_out(hs, hd, size, out_ids, out_scores)

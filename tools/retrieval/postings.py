@@ -38,6 +38,7 @@ from .bm25 import (
     THETA_SHARE,
     WINDOW,
     _dense_pays,
+    _flush_window,
     _heap_push,
     _kernel,
     _kth_ascending,
@@ -392,13 +393,7 @@ def _taat_windows(ix, terms, weights, order, k, ws, out_ids, out_scores):  # pra
                 pos[r] = 0
                 if blk[r] < bend[r]:
                     blen[r] = _decode(ix, first[r], blk[r], dfs[r], bufd[r], buft[r])
-        for i in range(hi - lo):  # ascending ids: an equal score never displaces (lower id first)
-            s = accw[i]
-            if s > floor:
-                size = _heap_push(hs, hd, size, k, s, lo + i)
-                if size == k:
-                    floor = hs[0]
-            accw[i] = 0
+        size, floor = _flush_window(accw, hi - lo, lo, hs, hd, size, k, floor)
     if size < k:
         return _taat(ix, terms, weights, order, k, ws, out_ids, out_scores)
     _sorted_heap_out(hs, hd, size, out_ids, out_scores)
