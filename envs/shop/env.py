@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Protocol
 
 from agentgym.contract.env import AgentEnv, StepResult
@@ -173,18 +173,25 @@ class ShopBase(AgentEnv):
                     choose[name] = want
         gold = {"goal": goal.to_json(), "asin": goal.asin, "select": choose, "category": goal.category,
                 "search": target.title.lower() if target else goal.instruction}  # fmt: skip
-        text = self._observe()
+        text, info = self._page_out()
         obs = [{"role": "user", "content": f"{INTRO}\n\n{text}"}]
-        return obs, {"task_id": f"{self._prefix}/{task_index}", "gold": gold, **self._signals()}
+        return obs, {"task_id": f"{self._prefix}/{task_index}", "gold": gold, **info}
 
-    def _observe(self) -> str:
+    def _page_out(self) -> tuple[str, dict[str, Any]]:
+        """The current page as observation text and its step info (the signals and the admissible commands, computed
+        once); a purchase value above the episode's best so far becomes the new best."""
         assert self._ep is not None
         ep = self._ep
+        commands = self._admissible()
+        info = self._signals(commands)
+        if info["purchase_value"] is not None and info["purchase_value"] > ep.best:
+            self._ep = ep = replace(ep, best=info["purchase_value"])
+        info["best_purchase_value"] = ep.best
         score = None if ep.score is None else round(ep.score.total, 4)
         text = render(ep.page, ep.goal.instruction, self.store.data.by_asin, show_attrs=self.show_attrs, score=score)
         if self.show_actions and ep.page.kind != "done":
-            text += "\nAvailable actions: " + ", ".join(self._admissible())
-        return text
+            text += "\nAvailable actions: " + ", ".join(commands)
+        return text, info
 
     def _admissible(self) -> list[str]:
         assert self._ep is not None
@@ -192,12 +199,12 @@ class ShopBase(AgentEnv):
         search = ["search[<keywords>]"] if page.kind == "search" else []
         return search + [f"click[{c}]" for c in clickables(page, self.store.data.by_asin, self.show_attrs)]
 
-    def _signals(self) -> dict[str, Any]:
-        """The verified turn signals of the current page (see the module docstring)."""
+    def _signals(self, commands: list[str]) -> dict[str, Any]:
+        """The verified turn signals of the current page (see the module docstring), but the running best."""
         assert self._ep is not None
         ep, data = self._ep, self.store.data
         page = ep.page
-        out: dict[str, Any] = {"page": page.kind, "admissible_commands": self._admissible(), "purchase_value": None,
+        out: dict[str, Any] = {"page": page.kind, "admissible_commands": commands, "purchase_value": None,
                                "attributes_matched": None, "options_matched": None, "type_match": None,
                                "price_ok": None, "target_rank": None}  # fmt: skip
         if page.results and page.kind != "search":
@@ -210,15 +217,12 @@ class ShopBase(AgentEnv):
                 out["purchase_value"] = s.total
         if ep.score is not None:
             out["purchase_value"] = ep.score.total
-        if out["purchase_value"] is not None and out["purchase_value"] > ep.best:
-            self._ep = ep = Episode(ep.goal, ep.page, ep.score, out["purchase_value"])
-        out["best_purchase_value"] = ep.best
         return out
 
     def _invalid(self, why: str) -> StepResult:
-        msg = f"Invalid action: {why}\n\n{self._observe()}"
-        return StepResult([{"role": "user", "content": msg}], action_valid=False, parse_error=why,
-                          info=self._signals())  # fmt: skip
+        text, info = self._page_out()
+        return StepResult([{"role": "user", "content": f"Invalid action: {why}\n\n{text}"}], action_valid=False,
+                          parse_error=why, info=info)  # fmt: skip
 
     def _step(self, action: str) -> StepResult:
         assert self._ep is not None
@@ -236,8 +240,7 @@ class ShopBase(AgentEnv):
                 return self._invalid("search[...] needs keywords.")
             if len(keywords) > MAX_QUERY_CHARS:
                 return self._invalid(f"search[...] takes at most {MAX_QUERY_CHARS} characters.")
-            self._ep = Episode(ep.goal, Page("results", keywords, 1, results=self.store.search(keywords)), best=ep.best)
-            return self._moved()
+            return self._moved(Page("results", keywords, 1, results=self.store.search(keywords)))
         arg = arg.lower()
         options = clickables(page, data.by_asin, self.show_attrs)
         if arg not in options:  # spacing around punctuation aside ("x - large" as a tokenizer decodes "x-large")
@@ -250,31 +253,34 @@ class ShopBase(AgentEnv):
         if what == "buy":
             product = data.by_asin[page.asin]
             score = purchase_score(product, ep.goal, product.price, page.selected())
-            self._ep = Episode(ep.goal, Page("done", asin=page.asin, options=page.options), score, ep.best)
-            return StepResult([{"role": "user", "content": self._observe()}], {"outcome": score.total},
-                              terminated=True, success=score.total == 1.0,
-                              info={**self._signals(), "reward_parts": score.to_json()})  # fmt: skip
+            self._ep = replace(ep, page=Page("done", asin=page.asin, options=page.options), score=score)
+            text, info = self._page_out()
+            return StepResult([{"role": "user", "content": text}], {"outcome": score.total}, terminated=True,
+                              success=score.total == 1.0, info={**info, "reward_parts": score.to_json()})  # fmt: skip
         if what == "back":
             new = Page("search")
         elif what == "next":
-            new = Page("results", page.keywords, page.page + 1, results=page.results)
+            new = replace(page, page=page.page + 1)
         elif what == "prev" and page.kind == "results":
-            new = Page("results", page.keywords, page.page - 1, results=page.results)
-        elif what == "prev" and page.kind == "item":
-            new = Page("results", page.keywords, page.page, results=page.results)
+            new = replace(page, page=page.page - 1)
+        elif what == "prev" and page.kind == "item":  # back to the results page it was opened from
+            new = replace(page, kind="results", asin="", options=())
         elif what == "prev":  # a sub-page: back to the item page
-            new = Page("item", page.keywords, page.page, page.asin, page.options, "", page.results)
+            new = replace(page, kind="item", sub="")
         elif what == "product":
-            new = Page("item", page.keywords, page.page, value, (), "", page.results)
+            new = replace(page, kind="item", asin=value, options=())
         elif what == "option":
             new = page.select(value, arg)
         else:  # a sub-page
-            new = Page("sub", page.keywords, page.page, page.asin, page.options, value, page.results)
-        self._ep = Episode(ep.goal, new, best=ep.best)
-        return self._moved()
+            new = replace(page, kind="sub", sub=value)
+        return self._moved(new)
 
-    def _moved(self) -> StepResult:
-        return StepResult([{"role": "user", "content": self._observe()}], {"outcome": 0.0}, info=self._signals())
+    def _moved(self, page: Page) -> StepResult:
+        """Go to ``page`` (a step that buys nothing: outcome 0)."""
+        assert self._ep is not None
+        self._ep = replace(self._ep, page=page)
+        text, info = self._page_out()
+        return StepResult([{"role": "user", "content": text}], {"outcome": 0.0}, info=info)
 
     def anchor(self) -> str:
         """The task and the page, canonically (``Page.canonical``)."""

@@ -19,7 +19,7 @@ Clickables are matched in lower case, as WebShop lowers the argument of ``click[
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agentgym.envs.shop.products import Product
 
@@ -50,7 +50,7 @@ class Page:
         """The item page with ``name`` set to ``value`` (a new name goes last, as in WebShop's dict)."""
         chosen = dict(self.options)
         chosen[name] = value
-        return Page("item", self.keywords, self.page, self.asin, tuple(chosen.items()), "", self.results)
+        return replace(self, kind="item", options=tuple(chosen.items()), sub="")
 
     def shown(self) -> tuple[str, ...]:
         """The ASINs on this results page."""
