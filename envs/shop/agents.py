@@ -15,6 +15,7 @@ from agentgym.contract.agent import Agent, GoldAgent
 Message = dict[str, Any]
 _ACTIONS = re.compile(r"Available actions: (.*)$")
 _CAP = re.compile(r"price lower than ([\d.]+) dollars")
+_ASIN = re.compile(r"B0[A-Z0-9]{8}")
 _PRICE = re.compile(r"^\$([\d.]+)")
 _BUTTONS = {"back to search", "< prev", "description", "features", "reviews", "attributes", "buy now"}
 
@@ -24,6 +25,11 @@ def page_parts(messages: list[Message]) -> list[str]:
     text = messages[-1]["content"] if messages else ""
     text = text.rsplit("\n\n", 1)[-1].split("\nAvailable actions:", 1)[0]
     return [p.strip() for p in text.split(" [SEP] ")]
+
+
+def shown_asins(parts: list[str]) -> list[str]:
+    """The ASINs a results page shows (generated ones: ``B0`` and eight letters or digits), in order."""
+    return [p for p in parts if _ASIN.fullmatch(p)]
 
 
 def instruction_of(messages: list[Message]) -> str:
@@ -84,7 +90,7 @@ class HeuristicAgent(Agent):
             todo = [v for v in wanted if v not in done]
             return f"click[{todo[0]}]" if todo else "click[buy now]"
         cap = float(m[1]) if (m := _CAP.search(instruction)) else float("inf")
-        asins = [p for p in parts if re.fullmatch(r"B0[A-Z0-9]{8}", p)]
+        asins = shown_asins(parts)
         for asin in asins:
             i = parts.index(asin)
             price = _PRICE.match(parts[i + 2]) if i + 2 < len(parts) else None
@@ -104,7 +110,7 @@ class RuleAgent(Agent):
             return f"search[{instruction_of(messages)}]"
         if parts and parts[-1] == "Buy Now":
             return "click[buy now]"
-        asins = [p for p in parts if re.fullmatch(r"B0[A-Z0-9]{8}", p)]
+        asins = shown_asins(parts)
         return f"click[{asins[0].lower()}]" if asins else "click[back to search]"
 
 
