@@ -129,6 +129,14 @@ class TrainConfig:
     # a binary turn signal corrupted at a known rate (the noisy-signal arms of a credit experiment): each reported 0/1
     # is flipped with this probability, drawn from (seed, the rollout's task seed, its place in the batch)
     turn_signal_flip: float = 0.0
+    # where the turn signal comes from: "info" (turn_signal_key / TURN_SIGNALS, the env's verified signal) or "scorer"
+    # (the turn scorer's per-turn rewards: a judged or learned signal; a turn it could not score has no signal, and
+    # its rewards then join the training rewards only through the signal, never added to them)
+    turn_signal_source: str = "info"
+    # > 0: coef x the progress a binary turn signal implies (signal_progress: Phi = the share of signalled turns passed
+    # while every signal so far is 1) is added to each turn's training reward; the oracle,
+    # corrupted (turn_signal_flip) or judged (turn_signal_source="scorer") signal's analogue of progress_key
+    signal_progress_coef: float = 0.0
     # branch credit (BRANCH_ESTIMATORS, baselines/branches.py): branch_k forks from the env snapshot and token prefix
     # before each chosen turn: "all" turns, or "uncertain", the branch_frac of the batch's turns whose least likely
     # sampled token was least likely
@@ -317,7 +325,20 @@ class TrainConfig:
             raise ValueError(f"turn_signal_mode must be 'value' or 'delta', got {self.turn_signal_mode!r}")
         if not 0.0 <= self.turn_signal_flip <= 1.0:
             raise ValueError(f"turn_signal_flip is a probability in [0, 1], got {self.turn_signal_flip}")
-        if self.estimator_name in SIGNAL_ESTIMATORS and self.turn_signal is None:
+        if self.turn_signal_source not in ("info", "scorer"):
+            raise ValueError(f"turn_signal_source must be 'info' or 'scorer', got {self.turn_signal_source!r}")
+        if self.signal_progress_coef < 0:
+            raise ValueError(f"signal_progress_coef must be >= 0, got {self.signal_progress_coef}")
+        reads = self.estimator_name in SIGNAL_ESTIMATORS or self.signal_progress_coef > 0
+        if self.turn_signal_source == "scorer":
+            if self.scorer is None or not reads:
+                raise ValueError("turn_signal_source 'scorer' needs a scorer and a reader of the signal (estimator "
+                                 f"{' or '.join(SIGNAL_ESTIMATORS)}, or signal_progress_coef > 0)")  # fmt: skip
+            return
+        if self.turn_signal_flip > 0 and not reads:
+            raise ValueError("turn_signal_flip needs a reader of the turn signal (estimator "
+                             f"{' or '.join(SIGNAL_ESTIMATORS)}, or signal_progress_coef > 0)")  # fmt: skip
+        if reads and self.turn_signal is None:
             raise ValueError(f"estimator {self.estimator_name!r} needs a verified per-turn signal: set "
                              f"turn_signal_key (an info key; {self.env_id} has no entry in "
                              "agentgym.rewards.advantages.TURN_SIGNALS)")  # fmt: skip

@@ -52,6 +52,7 @@ from agentgym.rewards.advantages import (
     masked_whiten,
     observation_anchors,
     place_turn_rewards,
+    signal_progress,
     token_gae,
 )
 from agentgym.rewards.advantages.tokens import broadcast_to_action_tokens
@@ -200,8 +201,8 @@ def turn_rewards(r: Rollout, config: TrainConfig) -> list[float]:
         comps = r.reward_components or [{}] * len(r.turn_rewards)  # a hand-built rollout may record none
         base = [math.fsum(c.get(k, 0.0) for k in names) if c else x
                 for x, c in zip(r.turn_rewards, comps, strict=True)]  # fmt: skip
-    if not r.scored_rewards or config.scorer_fusion_mode == "infopo":  # InfoPO fuses advantages instead
-        return base
+    if not r.scored_rewards or config.scorer_fusion_mode == "infopo" or config.turn_signal_source == "scorer":
+        return base  # InfoPO fuses advantages instead; a scorer that is the turn signal counts only through it
     return [x + config.scorer_coef * s for x, s in zip(base, r.scored_rewards, strict=True)]
 
 
@@ -214,16 +215,29 @@ def observation_keys(rollouts: Sequence[Rollout]) -> list[list[tuple[str, ...]]]
 
 
 def turn_signals(rollouts: Sequence[Rollout], config: TrainConfig) -> list[list[float | None]] | None:
-    """The verified per-turn signal of each rollout (``config.turn_signal`` read from its step infos) for the
-    estimators that need one (``SIGNAL_ESTIMATORS``), else None. A batch in which no turn reports the signal is an
-    error (the env does not report that key), never a silent fall back to the outcome."""
+    """The per-turn signal of each rollout where the run reads one (an estimator of ``SIGNAL_ESTIMATORS``, or
+    ``signal_progress_coef`` > 0), else None: the env's verified signal (``config.turn_signal`` read from the step
+    infos), or with ``turn_signal_source="scorer"`` the turn scorer's rewards (None where it could not score a turn);
+    then corrupted at ``turn_signal_flip``. A batch in which no turn reports the signal is an error (the env does not
+    report that key), never a silent fall back to the outcome."""
     src = config.turn_signal
-    if config.estimator_name not in SIGNAL_ESTIMATORS or src is None:
+    if config.estimator_name not in SIGNAL_ESTIMATORS and config.signal_progress_coef == 0:
         return None
-    out = [src.read(r.reset_info, r.infos) for r in rollouts]
-    if rollouts and all(x is None for row in out for x in row):
-        raise ValueError(f"{config.estimator_name}: no turn of the batch reports info[{src.key!r}] (env "
-                         f"{config.env_id}; set turn_signal_key to a key it reports)")  # fmt: skip
+    if config.turn_signal_source == "scorer":
+        out: list[list[float | None]] = []
+        for r in rollouts:
+            ok = r.scored_valid or [True] * len(r.scored_rewards)
+            out.append([x if v else None for x, v in zip(r.scored_rewards, ok, strict=True)])
+        if config.turn_signal_mode == "delta":
+            out = [[None if x is None or p is None else x - p for p, x in zip([0.0, *row[:-1]], row, strict=True)]
+                   for row in out]  # fmt: skip
+    elif src is None:
+        return None
+    else:
+        out = [src.read(r.reset_info, r.infos) for r in rollouts]
+        if rollouts and all(x is None for row in out for x in row):
+            raise ValueError(f"{config.estimator_name}: no turn of the batch reports info[{src.key!r}] (env "
+                             f"{config.env_id}; set turn_signal_key to a key it reports)")  # fmt: skip
     if config.turn_signal_flip > 0:  # each rollout its own stream: a group's rollouts share a task seed
         rate = config.turn_signal_flip
         out = [flip_signals([row], rate, np.random.default_rng(derive_seed(config.seed, 7, r.seed, k)))[0]
@@ -353,10 +367,14 @@ def build_scorer(config: TrainConfig, model: Any, tokenizer: Any) -> Any:
 
 
 @torch.no_grad()
-def score_turns(rollouts: Sequence[Rollout], config: TrainConfig, model: Any, tokenizer: Any) -> dict[str, float]:
-    """Run the turn scorer on each group's text trajectories and store its per-turn rewards in
-    ``Rollout.scored_rewards`` (a turn it could not score gets 0 and counts in ``scorer_invalid_frac``)."""
-    scorer = build_scorer(config, model, tokenizer)
+def score_turns(rollouts: Sequence[Rollout], config: TrainConfig, model: Any, tokenizer: Any,
+                scorer: Any = None) -> dict[str, float]:  # fmt: skip
+    """Run the turn scorer (``scorer``, else a fresh one from ``config``) on each group's text trajectories and store
+    its per-turn rewards in ``Rollout.scored_rewards`` (a turn it could not score gets 0, is marked in
+    ``Rollout.scored_valid`` and counts in ``scorer_invalid_frac``). A scorer with ``score_groups`` sees the whole
+    batch at once (TIPS fits one scale over all groups; a learned scorer fits on the batch, then scores it)."""
+    if scorer is None:
+        scorer = build_scorer(config, model, tokenizer)
     groups: dict[Any, list[int]] = {}
     for i, r in enumerate(rollouts):
         groups.setdefault(r.group_id, []).append(i)
@@ -371,8 +389,9 @@ def score_turns(rollouts: Sequence[Rollout], config: TrainConfig, model: Any, to
     invalid = total = 0
     for idx, scores in zip(groups.values(), scored, strict=True):
         for i, sc in zip(idx, scores, strict=True):
-            rewards = [float(x) if ok and math.isfinite(x) else 0.0 for x, ok in zip(sc.rewards, sc.valid, strict=True)]
-            rollouts[i].scored_rewards = rewards
+            scored = [bool(ok) and math.isfinite(x) for x, ok in zip(sc.rewards, sc.valid, strict=True)]
+            rollouts[i].scored_rewards = [float(x) if ok else 0.0 for x, ok in zip(sc.rewards, scored, strict=True)]
+            rollouts[i].scored_valid = scored
             invalid += sum(not ok for ok in sc.valid)
             total += len(sc.valid)
     flat = [x for r in rollouts for x in r.scored_rewards]
@@ -458,11 +477,16 @@ def compute_advantages(
     sampled tokens of the batch (``whiten_advantages``), as does turn-level PPO after broadcasting."""
     masks = [np.asarray(r.loss_mask, dtype=np.float64) for r in rollouts]
     rewards = [turn_rewards(r, config) for r in rollouts]
+    signals = turn_signals(rollouts, config)
+    if config.signal_progress_coef > 0 and signals is not None:  # the progress the (corrupted/judged) signal implies
+        c = config.signal_progress_coef
+        rewards = [[x + c * p for x, p in zip(rew, prog, strict=True)]
+                   for rew, prog in zip(rewards, signal_progress(signals), strict=True)]  # fmt: skip
     if not config.critic:
         batch = TurnBatch(rewards, [r.group_id for r in rollouts], anchors=[r.anchors for r in rollouts],
                           turn_lengths=[[e - s for s, e in r.turn_spans] for r in rollouts],
                           observations=observation_keys(rollouts),
-                          turn_signals=turn_signals(rollouts, config),
+                          turn_signals=signals if config.estimator_name in SIGNAL_ESTIMATORS else None,
                           **estimator_fields(rollouts, config))  # fmt: skip
         per_turn = get_estimator(config.estimator_name)(batch, **config.estimator_kwargs)
         if config.scorer is not None and config.scorer_fusion_mode == "infopo":

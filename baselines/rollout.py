@@ -142,6 +142,7 @@ class Rollout:
     observations: list[list[dict[str, Any]]] = field(default_factory=list)
     infos: list[dict[str, Any]] = field(default_factory=list)
     scored_rewards: list[float] = field(default_factory=list)  # a trainer's turn-scorer rewards (empty: none)
+    scored_valid: list[bool] = field(default_factory=list)  # per turn, whether the scorer scored it (empty: all)
     error: str | None = None  # a failed env step (an exception, a timeout, a dead actor) ended the episode
     # the env (with its wrappers) before each turn, ``agentgym.contract.branching.snapshot`` (only with
     # ``snapshots=True``)

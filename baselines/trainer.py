@@ -67,6 +67,7 @@ from agentgym.baselines.checkpoint import (
 from agentgym.baselines.config import PRESETS, TrainConfig, load_config
 from agentgym.baselines.credit import (
     EnvMaker,
+    build_scorer,
     clip_scales,
     compute_advantages,
     extrinsic_return,
@@ -159,7 +160,8 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int, methods: Me
     # 2. dense rewards from a post-episode turn scorer; drop groups whose returns all tie (no GRPO signal)
     if config.scorer is not None:
         t_s = time.perf_counter()
-        metrics.update(score_turns(rollouts, config, model, tok), time_scorer=time.perf_counter() - t_s)
+        scorer = methods.turn_scorer(lambda: build_scorer(config, model, tok))  # a persistent one is kept
+        metrics.update(score_turns(rollouts, config, model, tok, scorer), time_scorer=time.perf_counter() - t_s)
     sampled = sum(r.num_sampled for r in rollouts) + (branches.sampled_tokens if branches is not None else 0)
     valid = [bool(i.get("action_valid", True)) for r in rollouts for i in r.infos] or [True]
     correct = [bool(i["correct"]) for r in rollouts for i in r.infos if isinstance(i.get("correct"), bool)]

@@ -19,6 +19,7 @@ The state (the reward wrappers' tables, the entropy EMA, the AIRS controller) is
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,23 @@ class MethodState:
     tables: tuple[Any, ...] = ()  # one per reward_wrappers entry (None: it keeps no table)
     entropy_ema: float | None = None  # EPO: EMA of the iterations' mean entropies (None before the first)
     extra: dict[str, Any] = field(default_factory=dict)  # other controllers' state (AIRS)
+    # a persistent turn scorer (class attribute ``persistent = True``: a learned signal that fits across iterations),
+    # built at its first iteration and kept; its ``state_dict()``, where it has one, is saved with the checkpoint and
+    # given to the scorer built after a resume (``load_state_dict``)
+    scorer: Any = None
+
+    def turn_scorer(self, build: Callable[[], Any]) -> Any:
+        """The run's turn scorer: the kept one, else ``build()`` (kept if persistent, restored from a resumed
+        checkpoint's state)."""
+        if self.scorer is not None:
+            return self.scorer
+        scorer = build()
+        if getattr(scorer, "persistent", False):
+            state = self.extra.pop("scorer_state", None)
+            if state is not None and hasattr(scorer, "load_state_dict"):
+                scorer.load_state_dict(state)
+            self.scorer = scorer
+        return scorer
 
     def observe_entropy(self, entropy: float, decay: float) -> float:
         """Fold an iteration's mean entropy into the EMA (the first iteration's entropy starts it)."""
@@ -47,7 +65,10 @@ class MethodState:
     def save(self, path: Path) -> None:
         """Atomic write (temp file + rename), as the checkpoint."""
         tmp = path.with_suffix(".tmp")
-        torch.save({"tables": self.tables, "entropy_ema": self.entropy_ema, "extra": self.extra}, tmp)
+        extra = dict(self.extra)
+        if self.scorer is not None and hasattr(self.scorer, "state_dict"):
+            extra["scorer_state"] = self.scorer.state_dict()
+        torch.save({"tables": self.tables, "entropy_ema": self.entropy_ema, "extra": extra}, tmp)
         os.replace(tmp, path)
 
     @classmethod

@@ -49,6 +49,7 @@ from agentgym.rewards.advantages.signals import (
     flip_signals,
     observation_anchors,
     observation_key,
+    signal_progress,
 )
 from agentgym.rewards.advantages.tokens import (
     action_char_span,
@@ -116,6 +117,7 @@ __all__ = [
     "rouge_l",
     "serl_advantages",
     "serl_criticality",
+    "signal_progress",
     "siop_advantages",
     "subgoal_achieved",
     "subgoal_segments",

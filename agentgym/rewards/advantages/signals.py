@@ -139,6 +139,35 @@ def flip_signals(
     return out
 
 
+def signal_progress(rows: Sequence[Sequence[float | None]]) -> list[list[float]]:
+    """Per-turn progress rewards rebuilt from a binary turn signal: the potential ``Phi_t`` is the share of the
+    episode's signalled turns passed so far (``d / D``, ``D`` = the turns that report a signal) while every signal so
+    far is 1, and 0 from the first 0 on; turn t's reward is ``Phi_t - Phi_{t-1}`` (``Phi`` before the first turn is
+    0). A turn without a signal (None) keeps ``Phi``. On the diagnostics, fed the verified ``info["correct"]``, this
+    is exactly their ``info["progress"]`` increments; fed a corrupted or judged signal, it is the progress that signal
+    implies (the noisy-signal arms of a credit experiment). The rewards sum to 1 when every signal is 1, else 0.
+
+    >>> signal_progress([[1.0, 1.0, 0.0, 1.0], [1.0, None, 1.0], [None, None]])
+    [[0.25, 0.25, -0.5, 0.0], [0.5, 0.0, 0.5], [0.0, 0.0]]
+    """
+    out: list[list[float]] = []
+    for i, row in enumerate(rows):
+        signalled = [x for x in row if x is not None]
+        for t, x in enumerate(row):
+            if x is not None and x not in (0.0, 1.0):
+                raise ValueError(f"row {i}, turn {t}: {x} is not a binary signal (0 or 1)")
+        total, passed, failed, prev, rewards = len(signalled), 0, False, 0.0, []
+        for x in row:
+            if x is not None:
+                passed += 1
+                failed = failed or x == 0.0
+            phi = 0.0 if failed or total == 0 else passed / total
+            rewards.append(phi - prev)
+            prev = phi
+        out.append(rewards)
+    return out
+
+
 def observation_key(messages: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
     """A hashable key of exactly what an observation showed the agent: each message as canonical JSON (sorted keys,
     non-JSON values by ``str``). Two observations share a key only if every message is identical.
