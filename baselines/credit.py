@@ -71,7 +71,9 @@ __all__ = [
     "reference_scores",
     "scale_components",
     "score_turns",
+    "separation_auc",
     "serl_token_advantages",
+    "signal_auc",
     "training_rollouts",
     "turn_rewards",
     "turn_signals",
@@ -347,6 +349,43 @@ def demo_actions(env: Any, seed: int, max_turns: int, agent_of: Any) -> list[str
         return actions
     finally:
         env.close()
+
+
+def separation_auc(positive: Sequence[float], negative: Sequence[float]) -> float | None:
+    """The probability that a random ``positive`` value exceeds a random ``negative`` one (ties count half): the
+    ROC AUC. None when either side is empty. A binary signal flipped at rate p separates at exactly 1 - p.
+
+    >>> separation_auc([1.0, 0.0], [0.0]), separation_auc([2.0], [1.0, 3.0]), separation_auc([], [1.0])
+    (0.75, 0.5, None)
+    """
+    if not positive or not negative:
+        return None
+    pos, neg = np.asarray(positive, dtype=np.float64), np.asarray(negative, dtype=np.float64)
+    order = np.sort(neg)
+    below = np.searchsorted(order, pos, side="left")
+    ties = np.searchsorted(order, pos, side="right") - below
+    return float((below + 0.5 * ties).sum() / (len(pos) * len(neg)))
+
+
+def signal_auc(rollouts: Sequence[Rollout], config: TrainConfig) -> float | None:
+    """How well the per-turn signal the run reads (its turn signal, else its scorer's rewards) separates the turns
+    the env verified right from wrong (``info["correct"]`` True/False): :func:`separation_auc` over the batch's
+    turns that have both. None where the env verifies no turn or the run reads no per-turn signal. The diagnostic
+    that puts a judged or learned signal on the scale of a corrupted oracle (``turn_signal_flip`` p: 1 - p)."""
+    rows = turn_signals(rollouts, config)
+    if rows is None and config.scorer is not None:
+        rows = [[x if ok else None for x, ok in zip(r.scored_rewards, r.scored_valid or [True] * len(r.scored_rewards),
+                                                    strict=True)] for r in rollouts]  # fmt: skip
+    if rows is None:
+        return None
+    right: list[float] = []
+    wrong: list[float] = []
+    for r, row in zip(rollouts, rows, strict=True):
+        for info, x in zip(r.infos, row, strict=False):
+            verdict = info.get("correct")
+            if x is not None and isinstance(verdict, bool):
+                (right if verdict else wrong).append(float(x))
+    return separation_auc(right, wrong)
 
 
 def group_stats(rollouts: Sequence[Rollout], config: TrainConfig) -> dict[Any, float]:

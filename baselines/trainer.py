@@ -75,6 +75,7 @@ from agentgym.baselines.credit import (
     make_tables,
     scale_components,
     score_turns,
+    signal_auc,
     training_rollouts,
     update_tables,
 )
@@ -180,6 +181,9 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int, methods: Me
     )
     if correct:  # the env's verified per-turn signal (the diagnostics' info["correct"])
         metrics["turn_accuracy"] = float(np.mean(correct))
+        auc = signal_auc(rollouts, config)  # how well the signal the run reads tells right turns from wrong
+        if auc is not None:
+            metrics["turn_signal_auc"] = auc
     if config.dynamic_sampling:
         rollouts = [r for r in rollouts if stds[r.group_id] > 0.0]
     metrics["kept_rollouts"] = len(rollouts)
