@@ -10,6 +10,7 @@ from types import MappingProxyType, ModuleType
 from agentgym.rewards.advantages import (
     anchor_groups,
     dual_track,
+    faith,
     gae,
     gopo,
     group,
@@ -25,7 +26,8 @@ from agentgym.rewards.advantages.base import Estimator, EstimatorSpec
 
 #: The modules that register estimators, in registry order.
 MODULES: tuple[ModuleType, ...] = (
-    group, gae, turn_level, anchor_groups, mixed, userrl, multi_turn, gopo, lampo, serl, hiper, dual_track
+    group, gae, turn_level, anchor_groups, mixed, userrl, multi_turn, gopo, lampo, serl, hiper, dual_track,
+    faith,
 )  # fmt: skip
 
 
