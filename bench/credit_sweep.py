@@ -125,7 +125,8 @@ PRIMARY = "Chain:16:progress_td,mt_grpo,vine"
 KEPT = ("iteration", "success_rate", "reward_mean", "zero_std_group_frac", "eval_success_rate", "time_rollout",
         "time_update", "sft_loss", "valid_action_frac", "entropy", "grad_norm", "grad_norm_max", "value_grad_norm",
         "explained_variance", "explained_variance_mc", "turn_accuracy", "sampled_tokens",
-        "sampled_tokens_total", "stop_reason", "collapse_reason")  # fmt: skip
+        "sampled_tokens_total", "stop_reason", "collapse_reason", "turn_signal_auc", "scorer_invalid_frac",
+        "time_scorer")  # fmt: skip
 #: The diagnostics the report draws: history key -> panel title.
 DIAGNOSTICS = {"success_rate": "training success", "valid_action_frac": "valid-action share", "entropy": "entropy",
                "grad_norm": "gradient norm", "explained_variance": "explained variance (critic)",
@@ -193,7 +194,8 @@ def config_overrides(job: Job, args: argparse.Namespace, out: Path, horizon: int
         common |= {"env_kwargs": env_kwargs, "eval_env_kwargs": env_kwargs}
     sft = job.warm_start(args).directory(out) / "checkpoint.pt"
     budget = {} if token_budget(job, args, out) is None else {"max_sampled_tokens": token_budget(job, args, out)}
-    return {**common, **METHODS[job.method], **budget, "iterations": args.iterations, "init_from": str(sft),
+    table = getattr(args, "method_table", METHODS)  # a sweep built on this one (credit_signals.py) adds arms
+    return {**common, **table[job.method], **budget, "iterations": args.iterations, "init_from": str(sft),
             "resume": True, "checkpoint_every": 5}  # fmt: skip
 
 
