@@ -36,6 +36,7 @@ from typing import Any, ClassVar
 from agentgym.contract.env import AgentEnv, StepResult
 from agentgym.contract.parsing import ParseError, TruncatedActionError, is_blank, parse_tag_action
 from agentgym.contract.trust import declare, flag, integer, list_of, number, one_of
+from agentgym.envs.household import facts
 from agentgym.envs.household.agents import HeuristicAgent, OracleAgent, RandomAgent
 from agentgym.envs.household.catalog import TASK_TYPES
 from agentgym.envs.household.engine import NOTHING, PUT_STYLES, Engine
@@ -84,6 +85,8 @@ class HouseholdEnv(AgentEnv):
         success_reward: reward (component ``outcome``) when the goal is reached (verl-agent uses 10).
         invalid_action_penalty: subtracted (component ``format``) for an invalid command (verl-agent: 0.1).
         expert_plan: add ``expert_plan``, ``plan_length`` and ``progress`` to ``info`` on every turn.
+        state_facts: add ``state_facts`` (the objects' attributes, ``facts.state_facts``) to ``info`` on every
+            turn, and ``goal_facts`` and ``subgoals`` (the planner's) to ``info["gold"]`` (``facts``).
         max_turns: turn limit (ALFWorld: 50).
     """
 
@@ -96,7 +99,7 @@ class HouseholdEnv(AgentEnv):
         target_instances=list_of(integer(1, 10), max_items=2, optional=True),
         task_types=list_of(one_of(*TASK_TYPES), max_items=len(TASK_TYPES), optional=True),
         num_tasks=integer(1, 1_000_000, optional=True), prompt=one_of(*PROMPTS),
-        put_style=one_of(*PUT_STYLES), success_reward=number(-1e6, 1e6), expert_plan=flag(),
+        put_style=one_of(*PUT_STYLES), success_reward=number(-1e6, 1e6), expert_plan=flag(), state_facts=flag(),
     )  # fmt: skip
 
     def __init__(
@@ -115,6 +118,7 @@ class HouseholdEnv(AgentEnv):
         success_reward: float = 1.0,
         invalid_action_penalty: float = 0.0,
         expert_plan: bool = False,
+        state_facts: bool = False,
         max_turns: int = 50,
         render_mode: str | None = None,
     ):
@@ -137,6 +141,7 @@ class HouseholdEnv(AgentEnv):
         self.put_style = put_style
         self.success_reward = float(success_reward)
         self.expert_plan = bool(expert_plan)
+        self.state_facts = bool(state_facts)
         self.task: Task | None = None
         self.engine: Engine | None = None
         self._plan: tuple[str, ...] = ()
@@ -172,6 +177,9 @@ class HouseholdEnv(AgentEnv):
         content = first_message(self.prompt, self.task.intro, admissible, self.put_style)
         info = self._info(admissible)
         info["gold"] = self.task.gold()
+        if self.state_facts:
+            info["gold"] |= {"goal_facts": facts.goal_facts(self.task), "subgoals": facts.subgoals(self.task)}
+            info["state_facts"] = facts.state_facts(eng)
         if self.expert_plan:
             self._plan = ()
             info.update(self._plan_info(None))
@@ -217,6 +225,8 @@ class HouseholdEnv(AgentEnv):
         admissible = eng.admissible()
         content = feedback if self.prompt == "plain" else self._verl_message(feedback, admissible)
         info = self._info(admissible)
+        if self.state_facts:
+            info["state_facts"] = facts.state_facts(eng)
         if self.expert_plan:
             info.update(self._plan_info(" ".join(command.lower().split()) if valid and command else None))
         return StepResult([{"role": "user", "content": content}], {"outcome": self.success_reward} if won else {},
