@@ -261,9 +261,10 @@ def rule_judge() -> Judge:
 
 @dataclass
 class CriterionScores:
-    """One trajectory's checklist results: per criterion (flattened over its checklists, in order) its score (1.0,
-    0.0, NaN where the judge gave no verdict), weight, category and the agent turn it belongs to."""
+    """One trajectory's checklist results: per criterion (flattened over its checklists, in order) its text, score
+    (1.0, 0.0, NaN where the judge gave no verdict), weight, category and the agent turn it belongs to."""
 
+    texts: list[str]
     scores: list[float]
     weights: list[float]
     categories: list[str]
@@ -312,12 +313,13 @@ class ChecklistScorer(TurnScorer):
         out = []
         for traj, cls in zip(group, lists, strict=True):
             texts = {cl.turn: evidence_text(traj, cl.turn, self.scope) for cl in cls}
-            res = CriterionScores([], [], [], [], [], {})
+            res = CriterionScores([], [], [], [], [], [], {})
             for cl in cls:
                 for c in cl.criteria:
                     v = next(verdicts)
                     if v.error is not None:
                         res.errors[str(len(res.scores))] = v.error
+                    res.texts.append(c.text)
                     res.scores.append(met(v, texts[cl.turn], self.require_quote))
                     res.weights.append(c.weight)
                     res.categories.append(c.category)
