@@ -32,7 +32,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from agentgym.contract.trajectory import Trajectory
 from agentgym.grading.answers import normalize_answer
@@ -173,7 +173,7 @@ class StepSupport(TurnScorer):
         if not (0.0 <= self.min_share <= 1.0 and 0.0 <= self.min_share_search <= 1.0):
             raise ValueError(f"min_share and min_share_search must lie in [0, 1], got {self.min_share}, "
                              f"{self.min_share_search}")  # fmt: skip
-        self._judge = self.judge if self.judge is not None else RuleJudge()
+        self._judge = self.judge if self.judge is not None else cast(Judge, RuleJudge())  # a frozen name: read-only
 
     def questions(self, traj: Trajectory) -> list[Question]:
         """One yes/no question per turn; its rule is the verified rule over the evidence before the turn (+ gold)."""

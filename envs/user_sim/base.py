@@ -18,6 +18,13 @@ value appears in one of the user's messages), and each ``action`` that draws out
 per detail (reward component ``elicit``). ``info["metrics"]`` at the end: ``success``, ``simulator_failure``,
 ``questions`` (``action`` turns), ``elicited`` (the share of the details the opening message left out that the user
 then stated), ``elicited_per_question`` (those details per question).
+
+``info["satisfaction"]`` (every step) is the simulated user's satisfaction with that turn, in [0, 1], from the
+simulator's own state: on the turn that ends the episode, the user's grade of the result (the ``outcome`` reward
+component, clipped to [0, 1]: 1 for a right answer, 0 for a wrong one, no answer or a user who left); on every other
+turn, the share of the task's goal details the user stated for the first time in reply to it (0 for a search, an
+invalid action or a message that drew nothing new; always 0 where the goal has no details, as in TwentyQuestions).
+Over an episode the non-final turns' satisfactions sum to the share of the goal the user stated after the opening.
 """
 
 from __future__ import annotations
@@ -234,6 +241,17 @@ class UserSimEnv(AgentEnv):
         return LLMUser(instructions=instructions, **self.user_llm)
 
     # -- episode ------------------------------------------------------------------------------------------------
+    def step(self, action: str) -> tuple[list, float, bool, bool, dict]:
+        """``AgentEnv.step``, plus ``info["satisfaction"]`` (see the module docstring)."""
+        before = len(self._ep.get("elicited", ()))
+        obs, reward, terminated, truncated, info = super().step(action)
+        if terminated:
+            info["satisfaction"] = min(1.0, max(0.0, float(info["reward_components"].get("outcome", 0.0))))
+        else:
+            goal = self._ep["task"]["goal"] if "task" in self._ep else {}
+            info["satisfaction"] = (len(self._ep["elicited"]) - before) / len(goal) if goal else 0.0
+        return obs, reward, terminated, truncated, info
+
     def _reset(self, task_index: int, options: dict[str, Any]) -> tuple[list[dict], dict[str, Any]]:
         if self._user is not None:
             self._user.close()
