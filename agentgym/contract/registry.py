@@ -36,6 +36,7 @@ class BuiltinEnv:
 
 BUILTIN_ENVS: tuple[BuiltinEnv, ...] = (
     BuiltinEnv("agentgym/SearchQA-v0", "agentgym.envs.search_qa.env:SearchQAEnv"),
+    BuiltinEnv("agentgym/SearchQARoles-v0", "agentgym.envs.search_qa.roles:SearchQARolesEnv"),  # M-ASK's two roles
     BuiltinEnv("agentgym/Household-v0", "agentgym.envs.household.env:HouseholdEnv"),
     BuiltinEnv("agentgym/ToolUse-v0", "agentgym.envs.tool_use.env:ToolUseEnv"),
     BuiltinEnv("agentgym/CodeExec-v0", "agentgym.envs.code_exec.env:CodeExecEnv"),
