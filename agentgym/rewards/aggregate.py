@@ -260,7 +260,7 @@ class HierarchicalReward(TurnScorer):
 
 
 _CHECKLIST_TRAIN = {"algo": "grpo", "scorer_kwargs": {"judge": "rule"}, "estimator": "grpo",
-                    "reward_components": "all", "env_id": "agentgym/ToolUse-v0", "env_kwargs": {},
+                    "reward_components": ["outcome"], "env_id": "agentgym/ToolUse-v0", "env_kwargs": {},
                     "stop": ["</tool_call>"]}  # fmt: skip
 
 METHODS: tuple[Method, ...] = (

@@ -362,6 +362,7 @@ METHODS: tuple[Method, ...] = (
                     "verified ToolUse checklist: per instruction, each gold call made without an error, the world's "
                     "outcome (where the instruction changes it), each fact stated, and asking first where held"),
            train={"algo": "grpo", "scorer": "cm2", "scorer_kwargs": {"judge": "rule"}, "estimator": "grpo",
-                  "env": "agentgym/ToolUse-v0"},
+                  "reward_components": ["outcome"], "env_id": "agentgym/ToolUse-v0", "env_kwargs": {},
+                  "stop": ["</tool_call>"]},
            knobs_into="scorer_kwargs"),
 )  # fmt: skip
