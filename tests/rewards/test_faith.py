@@ -180,3 +180,24 @@ def test_card():
     (card,) = collect([module])
     assert card.name == "faithrl" and card.train["estimator"] == "faith"
     assert card.knobs() == {"eps": 0.1, "kappa": 0.0, "keep_negative": 0.0, "adv_eps": 1e-6}
+
+
+def test_llm_judge_over_http_gives_the_verified_labels_when_it_judges_as_the_rule_does():
+    """A perfect judge reduces to the verified variant: a real loopback judge that says no exactly to the made-up
+    answer gives the rule's labels, and it is asked one question per turn, without the gold."""
+    from rule_judge import serve_rule_judge
+
+    import agentgym.rewards.judge as judge_module
+    from agentgym.tools.llm import LLMClient
+
+    llm_judge = getattr(judge_module, "LLMJudge", None)
+    if llm_judge is None:
+        pytest.skip("no LLMJudge in agentgym.rewards.judge")
+    query = _episode(3, []).reset_info["gold"]["oracle_queries"][0]
+    wrong = _episode(3, [f"<search>{query}</search>", "<answer> Tom Vale </answer>"])
+    with serve_rule_judge(lambda system, user: "Answer: no" if "Tom Vale" in user else "Answer: yes") as server:
+        judge = llm_judge(LLMClient(server.url, api_key_env=None, max_retries=0), cache_size=0)
+        scores = StepSupport(judge)([wrong])[0]
+    assert scores.rewards == StepSupport()([wrong])[0].rewards == [1.0, 0.0]
+    assert len(server.requests) == 2
+    assert all(a not in server.requests[0] for a in wrong.reset_info["gold"]["answers"])
