@@ -255,6 +255,19 @@ class SearchQAEnv(AgentEnv):
         return {"task_id": self.example.id, "gold": self.example.gold(), "supporting_recall": recall,
                 "progress": recall}  # fmt: skip
 
+    def entity_names(self) -> list[str]:
+        """The knowledge base's entity names and the short forms its passages use (a synthetic dataset, rebuilt from
+        its config and seed), or the corpus's titles (loaded files): the name list a claim extractor matches."""
+        data = self.dataset
+        if data.config is None or data.seed is None:
+            return sorted({d.title for d in data.corpus if d.title})
+        import numpy as np
+
+        from agentgym.envs.search_qa.kb import build_kb
+
+        kb = build_kb(data.config, np.random.default_rng(data.seed))  # build_dataset's first draw from the seed
+        return sorted({n for e in kb.entities.values() for n in (*e.names, *e.short) if n})
+
     # -- branching ----------------------------------------------------------------------------------
     def _snapshot_state(self) -> tuple[tuple[str, ...], int]:
         return tuple(self._retrieved), self._searches
