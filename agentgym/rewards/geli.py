@@ -200,7 +200,7 @@ class GELIScorer(TurnScorer):
 METHODS: tuple[Method, ...] = (
     Method("geli", "GELI", "scorer",
            "a turn reward model fit so its sum matches the dialogue's reward, shaped towards local per-turn signals",
-           needs=("learned_model", "outcome"), paper=cite("GELI"), code=f"{__name__}:GELIScorer",
+           needs=("learned_model", "outcome", "turn_signal"), paper=cite("GELI"), code=f"{__name__}:GELIScorer",
            choices=("loss (R - sum_t r_theta)^2 + lam * sum_t (r_theta - l_t)^2 + ridge * |theta|^2, lam = 1 "
                     "(knob lam), ridge = 1e-3 (knob ridge)",
                     "r_theta linear over turn features: bias, action validity, last-turn flag, position, action length "
