@@ -203,8 +203,11 @@ def tool_use_checklists(traj: Trajectory) -> list[Checklist]:
     the instruction a held variant withholds something from, one that the agent asked before acting. An instruction
     the episode never reached keeps its criteria, unmet (its checklist sits on the last turn).
 
-    ``KeyError`` for a trajectory without ToolUse's gold."""
-    gold = traj.reset_info["gold"]
+    ``ValueError`` for a trajectory without ToolUse's gold."""
+    gold = traj.reset_info.get("gold")
+    if not isinstance(gold, dict) or "task" not in gold or "instructions" not in gold["task"]:
+        raise ValueError(f"the 'tool_use' checklists need ToolUse-v0's reset_info['gold'] (env {traj.env_id!r} "
+                         "gives none); pass another checklist builder")  # fmt: skip
     task, hold = gold["task"], gold.get("hold")
     checks = {t: turn.info["state_check"] for t, turn in enumerate(traj.turns) if "state_check" in turn.info}
     ends = sorted(checks)

@@ -180,6 +180,8 @@ def test_card():
         ChecklistScorer(assign="sometimes")
     with pytest.raises(ValueError, match="unknown checklists"):
         ChecklistScorer(checklists="nope")
+    with pytest.raises(ValueError, match="need ToolUse-v0's"):
+        ChecklistScorer()([worked_trajectory()])
 
 
 @dataclass
@@ -202,3 +204,25 @@ def test_a_perfect_judge_reduces_to_the_verified_variant():
     perfect = [s.rewards for s in ChecklistScorer(PerfectJudge(), assign="turn")(trajs)]
     rule = [s.rewards for s in ChecklistScorer(RuleJudge(), assign="turn")(trajs)]
     assert perfect == rule and any(sum(r) > 0 for r in rule[:20])
+
+
+def test_an_all_yes_judge_reduces_to_grpo_and_scoring_leaves_the_episode_alone():
+    """Every criterion judged met: every rollout gets the same 1.0, so GRPO over outcome + checklist is GRPO over
+    the outcome. Scoring never touches what the policy saw or said (the gold stays in the judge's questions)."""
+    from agentgym.rewards.advantages.group import grpo
+
+    @dataclass
+    class AllYes:
+        name: str = "yes"
+
+        def ask(self, questions):
+            return [Verdict(1.0) for _ in questions]
+
+    trajs = play("random", 6) + play("oracle", 2)
+    before = [(t.messages, [turn.reward for turn in t.turns]) for t in trajs]
+    shares = [s.rewards[-1] for s in ChecklistScorer(AllYes())(trajs)]
+    assert shares == [1.0] * len(trajs)
+    outcomes = [t.turns[-1].reward_components.get("outcome", 0.0) for t in trajs]
+    ids = [0] * len(trajs)
+    assert grpo([o + r for o, r in zip(outcomes, shares, strict=True)], ids) == pytest.approx(grpo(outcomes, ids))
+    assert [(t.messages, [turn.reward for turn in t.turns]) for t in trajs] == before
