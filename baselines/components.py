@@ -4,9 +4,11 @@ and the env's reward wrappers (``TrainConfig.reward_wrappers``), each checked wh
 - A scorer is a catalogue card of kind ``"scorer"`` (``agentgym methods``), one of :data:`FALLBACK_SCORERS`, or an
   import path ``"package.module:Class"`` of a :class:`~agentgym.rewards.base.TurnScorer` subclass. Its constructor's
   inputs are filled by the trainer (:data:`SCORER_INPUTS`): ``scorer`` (an ``AnswerScorer``: the policy itself, as
-  ``LocalAnswerScorer(model, tokenizer)``), ``tokenizer``, and ``client`` / ``judge`` (an ``LLMClient`` built from
-  ``scorer_kwargs[name]``: a base URL or a dict of ``LLMClient`` arguments); every other ``scorer_kwargs`` entry must
-  be a constructor parameter.
+  ``LocalAnswerScorer(model, tokenizer)``), ``tokenizer``, ``client`` (an ``LLMClient`` built from
+  ``scorer_kwargs["client"]``: a base URL or a dict of ``LLMClient`` arguments) and ``judge`` (a
+  :class:`~agentgym.rewards.verdicts.Judge` built from ``scorer_kwargs["judge"]`` by :func:`make_judge`: ``"rule"``
+  for ``RuleJudge``, an endpoint for ``LLMJudge``); every other ``scorer_kwargs`` entry must be a constructor
+  parameter.
 - A reward wrapper entry is ``{"name": NAME, **kwargs}``: NAME a card of kind ``"wrapper"`` or ``"bonus"``, one of
   :data:`FALLBACK_WRAPPERS`, or an import path of a ``gymnasium.Wrapper`` subclass. ``"component"`` sets the
   wrapper's own ``name`` (its reward component); ``"table"`` holds the arguments of its cross-batch table. A
@@ -38,8 +40,8 @@ from typing import Any
 from agentgym.rewards.text_features import observation_text
 
 __all__ = ["FALLBACK_SCORERS", "FALLBACK_WRAPPERS", "SCORER_INPUTS", "TABLE_ITEMS", "InfoPotential", "WrapperSpec",
-           "build_scorer", "check_values", "did_you_mean", "items_kind", "make_client", "resolve_class", "scorer_class",
-           "table_items", "wrapper_specs"]  # fmt: skip
+           "build_scorer", "check_values", "did_you_mean", "items_kind", "judge_endpoint", "make_client", "make_judge",
+           "resolve_class", "scorer_class", "table_items", "wrapper_specs"]  # fmt: skip
 
 #: Scorer names that work before (or without) their catalogue cards.
 FALLBACK_SCORERS: Mapping[str, str] = {
@@ -153,12 +155,15 @@ def check_scorer(name: str, kwargs: Mapping[str, Any]) -> Callable[..., Any]:
     for key in ("scorer", "tokenizer"):
         if key in kwargs:
             raise ValueError(f"scorer_kwargs: {key!r} is filled by the trainer (the policy and its tokenizer)")
-    for key in ("client", "judge"):
-        if key in params and _required(params[key]) and key not in kwargs:
-            raise ValueError(f"scorer {name!r} needs scorer_kwargs[{key!r}]: an OpenAI-compatible endpoint URL or a "
-                             "dict of LLMClient arguments with base_url")  # fmt: skip
-        if key in kwargs:
-            make_client(kwargs[key], check_only=True)
+    if "client" in params and _required(params["client"]) and "client" not in kwargs:
+        raise ValueError(f"scorer {name!r} needs scorer_kwargs['client']: an OpenAI-compatible endpoint URL or a "
+                         "dict of LLMClient arguments with base_url")  # fmt: skip
+    if "judge" in params and _required(params["judge"]) and "judge" not in kwargs:
+        raise ValueError(f"scorer {name!r} needs scorer_kwargs['judge']: {JUDGE_SPEC}")
+    if "client" in kwargs:
+        make_client(kwargs["client"], check_only=True)
+    if "judge" in kwargs:
+        make_judge(kwargs["judge"], check_only=True)
     unknown = sorted(k for k in kwargs if k not in params or k in ("self",))
     if unknown:
         raise ValueError(f"scorer {name!r} takes no {unknown}; its arguments: "
@@ -186,6 +191,79 @@ def make_client(settings: Any, *, check_only: bool = False) -> Any:
     return None if check_only else LLMClient(settings["base_url"], **args)
 
 
+#: What ``scorer_kwargs["judge"]`` may be (the one-line errors quote it).
+JUDGE_SPEC = ("'rule' (the rule judge: answers from the env's gold), an OpenAI-compatible endpoint URL, or a dict "
+              "with base_url plus LLMClient arguments and LLMJudge arguments (model, answer, cache_size, max_workers, "
+              "...)")  # fmt: skip
+
+
+def judge_endpoint(spec: Any) -> dict[str, Any] | None:
+    """The ``LLMClient`` arguments (``base_url`` included) of a judge spec, None for the rule judge; ``ValueError``
+    where ``spec`` is no judge spec (:func:`make_judge` checks the rest).
+
+    >>> judge_endpoint("rule"), judge_endpoint({"base_url": "http://127.0.0.1:8000/v1", "answer": "logprob"})
+    (None, {'base_url': 'http://127.0.0.1:8000/v1'})
+    """
+    if spec == "rule":
+        return None
+    if isinstance(spec, str):
+        if not spec.startswith(("http://", "https://")):
+            raise ValueError(f"scorer_kwargs['judge'] must be {JUDGE_SPEC}; got {spec!r}")
+        spec = {"base_url": spec}
+    if not isinstance(spec, Mapping) or not isinstance(spec.get("base_url"), str):
+        raise ValueError(f"scorer_kwargs['judge'] must be {JUDGE_SPEC}; got {spec!r}")
+    from agentgym.tools.llm import LLMClient
+
+    client_params = set(inspect.signature(LLMClient).parameters) - {"model"}
+    return {k: v for k, v in spec.items() if k in client_params}
+
+
+def make_judge(spec: Any, *, check_only: bool = False) -> Any:
+    """The judge ``scorer_kwargs["judge"]`` names: ``"rule"`` -> ``RuleJudge()``; an endpoint URL, or a dict with
+    ``base_url`` (its ``LLMClient`` arguments and ``LLMJudge`` arguments mixed; ``model`` goes to the judge) ->
+    ``LLMJudge``. ``ValueError`` (one line) for anything else, an unknown argument or a value the judge refuses.
+
+    >>> make_judge("rule")
+    RuleJudge(name='rule')
+    >>> make_judge({"base_url": "http://127.0.0.1:8000/v1", "answer": "maybe"}, check_only=True)
+    Traceback (most recent call last):
+    ...
+    ValueError: scorer_kwargs['judge']: answer must be one of 'text', 'logprob', got 'maybe'
+    """
+    from agentgym.rewards.verdicts import RuleJudge
+
+    client_args = judge_endpoint(spec)
+    if client_args is None:
+        return None if check_only else RuleJudge()
+    spec = {"base_url": spec} if isinstance(spec, str) else spec
+    from agentgym.rewards.judge import LLMJudge
+    from agentgym.tools.llm import LLMClient
+
+    judge_params = set(inspect.signature(LLMJudge).parameters) - {"client"}
+    client_params = set(client_args) | (set(inspect.signature(LLMClient).parameters) - {"model"})
+    unknown = sorted(set(spec) - judge_params - client_params)
+    if unknown:
+        raise ValueError(f"scorer_kwargs['judge'] takes no {unknown}; LLMClient arguments: "
+                         f"{', '.join(sorted(client_params))}; LLMJudge arguments: "
+                         f"{', '.join(sorted(judge_params))}")  # fmt: skip
+    judge_args = {k: v for k, v in spec.items() if k in judge_params}
+    check_values(LLMJudge, judge_args, "scorer_kwargs['judge']")
+    check_values(LLMClient, client_args, "scorer_kwargs['judge']")
+    try:
+        client = LLMClient(**client_args)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"scorer_kwargs['judge']: {exc}") from None
+    try:
+        judge = LLMJudge(client, **judge_args)
+    except (TypeError, ValueError) as exc:
+        client.close()
+        raise ValueError(f"scorer_kwargs['judge']: {exc}") from None
+    if check_only:
+        client.close()
+        return None
+    return judge
+
+
 def build_scorer(name: str, kwargs: Mapping[str, Any], model: Any, tokenizer: Any) -> Any:
     """The scorer ``name`` over the current policy weights (IGPO, TIPS, SIOP, InfoPO score with the policy)."""
     cls = check_scorer(name, kwargs)
@@ -197,9 +275,10 @@ def build_scorer(name: str, kwargs: Mapping[str, Any], model: Any, tokenizer: An
         args["scorer"] = LocalAnswerScorer(model, tokenizer)
     if "tokenizer" in params:
         args["tokenizer"] = tokenizer
-    for key in ("client", "judge"):
-        if key in kwargs:
-            args[key] = make_client(kwargs[key])
+    if "client" in kwargs:
+        args["client"] = make_client(kwargs["client"])
+    if "judge" in kwargs:
+        args["judge"] = make_judge(kwargs["judge"])
     return cls(**args)
 
 

@@ -97,13 +97,16 @@ def check_endpoints(config: TrainConfig) -> None:
     """Each LLM endpoint of the scorer's settings (``scorer_kwargs["client"]`` / ``["judge"]``) answers its model
     list (``GET /models``, as vLLM's and OpenAI's do): a judge that is down would otherwise mark every turn
     unscorable, iteration after iteration."""
-    from agentgym.baselines.components import make_client
+    from agentgym.baselines.components import judge_endpoint, make_client
     from agentgym.tools.llm import LLMError
 
     for key in ("client", "judge"):
         if config.scorer is None or key not in config.scorer_kwargs:
             continue
-        client = make_client(config.scorer_kwargs[key])
+        settings = config.scorer_kwargs[key] if key == "client" else judge_endpoint(config.scorer_kwargs[key])
+        if settings is None:  # the rule judge has no endpoint
+            continue
+        client = make_client(settings)
         try:
             client.models()
         except LLMError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
 import json
 import re
 from pathlib import Path
@@ -147,10 +148,14 @@ def judge_url():
 
 
 def smoke_settings(card: Method, judge_url: str) -> dict:
-    """What a method's smoke run adds to its card's settings: the judge's endpoint where it needs a judge."""
-    if "judge" in card.needs:
-        return {"scorer_kwargs": {"client": {"base_url": judge_url, "api_key_env": None, "max_retries": 0}}}
-    return {}
+    """What a method's smoke run adds to its card's settings where it needs a judge: a scorer that takes a ``judge``
+    (a ``Judge``) gets the rule judge (``scorer_kwargs["judge"] = "rule"``, beside the card's own scorer_kwargs);
+    one that takes an LLM ``client`` gets the served rule judge's endpoint."""
+    if "judge" not in card.needs:
+        return {}
+    if card.code is not None and "judge" in inspect.signature(card.load()).parameters:
+        return {"scorer_kwargs": {**card.train.get("scorer_kwargs", {}), "judge": "rule"}}
+    return {"scorer_kwargs": {"client": {"base_url": judge_url, "api_key_env": None, "max_retries": 0}}}
 
 
 @pytest.mark.slow
