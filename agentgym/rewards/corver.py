@@ -126,7 +126,8 @@ class CorpusVerifier(TurnScorer):
     center: bool = True
     name: str = "corver"
     corpus_kwargs: dict[str, Any] | None = None
-    index: CooccurrenceIndex | None = None
+    #: an object, not a command-line knob (hence the factory)
+    index: CooccurrenceIndex | None = field(default_factory=lambda: None)
     _built: dict[str, CooccurrenceIndex] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -63,7 +63,7 @@ class Annotator:
                  autostart: bool = True):  # fmt: skip
         if maxsize < 1 or cache_size < 1 or batch < 1:
             raise ValueError("maxsize, cache_size and batch must be >= 1")
-        self.judge: Judge = judge if judge is not None else RuleJudge()
+        self.judge: Judge | RuleJudge = judge if judge is not None else RuleJudge()
         self.maxsize, self.cache_size, self.batch, self.autostart = maxsize, cache_size, batch, autostart
         self._queue: queue.Queue[Any] = queue.Queue(maxsize)
         self._lock = threading.Lock()

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -279,7 +279,8 @@ class SkillRubricScorer(TurnScorer):
     library: str = "auto"
     segmentation: str = "runs"
     assign: str = "end"
-    prototypes: Sequence[Prototype] | None = None
+    #: an object, not a command-line knob (hence the factory)
+    prototypes: Sequence[Prototype] | None = field(default_factory=lambda: None)
 
     def __post_init__(self) -> None:
         if self.segmentation not in ("runs", "turn"):
