@@ -226,3 +226,25 @@ def test_an_all_yes_judge_reduces_to_grpo_and_scoring_leaves_the_episode_alone()
     ids = [0] * len(trajs)
     assert grpo([o + r for o, r in zip(outcomes, shares, strict=True)], ids) == pytest.approx(grpo(outcomes, ids))
     assert [(t.messages, [turn.reward for turn in t.turns]) for t in trajs] == before
+
+
+def test_over_a_real_llm_judge_endpoint():
+    """CM2 with LLMJudge over a loopback OpenAI-compatible server answering the worked example's criteria: the
+    quotes travel through the reply ('Evidence: "..."'), and a quote of the user's own request (in the prompt, so
+    the judge accepts it) still counts as no under scope "agent"."""
+    from agentgym.rewards.judge import LLMJudge
+    from agentgym.tools.llm import LLMClient
+    from tests.rule_judge import serve_rule_judge
+
+    script = {**WORKED_SCRIPT, "thanks": (True, "tell me checking's balance")}  # the user's words, not the agent's
+
+    def reply(system, user):
+        yes, span = script[re.search(r"Criterion: (.*)", user).group(1)]
+        return f'Evidence: "{span}"\nAnswer: yes' if yes else "Nothing shows it.\nAnswer: no"
+
+    with serve_rule_judge(reply) as server:
+        judge = LLMJudge(LLMClient(server.url, api_key_env=None, max_retries=0))
+        scores = ChecklistScorer(judge, lambda t: WORKED_CHECKLISTS)([worked_trajectory()])[0]
+        assert len(server.requests) == 5
+    assert scores.rewards == pytest.approx([0.0, 0.0, 0.6]) and scores.extras["criteria"] == [1, 1, 0, 0, 1]
+    assert scores.extras["evidence"][2] == "tell me checking's balance"

@@ -252,3 +252,29 @@ def test_cards():
     assert set(cards) == {"cpo", "arenarl", "co_reward"}
     assert cards["arenarl"].train["estimator"] == "gopo"
     assert {"mode", "seeding", "positions", "seed"} <= set(cards["arenarl"].knobs())
+
+
+def test_cpo_and_arenarl_over_a_real_llm_judge_endpoint():
+    """The listwise and tournament questions through LLMJudge on a loopback server that grades by the hidden keys
+    (rank: 'Scores: ...'; compare: 'Answer: A/B'; score: 'Score: N/10')."""
+    from agentgym.rewards.judge import LLMJudge
+    from agentgym.tools.llm import LLMClient
+    from tests.rule_judge import serve_rule_judge
+
+    def reply(system, user):
+        keys = [int(k) for k in KEY.findall(user)]
+        if "Response A" in user:
+            return "Answer: A" if keys[0] > keys[1] else "Answer: B"
+        if "Response 1" in user:
+            return "Scores: " + ", ".join(f"{k / 10:g}" for k in keys)
+        return f"Score: {keys[0] / 10:g}/10"
+
+    group = [rollout(k) for k in KEYS]
+    with serve_rule_judge(reply) as server:
+        judge = LLMJudge(LLMClient(server.url, api_key_env=None, max_retries=0))
+        cpo = [s.rewards[-1] for s in GroupJudgeScorer(judge)(group)]
+        arena = [s.rewards[-1] for s in TournamentJudge(judge)(group)]
+        asked = len(server.requests)
+    assert cpo == pytest.approx([k / 100 for k in KEYS])
+    assert arena.index(1.0) == KEYS.index(90) and arena[KEYS.index(61)] == pytest.approx(2 / 3)
+    assert asked == 1 + len(KEYS) + len(KEYS) - 1  # one rank request, G seeding scores, G - 1 matches
