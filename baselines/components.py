@@ -4,11 +4,11 @@ and the env's reward wrappers (``TrainConfig.reward_wrappers``), each checked wh
 - A scorer is a catalogue card of kind ``"scorer"`` (``agentgym methods``), one of :data:`FALLBACK_SCORERS`, or an
   import path ``"package.module:Class"`` of a :class:`~agentgym.rewards.base.TurnScorer` subclass. Its constructor's
   inputs are filled by the trainer (:data:`SCORER_INPUTS`): ``scorer`` (an ``AnswerScorer``: the policy itself, as
-  ``LocalAnswerScorer(model, tokenizer)``), ``tokenizer``, ``client`` (an ``LLMClient`` built from
-  ``scorer_kwargs["client"]``: a base URL or a dict of ``LLMClient`` arguments) and ``judge`` (a
-  :class:`~agentgym.rewards.verdicts.Judge` built from ``scorer_kwargs["judge"]`` by :func:`make_judge`: ``"rule"``
-  for ``RuleJudge``, an endpoint for ``LLMJudge``); every other ``scorer_kwargs`` entry must be a constructor
-  parameter.
+  ``LocalAnswerScorer(model, tokenizer)``), ``tokenizer``, ``policy`` (the policy model itself, which a learned
+  scorer copies), ``client`` (an ``LLMClient`` built from ``scorer_kwargs["client"]``: a base URL or a dict of
+  ``LLMClient`` arguments) and ``judge`` (a :class:`~agentgym.rewards.verdicts.Judge` built from
+  ``scorer_kwargs["judge"]`` by :func:`make_judge`: ``"rule"`` for ``RuleJudge``, an endpoint for ``LLMJudge``);
+  every other ``scorer_kwargs`` entry must be a constructor parameter.
 - A reward wrapper entry is ``{"name": NAME, **kwargs}``: NAME a card of kind ``"wrapper"`` or ``"bonus"``, one of
   :data:`FALLBACK_WRAPPERS`, or an import path of a ``gymnasium.Wrapper`` subclass. ``"component"`` sets the
   wrapper's own ``name`` (its reward component); ``"table"`` holds the arguments of its cross-batch table. A
@@ -61,7 +61,7 @@ FALLBACK_WRAPPERS: Mapping[str, str] = {
     "novelty": "agentgym.rewards.wrappers:NoveltyBonus",
 }
 #: Scorer constructor parameters the trainer fills (never ``scorer_kwargs`` entries, except client/judge settings).
-SCORER_INPUTS = ("scorer", "tokenizer", "client", "judge")
+SCORER_INPUTS = ("scorer", "tokenizer", "policy", "client", "judge")
 #: What a table can ask ``update`` for (its class attribute ``items``).
 TABLE_ITEMS = ("anchors", "observations", "transitions")
 _TABLE_PARAMS = ("table", "counts")
@@ -152,7 +152,7 @@ def check_scorer(name: str, kwargs: Mapping[str, Any]) -> Callable[..., Any]:
     if "scorer" in params and "AnswerScorer" not in str(hints.get("scorer", "")):
         raise ValueError(f"scorer {name!r} takes a scorer of type {hints.get('scorer')!r}; the trainer builds only an "
                          "AnswerScorer (the policy) for it")  # fmt: skip
-    for key in ("scorer", "tokenizer"):
+    for key in ("scorer", "tokenizer", "policy"):
         if key in kwargs:
             raise ValueError(f"scorer_kwargs: {key!r} is filled by the trainer (the policy and its tokenizer)")
     if "client" in params and _required(params["client"]) and "client" not in kwargs:
@@ -275,6 +275,8 @@ def build_scorer(name: str, kwargs: Mapping[str, Any], model: Any, tokenizer: An
         args["scorer"] = LocalAnswerScorer(model, tokenizer)
     if "tokenizer" in params:
         args["tokenizer"] = tokenizer
+    if "policy" in params:  # a learned scorer (OPRL, SWEET-RL) copies the live policy
+        args["policy"] = model
     if "client" in kwargs:
         args["client"] = make_client(kwargs["client"])
     if "judge" in kwargs:
