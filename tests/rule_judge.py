@@ -18,11 +18,12 @@ import pytest
 @dataclass
 class RuleJudge:
     """The running judge: its ``url`` (an OpenAI-compatible base URL, ``/v1`` included), the last message of
-    every request it answered, in order, and every request body."""
+    every request it answered, in order, every request body, and how many times its model list was read."""
 
     url: str
     requests: list[str] = field(default_factory=list)
     bodies: list[dict[str, Any]] = field(default_factory=list)
+    listed: int = 0
 
 
 @contextmanager
@@ -59,6 +60,7 @@ def serve_rule_judge(
 
     @app.get("/v1/models")
     async def models() -> dict:
+        judge.listed += 1
         return {"object": "list", "data": [{"id": "rule", "object": "model"}]}
 
     with BackgroundServer(app) as server:

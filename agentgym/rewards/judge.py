@@ -353,6 +353,7 @@ class LLMJudge:
     failures: int = field(default=0, init=False)
     _cache: OrderedDict[tuple[Any, ...], Verdict] = field(default_factory=OrderedDict, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _listed_model: str | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.answer not in ANSWER_MODES:
@@ -388,7 +389,8 @@ class LLMJudge:
         if not questions:
             return []
         try:
-            model = self.model or self.client.model or self.client.models()[0]
+            model = self.model or self.client.model or self._listed_model or self.client.models()[0]
+            self._listed_model = model  # the endpoint's model list is read once
         except (LLMError, IndexError) as e:
             with self._lock:
                 self.failures += len(questions)

@@ -355,7 +355,7 @@ def test_llm_judge_answers_every_kind(served):
 def test_llm_judge_batches_dedups_and_caches(served):
     client, server = served
     judge = LLMJudge(client, max_workers=3)
-    before = len(server.requests)
+    before, listed = len(server.requests), server.listed
     verdicts = judge.ask([q(2), q(3), q(2), q(8), q(3), q(2)])
     assert [v.value for v in verdicts] == [1.0, 0.0, 1.0, 1.0, 0.0, 1.0]
     assert len(server.requests) - before == 3  # identical questions are asked once
@@ -363,6 +363,7 @@ def test_llm_judge_batches_dedups_and_caches(served):
     again = judge.ask([q(8), q(2), q(3)])
     assert [v.value for v in again] == [1.0, 1.0, 0.0] and len(server.requests) - before == 3  # all cached
     assert judge.stats() == {"requests": 3, "cache_hits": 6, "failures": 0}
+    assert server.listed - listed == 1  # the endpoint's model list is read once
     # the key holds the kind, the evidence flag and the model: the same prompt asked otherwise is a new question
     judge.ask([Question("score", "Is 2 even?"), q(2, evidence=True)])
     assert judge.stats()["requests"] == 5
