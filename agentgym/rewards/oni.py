@@ -59,8 +59,8 @@ class Annotator:
     ``submit`` (``autostart=False``: on ``start()`` or ``wait_idle()``); ``close()`` stops it after the questions
     already queued."""
 
-    def __init__(self, judge: Judge | None = None, maxsize: int = 1024, cache_size: int = 65536, batch: int = 8,
-                 autostart: bool = True):  # fmt: skip
+    def __init__(self, judge: Judge | RuleJudge | None = None, maxsize: int = 1024, cache_size: int = 65536,
+                 batch: int = 8, autostart: bool = True):  # fmt: skip
         if maxsize < 1 or cache_size < 1 or batch < 1:
             raise ValueError("maxsize, cache_size and batch must be >= 1")
         self.judge: Judge | RuleJudge = judge if judge is not None else RuleJudge()
@@ -162,20 +162,45 @@ class LabelSnapshot:
         return float(self.labels.get(key, 0.0))
 
 
+def make_table_judge(spec: Any) -> Judge | RuleJudge:
+    """The table's judge: a ``Judge`` as it is; None or ``"rule"``: ``RuleJudge``; an endpoint URL, or a dict with
+    ``base_url`` (``LLMClient`` arguments and ``LLMJudge`` arguments mixed, as in a trainer config): ``LLMJudge``."""
+    if spec is None or spec == "rule":
+        return RuleJudge()
+    if isinstance(spec, str):
+        if not spec.startswith(("http://", "https://")):
+            raise ValueError(f"a table's judge is 'rule', an endpoint URL or a dict with base_url; got {spec!r}")
+        spec = {"base_url": spec}
+    if isinstance(spec, Mapping):
+        if not isinstance(spec.get("base_url"), str):
+            raise ValueError(f"a table's judge endpoint needs a base_url, got {dict(spec)!r}")
+        import inspect
+
+        from agentgym.rewards.judge import LLMJudge
+        from agentgym.tools.llm import LLMClient
+
+        judge_params = set(inspect.signature(LLMJudge).parameters) - {"client"}
+        client_params = set(inspect.signature(LLMClient).parameters) - {"model"}
+        unknown = sorted(set(spec) - judge_params - client_params)
+        if unknown:
+            raise ValueError(f"a table's judge takes no {unknown}")
+        client = LLMClient(**{k: v for k, v in spec.items() if k in client_params})
+        return LLMJudge(client, **{k: v for k, v in spec.items() if k in judge_params})
+    if not hasattr(spec, "ask"):
+        raise ValueError(f"a table's judge must be a Judge, 'rule' or an endpoint; got {spec!r}")
+    return spec
+
+
 class AnnotationTable:
     """The trainer's table for :class:`LearnedBonus` (see the module docstring): an :class:`Annotator` plus the
-    snapshot frozen at each ``update``. ``judge``: a Judge, or None / ``"rule"`` for ``RuleJudge``."""
+    snapshot frozen at each ``update``. ``judge``: a Judge, or a spec (:func:`make_table_judge`: ``"rule"``, the
+    default, or an endpoint)."""
 
     #: what the trainer hands ``update`` (the reached states' anchors; only their number is used)
     items: ClassVar[str] = "anchors"
 
-    def __init__(self, judge: Judge | str | None = None, maxsize: int = 1024, cache_size: int = 65536,
-                 batch: int = 8):  # fmt: skip
-        if isinstance(judge, str):
-            if judge != "rule":
-                raise ValueError(f"a table's judge given by name must be 'rule', got {judge!r}")
-            judge = None
-        self.annotator = Annotator(judge, maxsize, cache_size, batch)
+    def __init__(self, judge: Any = None, maxsize: int = 1024, cache_size: int = 65536, batch: int = 8):
+        self.annotator = Annotator(make_table_judge(judge), maxsize, cache_size, batch)
         self.updates = 0
         self._snapshot = LabelSnapshot(MappingProxyType({}), 0)
 

@@ -148,3 +148,30 @@ def test_the_bonus_needs_an_anchor():
 def test_card():
     (card,) = collect([oni])
     assert card.name == "oni" and card.load() is LearnedBonus and "coef" in card.knobs()
+
+
+def test_an_llm_judge_over_http_annotates_in_the_background():
+    """The table's judge from a config spec (an endpoint): a served rule judge says yes to observations that show
+    passages (an <information> block) and no otherwise; the labels arrive asynchronously and reach the next batch."""
+    from rule_judge import serve_rule_judge
+
+    def reply(system, user):
+        return "Answer: yes" if "<information>" in user and "Doc 1" in user else "Answer: no"
+
+    with serve_rule_judge(reply) as server:
+        table = AnnotationTable({"base_url": server.url, "api_key_env": None, "max_retries": 0})
+        env = searchqa(table, coef=0.5)
+        anchor = play(env, 3, [0])[0][-1]["anchor"]
+        table.annotator.wait_idle()
+        table.update()
+        assert table.snapshot().label(anchor) == 1.0 and len(server.requests) == 1
+        assert play(env, 3, [0])[0][1] == 0.5
+        table.close()
+
+
+def test_table_judge_specs():
+    assert isinstance(AnnotationTable("rule").annotator.judge, RuleJudge)
+    with pytest.raises(ValueError, match="endpoint URL"):
+        AnnotationTable("gpt-4")
+    with pytest.raises(ValueError, match="takes no"):
+        AnnotationTable({"base_url": "http://127.0.0.1:1/v1", "colour": "red"})
