@@ -137,3 +137,17 @@ def test_card():
     (card,) = collect([skills])
     assert card.name == "scribe" and card.load() is SkillRubricScorer
     assert {"coef", "segmentation", "assign", "library"} <= set(card.knobs())
+
+
+def test_an_all_yes_llm_judge_meets_every_check_of_routable_spans():
+    from rule_judge import serve_rule_judge
+
+    from agentgym.rewards.judge import LLMJudge
+    from agentgym.tools.llm import LLMClient
+
+    with serve_rule_judge(lambda system, user: "Answer: yes") as server:
+        judge = LLMJudge(LLMClient(server.url, api_key_env=None, max_retries=0))
+        (scores,) = SkillRubricScorer(judge=judge, coef=0.3)([searchqa_trajectory()])
+    r = scores.extras["r_span"]
+    assert r[0] == r[2] == r[3] == 1.0 and math.isnan(r[1]) and scores.rewards[-1] == pytest.approx(0.3)
+    assert any("skill 'verify a candidate'" in q for q in server.requests)

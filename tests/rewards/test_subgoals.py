@@ -149,3 +149,18 @@ def test_missing_subgoals_are_an_error():
 def test_card():
     (card,) = collect([subgoals_module])
     assert card.name == "calm" and card.load() is SubgoalScorer and "beta" in card.knobs()
+
+
+def test_an_all_yes_llm_judge_pays_every_subgoal_once_on_the_first_turn():
+    """An LLM judge over HTTP (a served rule judge that always says yes): each subgoal's first yes is turn 0."""
+    from rule_judge import serve_rule_judge
+
+    from agentgym.rewards.judge import LLMJudge
+    from agentgym.tools.llm import LLMClient
+
+    with serve_rule_judge(lambda system, user: "Answer: yes") as server:
+        judge = LLMJudge(LLMClient(server.url, api_key_env=None, max_retries=0))
+        states = [("table",), ("agent",), ("agent", "hot")]
+        (scores,) = SubgoalScorer(judge=judge, beta=0.5)([trajectory(states)])
+    assert scores.rewards == [1.0, 0.0, 0.0] and scores.extras["achieved_at"] == [0, 0]
+    assert "Subgoal: take an apple" in "".join(server.requests)
