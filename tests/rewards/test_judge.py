@@ -32,7 +32,7 @@ from agentgym.rewards.judge import (
     render_gold,
     yes_no_probabilities,
 )
-from agentgym.rewards.verdicts import Judge, Question, RuleJudge
+from agentgym.rewards.verdicts import Judge, Question, RuleJudge, Verdict
 from agentgym.running.runner import make_agent, run_episode
 from agentgym.tools.llm import LLMClient, LLMHTTPError
 
@@ -654,3 +654,31 @@ def test_trainer_builds_the_judge_of_a_judge_scorer():
         load_config("tiny", overrides={"scorer": name, "scorer_kwargs": {"judge": {"base_url": "http://x",
                                                                                    "answer": "no"}}})  # fmt: skip
     assert "\n" not in str(err.value)
+
+
+class AllYes:
+    """A judge that says yes to everything (and grades everything 1.0)."""
+
+    name = "all_yes"
+
+    def ask(self, questions):
+        return [Verdict(1.0) for _ in questions]
+
+
+def test_an_all_yes_judge_reduces_mt_grpo_over_turn_verdicts_to_grpo():
+    """Every turn verdict 1.0: each (group, turn) cell ties, so MT-GRPO's turn term vanishes and the advantages are
+    GRPO's over the outcome, for every rollout and turn."""
+    import numpy as np
+
+    from agentgym.rewards.advantages.group import grpo
+    from agentgym.rewards.advantages.multi_turn import mt_grpo
+
+    trajs = play_diagnostics("agentgym/Chain-v0", episodes=4)
+    signals = [s.rewards for s in TurnVerdictScorer(AllYes())(trajs)]
+    assert all(r == 1.0 for row in signals for r in row)
+    outcomes = [sum(t.reward_components.get("outcome", 0.0) for t in traj.turns) for traj in trajs]
+    groups = [0] * len(trajs)
+    expected = grpo(outcomes, groups)
+    assert np.any(expected != 0.0)  # the oracle's and the random agent's outcomes differ
+    for a, e, traj in zip(mt_grpo(outcomes, signals, groups), expected, trajs, strict=True):
+        assert np.allclose(a, [e] * len(traj.turns))

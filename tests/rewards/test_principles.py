@@ -114,3 +114,17 @@ def test_rule_judge_reduces_ppr_to_the_verified_signal():
     assert outcomes == {0.0, 1.0}
     shown = PrincipleScorer(RuleJudge(), show_gold=True).prompt(trajs[0], 0)
     assert render_gold(trajs[0].reset_info["gold"]) in shown
+
+
+class AllYes:
+    name = "all_yes"
+
+    def ask(self, questions):
+        return [Verdict(1.0) for _ in questions]
+
+
+def test_an_all_yes_judge_pays_every_step_the_outcome():
+    """p_t = 1 everywhere: r_t = R + 1 - 1 = R, the outcome broadcast to every step (GRPO's per-turn reward)."""
+    group = [traj(["a", "b", "c"], 1.0), traj(["a"], 0.0)]
+    win, loss = PrincipleScorer(AllYes())(group)
+    assert win.rewards == [1.0, 1.0, 1.0] and loss.rewards == [0.0]
