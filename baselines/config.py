@@ -33,15 +33,18 @@ from agentgym.rewards.advantages import ESTIMATORS, OUTCOME_ESTIMATORS, TURN_SIG
 from agentgym.rewards.advantages.signals import SignalMode
 from agentgym.running.pool import POOLS
 
-__all__ = ["ALGOS", "BRANCH_ESTIMATORS", "BRANCH_TURNS", "CRITIC_ESTIMATORS", "LOSS_AGG_MODES", "OTHER_NAMES",
-           "PRESETS", "RATIO_LEVELS", "SCORERS", "SCORER_FUSIONS", "SIGNAL_ESTIMATORS", "TREE_TARGETS", "Seeds",
-           "TrainConfig", "did_you_mean", "load_config"]  # fmt: skip
+__all__ = ["ALGOS", "BRANCH_ESTIMATORS", "BRANCH_TURNS", "CRITIC_ESTIMATORS", "CRITIC_TRUNKS", "LOSS_AGG_MODES",
+           "OTHER_NAMES", "PRESETS", "RATIO_LEVELS", "SCORERS", "SCORER_FUSIONS", "SIGNAL_ESTIMATORS", "TREE_TARGETS",
+           "Seeds", "TrainConfig", "did_you_mean", "load_config"]  # fmt: skip
 
 #: ``ipr``: IPR's iterations (step-level DPO + SFT on pairs from expert-path forks, baselines/ipr.py) in place of the
 #: policy-gradient update.
 ALGOS = ("grpo", "dr_grpo", "rloo", "ppo", "ipr")
 #: Estimators that need a critic (``algo="ppo"``); ``None`` there is token-level GAE.
 CRITIC_ESTIMATORS = ("turn_ppo",)
+#: What PPO's value head reads (``critic_trunk``): the policy's last hidden state, or a copy of the policy's decoder
+#: of its own that the value loss trains (baselines/update.py ``TrunkValueHead``).
+CRITIC_TRUNKS = ("shared", "separate")
 #: Estimators that read a verified per-turn signal (``TrainConfig.turn_signal``) from the env's ``info``.
 SIGNAL_ESTIMATORS = ("mt_grpo",)
 #: Estimators over forks from the states before chosen turns (``branch_k`` >= 1; baselines/branches.py): ``vine``
@@ -198,6 +201,10 @@ class TrainConfig:
     value_lr: float | None = None  # the value head's learning rate (None: lr); its gradient is clipped on its own
     detach_critic: bool = False  # the value head reads the trunk's hidden states detached: value loss never moves it
     critic_warmup_steps: int = 0  # value-only iterations on rollouts of the starting policy before the first update
+    critic_trunk: str = "shared"  # CRITIC_TRUNKS: the head reads the policy's hidden states, or a decoder of its own
+    # None: the value loss rides in the policy's epochs x minibatches; k: the critic trains alone afterwards, k epochs
+    # x minibatches of value-only steps per iteration (and per warm-up step)
+    value_epochs: int | None = None
     loss_agg: str | None = None  # None: token-mean (ppo, grpo, rloo) / constant (dr_grpo)
     loss_norm_const: float | None = None  # for "constant" (None: max_turns * max_new_tokens)
     old_logprobs: str = "recompute"  # or "rollout": use the sampler's log-probs as the behaviour policy
@@ -288,9 +295,15 @@ class TrainConfig:
             raise ValueError(f"trainable_layers must be >= 0 or None, got {self.trainable_layers}")
         if self.critic_warmup_steps < 0 or self.collapse_window < 1:
             raise ValueError("critic_warmup_steps must be >= 0 and collapse_window >= 1")
-        if (self.critic_warmup_steps or self.detach_critic or self.value_lr is not None) and not self.critic:
-            raise ValueError(f"critic_warmup_steps, detach_critic and value_lr need a critic: use algo='ppo' (algo "
-                             f"{self.algo!r} is critic-free)")  # fmt: skip
+        critic_knobs = (self.critic_warmup_steps or self.detach_critic or self.value_lr is not None
+                        or self.critic_trunk != "shared" or self.value_epochs is not None)  # fmt: skip
+        if critic_knobs and not self.critic:
+            raise ValueError(f"critic_warmup_steps, detach_critic, value_lr, critic_trunk and value_epochs need a "
+                             f"critic: use algo='ppo' (algo {self.algo!r} is critic-free)")  # fmt: skip
+        if self.critic_trunk not in CRITIC_TRUNKS:
+            raise ValueError(f"critic_trunk must be one of {CRITIC_TRUNKS}, got {self.critic_trunk!r}")
+        if self.value_epochs is not None and self.value_epochs < 1:
+            raise ValueError(f"value_epochs must be >= 1 or None, got {self.value_epochs}")
         if not (0.0 <= self.gamma <= 1.0 and 0.0 <= self.lam <= 1.0):
             raise ValueError(f"gamma and lam must be in [0, 1], got {self.gamma} and {self.lam}")
         if self.dynamic_sampling and self.group_size < 2:

@@ -92,6 +92,8 @@ from agentgym.baselines.update import (
     minibatch_loss,
     score_batch,
     select,
+    sync_critic_trunk,
+    value_epoch_loss,
 )
 from agentgym.baselines.warmup import mc_returns, sft_step, warm_start
 from agentgym.cli import key_values
@@ -108,7 +110,7 @@ def setup(config: TrainConfig) -> TrainState:
     if config.kl_coef > 0 or config.algo == "ipr":
         ref_model, _ = build_policy(config)
         ref_model.eval().requires_grad_(False)
-    value_head = build_value_head(model) if config.critic else None
+    value_head = build_value_head(model, config.critic_trunk) if config.critic else None
     groups: list[dict[str, Any]] = [{"params": [p for p in model.parameters() if p.requires_grad]}]  # trainable_layers
     if value_head is not None:  # the critic's own group: its learning rate (value_lr) and its own clipping
         groups.append({"params": list(value_head.parameters()), "lr": config.value_lr or config.lr})
@@ -231,7 +233,8 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int, methods: Me
     # 5. epochs x minibatches of clipped updates
     model.train()
     policy_params = state.optimizer.param_groups[0]["params"]
-    value_params = list(state.value_head.parameters()) if state.value_head is not None else []
+    own_epochs = config.value_epochs is not None  # the critic then steps in its own epochs (critic_epochs)
+    value_params = list(state.value_head.parameters()) if state.value_head is not None and not own_epochs else []
     keys = ("loss", "pg_loss", "value_loss", "approx_kl", "kl_ref", "clip_frac", "entropy", "grad_norm",
             "value_grad_norm", "entropy_penalty")  # fmt: skip
     ent_coef = config.ent_coef_at(it)  # EPO's phase schedule (flat by default)
@@ -258,6 +261,8 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int, methods: Me
             for k in logs:
                 if k in out:
                     logs[k].append(float(out[k].detach()))
+    if config.value_epochs is not None and state.value_head is not None:  # the critic's own epochs, after the policy's
+        metrics.update(critic_epochs(state, config, it, batch, rollouts))
     model.eval()
     state.policy.mark_stale()
     t_update = time.perf_counter() - t1
@@ -269,6 +274,30 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int, methods: Me
     kept_tokens = sum(r.num_sampled for r in rollouts)
     metrics.update(time_update=t_update, update_tokens_per_s=kept_tokens * config.epochs / max(t_update, 1e-9))
     return metrics
+
+
+def critic_epochs(state: TrainState, config: TrainConfig, it: int, batch: dict[str, torch.Tensor],
+                  rollouts: Sequence[Any]) -> dict[str, float]:  # fmt: skip
+    """``value_epochs`` x minibatches of value-only steps (:func:`value_epoch_loss`) on iteration ``it``'s batch,
+    after the policy's epochs: the critic's updates leave the policy's minibatches. Only the critic's parameters
+    step (the policy's gradients stay None); returns the mean value loss and gradient norm."""
+    assert state.value_head is not None and config.value_epochs is not None
+    device = next(state.model.parameters()).device
+    params = list(state.value_head.parameters())
+    losses, norms = [], []
+    for epoch in range(config.value_epochs):
+        gen = config.seeds.minibatches(it, config.epochs + epoch)  # past the policy's epochs: a stream of its own
+        order = torch.randperm(len(rollouts), generator=gen)
+        for start in range(0, len(rollouts), config.minibatch_size):
+            mb = {k: v.to(device) for k, v in select(batch, order[start : start + config.minibatch_size]).items()}
+            loss = value_epoch_loss(state.model, state.value_head, mb, config)
+            state.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            norms.append(float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)))
+            state.optimizer.step()
+            losses.append(float(loss.detach()))
+    state.optimizer.zero_grad(set_to_none=True)
+    return {"value_loss": float(np.mean(losses)), "value_grad_norm": float(np.mean(norms))}
 
 
 @torch.no_grad()
@@ -328,6 +357,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
                 methods = MethodState.load(methods_path)
         elif config.init_from is not None:  # a warm start shared by several runs: the weights only
             load_weights(state, config.init_from)
+            sync_critic_trunk(state.model, state.value_head)  # a separate critic starts from the loaded policy
         history = read_history(metrics_path, state.iteration) if resumed else []
         metrics_path.write_text("".join(json.dumps(h) + "\n" for h in history), encoding="utf-8")  # drop lines past it
         (out_dir / "config.json").write_text(json.dumps(asdict(config), indent=2), encoding="utf-8")

@@ -17,6 +17,7 @@ tensor(3.)
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,14 +25,17 @@ import numpy as np
 import torch
 
 from agentgym.baselines.backends import amp_dtype
-from agentgym.baselines.config import LOSS_AGG_MODES, TrainConfig
+from agentgym.baselines.config import CRITIC_TRUNKS, LOSS_AGG_MODES, TrainConfig
 from agentgym.baselines.rollout import Rollout, autocast
 
 __all__ = [
+    "TrunkValueHead",
     "aggregate_loss",
     "build_policy",
     "build_value_head",
     "clip_bounds",
+    "clipped_value_loss",
+    "critic_values",
     "entropy_band_penalty",
     "explained_variance",
     "forward_tokens",
@@ -40,8 +44,10 @@ __all__ = [
     "minibatch_loss",
     "score_batch",
     "select",
+    "sync_critic_trunk",
     "turn_ids",
     "turn_mean_log_ratio",
+    "value_epoch_loss",
     "value_only_loss",
 ]
 
@@ -93,12 +99,40 @@ def freeze_lower_layers(model: Any, trainable_layers: int) -> list[str]:
     return [name for name, p in model.named_parameters() if p.requires_grad]
 
 
-def build_value_head(model: Any) -> torch.nn.Linear:
-    """A linear critic on the last hidden state, zero-initialised (V = 0 at the start, deterministic)."""
-    head = torch.nn.Linear(model.config.hidden_size, 1)
+class TrunkValueHead(torch.nn.Linear):
+    """A linear value head that reads the last hidden states of a trunk of its own (``trunk``: a copy of the
+    policy's decoder, ``TrainConfig.critic_trunk="separate"``) instead of the policy's. The value loss trains the
+    trunk and the head; the policy's weights never see it. :func:`sync_critic_trunk` copies the policy's decoder
+    into it (the trainer does so after ``init_from`` and after the SFT warm start)."""
+
+    def __init__(self, trunk: torch.nn.Module, hidden_size: int) -> None:
+        super().__init__(hidden_size, 1)
+        self.trunk = trunk
+
+    def hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The trunk's last hidden states ``(B, L, hidden)``."""
+        return self.trunk(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+
+
+def build_value_head(model: Any, trunk: str = "shared") -> torch.nn.Linear:
+    """A linear critic, zero-initialised (V = 0 at the start, deterministic), on the policy's last hidden state
+    (``trunk="shared"``) or on a copy of the policy's decoder of its own (``"separate"``: :class:`TrunkValueHead`)."""
+    if trunk not in CRITIC_TRUNKS:
+        raise ValueError(f"critic trunk must be one of {CRITIC_TRUNKS}, got {trunk!r}")
+    size = model.config.hidden_size
+    head = torch.nn.Linear(size, 1) if trunk == "shared" else TrunkValueHead(copy.deepcopy(model.get_decoder()), size)
     torch.nn.init.zeros_(head.weight)
     torch.nn.init.zeros_(head.bias)
     return head.to(next(model.parameters()).device)
+
+
+@torch.no_grad()
+def sync_critic_trunk(model: Any, value_head: torch.nn.Module | None) -> bool:
+    """Copy the policy's decoder weights into a separate critic trunk (a no-op for a shared head); True if copied."""
+    if not isinstance(value_head, TrunkValueHead):
+        return False
+    value_head.trunk.load_state_dict(model.get_decoder().state_dict())
+    return True
 
 
 def forward_tokens(
@@ -141,10 +175,57 @@ def forward_tokens(
     entropy = zeros.index_put((rows, cols), ent_sel)
     values = None
     if value_head is not None:
-        h = hidden[rows, cols - 1].float()
-        v_sel = value_head(h.detach() if detach_value else h).squeeze(-1)
-        values = zeros.index_put((rows, cols), v_sel)
+        if isinstance(value_head, TrunkValueHead):  # its own trunk: the policy's hidden states play no part
+            with autocast(model, amp):
+                own = value_head.hidden(input_ids, attention_mask)
+            h = own[rows, cols - 1].float()
+        else:
+            h = hidden[rows, cols - 1].float()
+            h = h.detach() if detach_value else h
+        values = zeros.index_put((rows, cols), value_head(h).squeeze(-1))
     return lp, entropy, values
+
+
+def critic_values(
+    model: Any,
+    value_head: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    token_mask: torch.Tensor,
+    amp: torch.dtype | None = None,
+    detach_value: bool = False,
+) -> torch.Tensor:
+    """The critic's values alone, ``(B, L)`` in sequence coordinates like :func:`forward_tokens`' (entry ``t``: the
+    value read before token ``t``, where ``token_mask`` is set; 0 elsewhere), without the policy's LM head (and,
+    for a :class:`TrunkValueHead`, without the policy at all)."""
+    sel = token_mask.bool().clone()
+    sel[:, 0] = False
+    rows, cols = sel.nonzero(as_tuple=True)
+    with autocast(model, amp):
+        if isinstance(value_head, TrunkValueHead):
+            hidden = value_head.hidden(input_ids, attention_mask)
+        else:
+            decoder = model.get_decoder()
+            if decoder is None:
+                out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
+                            use_cache=False)  # fmt: skip
+                hidden = out.hidden_states[-1]
+            else:
+                hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+    h = hidden[rows, cols - 1].float()
+    if detach_value and not isinstance(value_head, TrunkValueHead):
+        h = h.detach()
+    zeros = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
+    return zeros.index_put((rows, cols), value_head(h).squeeze(-1))
+
+
+def clipped_value_loss(values: torch.Tensor, mb: dict[str, torch.Tensor], value_clip: float) -> torch.Tensor:
+    """PPO's clipped value loss ``0.5 * max((V - R)^2, (V_old + clip(V - V_old, +-c) - R)^2)``, token-mean over the
+    minibatch's loss tokens (``mb``: ``old_values``, ``returns``, ``loss_mask``)."""
+    old_v, ret = mb["old_values"], mb["returns"]
+    v_clipped = old_v + torch.clamp(values - old_v, -value_clip, value_clip)
+    vloss = 0.5 * torch.maximum((values - ret) ** 2, (v_clipped - ret) ** 2)
+    return aggregate_loss(vloss, mb["loss_mask"], "token-mean")
 
 
 def aggregate_loss(values: torch.Tensor, mask: torch.Tensor, mode: str, norm_const: float = 1.0) -> torch.Tensor:
@@ -343,7 +424,7 @@ def minibatch_loss(
         mb["input_ids"],
         mb["attention_mask"],
         config.temperature,
-        value_head,
+        value_head if config.value_epochs is None else None,  # else the critic trains in its own epochs
         token_mask=mb["loss_mask"] > 0,
         amp=amp_dtype(config),
         detach_value=config.detach_critic,
@@ -374,10 +455,7 @@ def minibatch_loss(
         loss = loss + band
         out["entropy_penalty"] = band.detach()
     if values is not None:
-        old_v, ret = mb["old_values"], mb["returns"]
-        v_clipped = old_v + torch.clamp(values - old_v, -config.value_clip, config.value_clip)
-        vloss = 0.5 * torch.maximum((values - ret) ** 2, (v_clipped - ret) ** 2)
-        value_loss = aggregate_loss(vloss, mask, "token-mean")
+        value_loss = clipped_value_loss(values, mb, config.value_clip)
         loss = loss + config.vf_coef * value_loss
         out["value_loss"] = value_loss.detach()
     with torch.no_grad():
@@ -399,11 +477,20 @@ def value_only_loss(
     """The critic warm-up's loss: ``0.5 * (V - return)^2``, token-mean over sampled tokens, unclipped (the warm-up
     fits a fresh head; PPO's value clipping would hold it near zero). With ``detach_critic`` only the head gets
     gradients."""
-    _, _, values = forward_tokens(model, mb["input_ids"], mb["attention_mask"], config.temperature, value_head,
-                                  token_mask=mb["loss_mask"] > 0, amp=amp_dtype(config),
-                                  detach_value=config.detach_critic)  # fmt: skip
-    assert values is not None
+    values = critic_values(model, value_head, mb["input_ids"], mb["attention_mask"], mb["loss_mask"] > 0,
+                           amp_dtype(config), config.detach_critic)  # fmt: skip
     return aggregate_loss(0.5 * (values - mb["returns"]) ** 2, mb["loss_mask"], "token-mean")
+
+
+def value_epoch_loss(
+    model: Any, value_head: torch.nn.Module, mb: dict[str, torch.Tensor], config: TrainConfig
+) -> torch.Tensor:
+    """A step of the critic's own epochs (``config.value_epochs``): :func:`clipped_value_loss` of the critic's values
+    against the iteration's returns and its values before the update (``value_clip``). No ``vf_coef``: nothing
+    else shares the loss."""
+    values = critic_values(model, value_head, mb["input_ids"], mb["attention_mask"], mb["loss_mask"] > 0,
+                           amp_dtype(config), config.detach_critic)  # fmt: skip
+    return clipped_value_loss(values, mb, config.value_clip)
 
 
 def explained_variance(pred: np.ndarray, target: np.ndarray) -> float:

@@ -19,12 +19,14 @@ from agentgym.baselines.config import TrainConfig
 from agentgym.baselines.credit import EnvMaker, compute_advantages, training_rollouts
 from agentgym.baselines.rollout import demonstration_episode, derive_seed
 from agentgym.baselines.update import (
+    TrunkValueHead,
     aggregate_loss,
     explained_variance,
     forward_tokens,
     make_batch,
     score_batch,
     select,
+    sync_critic_trunk,
     value_only_loss,
 )
 
@@ -40,6 +42,7 @@ def warm_start(state: TrainState, config: TrainConfig) -> dict[str, Any]:
         warm.update(sft_loss=losses[-1], sft_loss_first=losses[0])
         if state.ref_model is not None:
             state.ref_model.load_state_dict(state.model.state_dict())
+        sync_critic_trunk(state.model, state.value_head)  # a separate critic starts from the warm-started policy
     if config.critic_warmup_steps > 0:
         warm.update(critic_warmup(state, config))
     return warm
@@ -97,14 +100,18 @@ def critic_warmup(state: TrainState, config: TrainConfig) -> dict[str, Any]:
       tokens on the weights): the optimum that gradient steps on a fixed linear model approach, without the
       per-batch chasing of noise (Adam on 16 rollouts at a time left its explained variance at 0 or below on
       Chain). The policy's weights stay bit for bit the same.
-    - otherwise: ``epochs`` x minibatches of :func:`value_only_loss` per step on that step's rollouts; the value
-      loss then moves the shared trunk too (so the policy changes: the reason ``detach_critic`` exists)."""
+    - otherwise: ``epochs`` (``value_epochs`` when set) x minibatches of :func:`value_only_loss` per step on that
+      step's rollouts; the value loss then moves the shared trunk too (so the policy changes: the reason
+      ``detach_critic`` exists), or, with ``critic_trunk="separate"``, the critic's own trunk and the head (the
+      policy's weights stay bit for bit the same)."""
     if state.value_head is None:
         raise ValueError("critic_warmup needs a critic (algo='ppo')")
     model, tok, device = state.model, state.tokenizer, next(state.model.parameters()).device
     amp = amp_dtype(config)
     value_params = list(state.value_head.parameters())
-    trunk = [] if config.detach_critic else state.optimizer.param_groups[0]["params"]
+    separate = isinstance(state.value_head, TrunkValueHead)
+    ridge = config.detach_critic and not separate  # a fixed feature map: the exact refit
+    trunk = [] if config.detach_critic or separate else state.optimizer.param_groups[0]["params"]
     evs, losses, feats, targets = [], [], [], []
     for step in range(config.critic_warmup_steps):
         task_rng, sample_seed = config.seeds.critic_warmup(step)
@@ -125,13 +132,13 @@ def critic_warmup(state: TrainState, config: TrainConfig) -> dict[str, Any]:
         batch["returns"] = mc_returns(rollouts, config, values)
         m = batch["loss_mask"] > 0
         evs.append(explained_variance(old_v[m].numpy(), batch["returns"][m].numpy()))
-        if config.detach_critic:  # the head's inputs in score_batch's order: minibatches of rows, row-major inside
+        if ridge:  # the head's inputs in score_batch's order: minibatches of rows, row-major inside
             feats.append(torch.cat(inputs))
             targets.append(batch["returns"][m])
             losses.append(fit_value_head(state.value_head, torch.cat(feats), torch.cat(targets)))
             continue
         model.train()
-        for epoch in range(config.epochs):
+        for epoch in range(config.epochs if config.value_epochs is None else config.value_epochs):
             gen = torch.Generator().manual_seed(derive_seed(config.seed, step, 6, 3, epoch))
             order = torch.randperm(len(rollouts), generator=gen)
             for start in range(0, len(rollouts), config.minibatch_size):
