@@ -29,8 +29,9 @@ silent 0.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from agentgym.contract.trajectory import Trajectory
@@ -39,8 +40,15 @@ from agentgym.rewards.catalogue import Method
 from agentgym.rewards.papers import cite
 from agentgym.rewards.text_features import observation_text
 from agentgym.rewards.verdicts import Judge, Question, RuleJudge
+from agentgym.tools.llm import LLMClient, LLMError
 
 Subgoal = Mapping[str, Any]
+
+DECOMPOSE_PROMPT = (
+    "Break the task below into the few subgoals an agent must achieve, in order. Write one short subgoal per line and "
+    "nothing else.\n\nTask:\n{task}"
+)
+_BULLET = re.compile(r"^\s*(?:[-*\u2022]|\(?\d+[.):])\s*")
 
 
 def requirements_met(require: Sequence[Mapping[str, Any]], facts: Sequence[Mapping[str, Any]]) -> bool:
@@ -82,28 +90,77 @@ def first_yes(verdicts: Sequence[float | None]) -> tuple[int | None, list[int]]:
     return None, uncertain
 
 
+def parse_subgoals(reply: str, limit: int = 8) -> list[str]:
+    """The subgoals of a model's reply: one per non-empty line, list markers and numbering removed, at most ``limit``.
+
+    >>> parse_subgoals("1. Take the apple.\\n2) Heat it\\n\\n- put it on the table")
+    ['Take the apple.', 'Heat it', 'put it on the table']
+    """
+    lines = [_BULLET.sub("", line).strip() for line in reply.splitlines()]
+    return [line for line in lines if line][:limit]
+
+
+@dataclass
+class LLMDecomposer:
+    """CALM's decomposition by a model: asks ``client`` once per task (the trajectory's first message, which holds
+    no gold) for its subgoals, one per line (:func:`parse_subgoals`), and caches them by task id. A failed request or
+    an empty list gives None (the scorer marks that trajectory invalid)."""
+
+    client: LLMClient
+    model: str | None = None
+    limit: int = 8
+    sampling: Mapping[str, Any] = field(default_factory=lambda: {"temperature": 0.0, "max_tokens": 256})
+    _cache: dict[str, list[str]] = field(default_factory=dict, init=False, repr=False)
+
+    def __call__(self, traj: Trajectory) -> list[str] | None:
+        if traj.task_id not in self._cache:
+            prompt = DECOMPOSE_PROMPT.format(task=observation_text(traj.initial_observation))
+            try:
+                reply = self.client.chat([{"role": "user", "content": prompt}], model=self.model,
+                                         **dict(self.sampling)).text  # fmt: skip
+            except LLMError:
+                return None
+            found = parse_subgoals(reply, self.limit)
+            if not found:
+                return None
+            self._cache[traj.task_id] = found
+        return list(self._cache[traj.task_id])
+
+
 @dataclass
 class SubgoalScorer(TurnScorer):
     """CALM's turn rewards (see the module docstring). ``judge``: any :class:`~agentgym.rewards.verdicts.Judge`
     (None: ``RuleJudge``, the verified variant); ``beta``: the reward per achieved subgoal; ``subgoals_key`` /
     ``facts_key``: where the decomposition (in ``reset_info["gold"]``) and the state facts (in each info) are;
-    ``decompose``: a callable giving a trajectory's subgoals instead of the gold ones."""
+    ``decompose``: a callable giving a trajectory's subgoals (None: unknown) instead of the gold ones;
+    ``decomposition="llm"`` makes it an :class:`LLMDecomposer` over ``client`` (the trainer builds the client from
+    ``scorer_kwargs["client"]``)."""
 
     judge: Judge | None = None
     beta: float = 0.1
     name: str = "calm"
     subgoals_key: str = "subgoals"
     facts_key: str = "state_facts"
-    decompose: Callable[[Trajectory], Sequence[Subgoal | str]] | None = None
+    decomposition: str = "gold"
+    client: LLMClient | None = None
+    decompose: Callable[[Trajectory], Sequence[Subgoal | str] | None] | None = None
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.beta):
             raise ValueError(f"beta must be finite, got {self.beta}")
+        if self.decomposition not in ("gold", "llm"):
+            raise ValueError(f"decomposition must be 'gold' or 'llm', got {self.decomposition!r}")
+        if self.decomposition == "llm" and self.decompose is None:
+            if self.client is None:
+                raise ValueError("decomposition='llm' needs a client (scorer_kwargs['client']: an endpoint)")
+            self.decompose = LLMDecomposer(self.client)
 
-    def subgoals(self, traj: Trajectory) -> list[Subgoal | str]:
-        """The trajectory's decomposition: ``decompose(traj)``, else ``reset_info["gold"][subgoals_key]``."""
+    def subgoals(self, traj: Trajectory) -> list[Subgoal | str] | None:
+        """The trajectory's decomposition: ``decompose(traj)`` (None: it failed), else
+        ``reset_info["gold"][subgoals_key]``."""
         if self.decompose is not None:
-            return list(self.decompose(traj))
+            found = self.decompose(traj)
+            return None if found is None else list(found)
         gold = traj.reset_info.get("gold", {})
         if self.subgoals_key not in gold:
             raise KeyError(f"{self.name}: reset_info['gold'] has no {self.subgoals_key!r} (Household-v0: "
@@ -131,7 +188,8 @@ class SubgoalScorer(TurnScorer):
 
     def score_group(self, group: Sequence[Trajectory]) -> list[TurnScores]:
         judge = self.judge if self.judge is not None else RuleJudge()
-        plans = [self.subgoals(traj) for traj in group]
+        found = [self.subgoals(traj) for traj in group]
+        plans = [p or [] for p in found]
         jobs = [(i, t, k) for i, traj in enumerate(group) for k in range(len(plans[i])) for t in range(len(traj.turns))]
         verdicts = judge.ask([self.question(group[i], t, plans[i][k]) for i, t, k in jobs]) if jobs else []
         if len(verdicts) != len(jobs):
@@ -141,6 +199,10 @@ class SubgoalScorer(TurnScorer):
             table.setdefault((i, k), []).append(None if v.value is None else float(v.value))  # type: ignore[arg-type]
         out = []
         for i, traj in enumerate(group):
+            if found[i] is None:  # no decomposition: nothing can be scored
+                nan = [math.nan] * len(traj.turns)
+                out.append(TurnScores(self.name, nan, [False] * len(traj.turns), {"subgoals": None, "achieved_at": []}))
+                continue
             rewards = [0.0] * len(traj.turns)
             valid = [True] * len(traj.turns)
             achieved: list[int | None] = []
@@ -161,8 +223,8 @@ METHODS: tuple[Method, ...] = (
     Method("calm", "CALM", "scorer", "beta per subgoal on the turn a judge says first achieves it",
            needs=("judge", "segments"), paper=cite("CALM"), code=f"{__name__}:SubgoalScorer",
            choices=("each subgoal pays once, on its first yes (knob beta, default 0.1)",
-                    "decomposition: the env's planner subgoals (Household-v0 state_facts=True) or a decompose "
-                    "callable; no LLM decomposition is asked through the Judge protocol",
+                    "decomposition: the env's planner subgoals (Household-v0 state_facts=True; decomposition='gold') "
+                    "or a model's list, asked once per task over scorer_kwargs['client'] (decomposition='llm')",
                     "rule judge: the subgoal's requirements hold on the state facts after the turn and not before",
                     "a failed verdict invalidates the turns from it to the subgoal's next yes"),
            train={"algo": "grpo", "env_id": "agentgym/Household-v0",

@@ -164,3 +164,38 @@ def test_an_all_yes_llm_judge_pays_every_subgoal_once_on_the_first_turn():
         (scores,) = SubgoalScorer(judge=judge, beta=0.5)([trajectory(states)])
     assert scores.rewards == [1.0, 0.0, 0.0] and scores.extras["achieved_at"] == [0, 0]
     assert "Subgoal: take an apple" in "".join(server.requests)
+
+
+def test_an_llm_decomposition_with_a_perfect_llm_judge_reproduces_the_verified_rewards():
+    """decomposition='llm': a served model lists the subgoals (asked once per task) and judges each transition
+    from the prompt alone (yes for 'take' at the take step, for 'heat' at the heat step). With that perfect judge the
+    rewards equal the rule judge's on the gold subgoals (the verified variant)."""
+    from rule_judge import serve_rule_judge
+
+    from agentgym.rewards.judge import LLMJudge
+    from agentgym.tools.llm import LLMClient
+
+    def reply(system, user):
+        if "Break the task below into" in user:
+            return "1. take an apple\n2. heat the apple"
+        take = "Subgoal: take an apple" in user and "action:\naction 1\n" in user
+        heat = "Subgoal: heat the apple" in user and "action:\naction 2\n" in user
+        return "Answer: yes" if take or heat else "Answer: no"
+
+    states = [("table",), ("agent",), ("agent", "hot"), ("table", "hot")]
+    trajs = [trajectory(states), trajectory(states)]  # two rollouts of one task: one decomposition request
+    with serve_rule_judge(reply) as server:
+        client = LLMClient(server.url, api_key_env=None, max_retries=0)
+        scorer = SubgoalScorer(judge=LLMJudge(client), beta=0.25, decomposition="llm", client=client)
+        scores = scorer(trajs)
+        asked = sum("Break the task below into" in r for r in server.requests)
+    (verified,) = SubgoalScorer(beta=0.25)([trajectory(states)])
+    assert [s.rewards for s in scores] == [verified.rewards] * 2 == [[0.0, 0.25, 0.25, 0.0]] * 2
+    assert scores[0].extras["subgoals"] == ["take an apple", "heat the apple"] and asked == 1
+
+
+def test_a_failed_decomposition_marks_the_trajectory_invalid():
+    (scores,) = SubgoalScorer(decompose=lambda traj: None)([trajectory([("table",), ("agent",)])])
+    assert scores.valid == [False, False] and all(math.isnan(r) for r in scores.rewards)
+    with pytest.raises(ValueError, match="needs a client"):
+        SubgoalScorer(decomposition="llm")
