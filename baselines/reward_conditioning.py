@@ -7,8 +7,7 @@ vocabulary; a rollout's prompt carries one of them, and the policy learns what e
 - Stage 2, GRPO (:func:`conditioned_rollouts`): each group of ``group_size`` rollouts of one task mixes the tokens,
   ``round(rc_high_share * group_size)`` of them ``high`` (at least one of each, :func:`group_tokens`); the
   advantages come from the true reward over the whole group, whatever token each rollout saw.
-- Evaluation conditions on ``high`` (:class:`RewardTokenPrompt`'s default, also what the SFT demonstrations of the
-  trainer's warm start get when their envs are wrapped).
+- Evaluation conditions on ``high`` (:class:`RewardTokenPrompt`'s default: an episode reset without the option).
 
 The token goes at the start of the first user message (:func:`condition_messages`), so it is a prompt token and
 never in the loss mask; :func:`add_reward_tokens` also bans both tokens from the policy's output (their logits are
@@ -287,8 +286,8 @@ METHODS: tuple[Method, ...] = (
                     "the token goes at the start of the first user message, followed by a newline",
                     "new embedding rows: the old rows' mean +- their mean spread along one fixed random direction; the "
                     "tokens' output logits are masked (never sampled, never in the loss)",
-                    "stage 1 buckets: high when a trajectory's return >= threshold = 0.5 (sft_examples); the "
-                    "trainer's own warm start (sft_steps) plays the env's demonstrations conditioned on high",
+                    "stage 1 buckets: high when a trajectory's return >= threshold = 0.5 (sft_examples + "
+                    "sft_step_on on a mixed set); the trainer's own warm start (sft_steps) stays unconditioned",
                     "evaluation (and any episode without a reset option) is conditioned on high"),
            train={"algo": "grpo", "reward_conditioning": True, "rc_high_share": 0.5},
            knobs_into="config"),

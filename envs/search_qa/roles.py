@@ -305,8 +305,10 @@ METHODS: tuple[Method, ...] = (
                     "supporting document states (benchmark files: the golden answers a shown passage holds)",
                     "an invalid notes turn keeps the old notes, earns 0 (plus the format penalty) and passes the turn "
                     "to the SBA",
-                    "knobs are env arguments: --set 'env_kwargs={\"dataset\": \"tiny\", \"notes_lambda\": 0.05}'"),
+                    "knobs are env arguments: --set 'env_kwargs={\"dataset\": \"tiny\", \"notes_lambda\": 0.05}'; "
+                    "the trainer's max_turns (default 3: one search, its notes, the answer) caps the episode: "
+                    "--set max_turns=11 gives the env's whole budget"),
            train={"env_id": "agentgym/SearchQARoles-v0", "env_kwargs": {"dataset": "tiny"}, "algo": "grpo",
-                  "estimator": "gtpo", "max_turns": 11, "stop": ["</search>", "</answer>", "</notes>"]},
+                  "estimator": "gtpo", "stop": ["</search>", "</answer>", "</notes>"]},
            knobs_into="config"),
 )  # fmt: skip
