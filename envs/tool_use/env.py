@@ -41,8 +41,9 @@ from typing import Any, ClassVar
 
 from agentgym.contract.env import AgentEnv, StepResult
 from agentgym.contract.parsing import ParseError, ToolCall, is_blank, parse_tool_turn
-from agentgym.contract.trust import declare, one_of
+from agentgym.contract.trust import declare, flag, one_of
 from agentgym.envs.tool_use.agents import OracleAgent, RandomAgent
+from agentgym.envs.tool_use.facts import outcome_facts
 from agentgym.envs.tool_use.limits import (
     MAX_CALLS_PER_STEP,
     MAX_RESULT_CHARS,
@@ -99,6 +100,8 @@ class ToolUseEnv(AgentEnv):
             tasks, 10,000 each, interleaved: task ``i`` is task ``i // 3`` of world ``i % 3``).
         variant: ``"base"``, ``"miss_func"``, ``"miss_param"`` or ``"mixed"`` (the reset option ``variant``
             overrides it).
+        state_facts: add ``state_facts`` (the world's outcome as object -> attribute facts, ``facts``) to ``info``
+            on every turn and ``goal_facts`` (the gold final state's) to ``info["gold"]``.
         max_turns: agent turns before truncation.
         invalid_action_penalty: subtracted (component ``format``) for each malformed call.
     """
@@ -106,13 +109,15 @@ class ToolUseEnv(AgentEnv):
     agents: ClassVar[Mapping[str, Any]] = {"oracle": OracleAgent, "random": RandomAgent}
     reset_options: tuple[str, ...] = ("variant",)
 
-    public_args = declare(AgentEnv.public_args, world=one_of("all", *WORLDS), variant=one_of(*VARIANT_CHOICES))
+    public_args = declare(AgentEnv.public_args, world=one_of("all", *WORLDS), variant=one_of(*VARIANT_CHOICES),
+                          state_facts=flag())  # fmt: skip
 
     def __init__(
         self,
         *,
         world: str = "all",
         variant: str = "base",
+        state_facts: bool = False,
         max_turns: int = 30,
         invalid_action_penalty: float = 0.0,
         render_mode: str | None = None,
@@ -124,6 +129,7 @@ class ToolUseEnv(AgentEnv):
             raise ValueError(f"variant must be one of {VARIANT_CHOICES}, got {variant!r}")
         self.worlds = list(WORLDS) if world == "all" else [world]
         self.variant = variant
+        self.state_facts = bool(state_facts)
         self.num_tasks = TASKS_PER_WORLD * len(self.worlds)
         self._ep: dict[str, Any] = {}
         self._world: World | None = None
@@ -172,6 +178,8 @@ class ToolUseEnv(AgentEnv):
             system += " " + self._world.context()
         obs = [{"role": "system", "content": system}, {"role": "user", "content": self._instruction_text(0)}]
         self._gold = self._make_gold()
+        if self.state_facts:
+            self._gold["goal_facts"] = outcome_facts(type(self._world).outcome(self._gold["final_state"]))
         return obs, {"task_id": f"{name}/{local}", "gold": self._gold, **self._info()}
 
     def _schemas(self) -> dict[str, dict[str, Any]]:
@@ -320,12 +328,16 @@ class ToolUseEnv(AgentEnv):
 
     def _info(self) -> dict[str, Any]:
         ep = self._ep
-        return {
+        info = {
             "instruction": ep["instruction"],
             "state_checks": [c["state_match"] for c in ep["checks"]],
             "variant": ep["variant"],
             "asked_first": ep["asked_first"],
         }
+        if self.state_facts:
+            assert self._world is not None
+            info["state_facts"] = outcome_facts(type(self._world).outcome(self._world.state()))
+        return info
 
     def anchor(self) -> str:
         """The task, variant and progress plus a digest of the whole world (private attributes included): histories

@@ -158,3 +158,26 @@ def test_minilm_mode():
     assert 0.0 <= sim("hot", "fridge") < sim("hot", "warm") <= 1.0
     goal = [fact("apple", location="countertop", temperature="hot")]
     assert state_goal_similarity(goal, goal, sim) == 1.0
+
+
+def test_tool_use_worlds_reach_their_goal_facts():
+    """ToolUse-v0 (state_facts=True): the oracle ends every episode on the gold final state (sim = 1 in exact mode)
+    from a start below it; the flag changes nothing else (same turns with and without it)."""
+    from agentgym.envs.tool_use.agents import OracleAgent
+    from agentgym.running.runner import run_episode
+
+    facts, plain = (gym.make("agentgym/ToolUse-v0", state_facts=f) for f in (True, False))
+    worlds = set()
+    for seed in range(6):
+        traj = run_episode(facts, OracleAgent(), seed=seed, env_id="agentgym/ToolUse-v0")
+        goal = traj.reset_info["gold"]["goal_facts"]
+        start = state_goal_similarity(traj.reset_info["state_facts"], goal, "exact")
+        end = state_goal_similarity(traj.turns[-1].info["state_facts"], goal, "exact")
+        assert traj.success and start < 1.0 and end == 1.0
+        worlds.add(traj.task_id.split("/")[0])
+        other = run_episode(plain, OracleAgent(), seed=seed, env_id="agentgym/ToolUse-v0")
+        assert [(t.action, t.observation, t.reward) for t in other.turns] == [
+            (t.action, t.observation, t.reward) for t in traj.turns]  # fmt: skip
+        assert [{k: v for k, v in t.info.items() if k != "state_facts"} for t in traj.turns] == [
+            t.info for t in other.turns]  # fmt: skip
+    assert worlds == {"filesystem", "calendar", "bank"}
