@@ -1,0 +1,179 @@
+"""SPA's progress estimator (agentgym.rewards.learned): the worked example, the fit, Chain's verified correctness,
+grounding, determinism, the replay, pickling and the trunk features."""
+
+from __future__ import annotations
+
+import importlib.util
+import pickle
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agentgym.contract.trajectory import Trajectory, Turn
+from agentgym.rewards import catalogue, learned
+from agentgym.rewards.learned import HashedTurnFeatures, ProgressEstimator, turn_context
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "learned_signal_quality.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("learned_signal_quality", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _bench()
+
+
+def episode(
+    actions: list[str], outcome: float, valid: list[bool] | None = None, prompt: str = "", reply: str = ""
+) -> Trajectory:
+    """One episode: the outcome paid on the last turn, ``valid`` the env's action_valid per turn, ``reply`` the env's
+    text after each turn (empty: the turns' features are the actions' words only)."""
+    valid = valid or [True] * len(actions)
+    turns = [
+        Turn(a, [{"role": "user", "content": reply}], 0.0, False, False,
+             {"reward_components": {"outcome": outcome if k == len(actions) - 1 else 0.0}, "action_valid": ok})
+        for k, (a, ok) in enumerate(zip(actions, valid, strict=True))
+    ]  # fmt: skip
+    return Trajectory("e", 0, "t", "a", [{"role": "user", "content": prompt}], {}, turns)
+
+
+def unigram_estimator(**knobs) -> ProgressEstimator:
+    """Features: the action's words only (empty prompts, no crossed pairs, no bias), so the weights are readable."""
+    return ProgressEstimator(ngrams=(1,), cross=False, bias=False, **knobs)
+
+
+def test_worked_example_one_turn_episodes():
+    # x_yes and x_no are single (signed) features; ridge on the sum of squares: (w - 1)^2 + ridge * w^2 is least at
+    # w = 1 / (1 + ridge), so c(yes) = 1/2 at ridge 1 and c(no) = 0; a valid turn adds alpha.
+    spa = unigram_estimator(ridge=1.0, alpha=0.25)
+    yes, no = episode(["yes"], 1.0), episode(["no"], 0.0, valid=[False])
+    scores = spa([yes, no])
+    assert scores[0].rewards == pytest.approx([0.75]) and scores[1].rewards == pytest.approx([0.0])
+    assert scores[0].extras == {"progress": pytest.approx([0.5]), "grounding": [1.0]}
+    assert scores[1].extras == {"progress": pytest.approx([0.0]), "grounding": [0.0]}
+
+
+def test_worked_example_two_turn_credit():
+    # Episodes "a b" (R = 1) and "a c" (R = 0): features a, b, c. With ridge -> 0 the fit interpolates:
+    # w_a + w_b = 1 and w_a + w_c = 0; the minimum-norm solution is w_a = 1/3, w_b = 2/3, w_c = -1/3.
+    spa = unigram_estimator(ridge=1e-9, alpha=0.0)
+    good, bad = spa([episode(["a", "b"], 1.0), episode(["a", "c"], 0.0)])
+    assert good.rewards == pytest.approx([1 / 3, 2 / 3], abs=1e-6)
+    assert bad.rewards == pytest.approx([1 / 3, -1 / 3], abs=1e-6)
+    assert sum(good.rewards) == pytest.approx(1.0, abs=1e-6) and sum(bad.rewards) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_hashed_features_cross_observation_and_action():
+    phi = HashedTurnFeatures(dim=1 << 16, ngrams=(1, 2))
+    assert "x:signal red|red" in phi.keys("Signal: red.", "<answer> red </answer>")
+    assert "x:signal red|blue" not in phi.keys("Signal: red.", "<answer> red </answer>")
+    traj = episode(["x", "y"], 0.0, prompt="start", reply="next")
+    assert turn_context(traj, 0) == "start" and turn_context(traj, 1) == "next"
+
+
+@pytest.mark.parametrize("model", ["linear", "mlp"])
+def test_the_mse_of_the_summed_contributions_falls(model):
+    trajs = bench.play("agentgym/Chain-v0", 4, 64, p=0.75, seed=0)
+    spa = ProgressEstimator(model=model, steps=100)
+    spa.score_groups([trajs])
+    fit = spa.last_fit
+    assert fit is not None and fit.episodes == 64 and fit.turns == 256
+    assert fit.mse_after < 0.5 * fit.mse_before
+    if model == "mlp":
+        assert len(fit.curve) == 100
+        assert np.mean(fit.curve[-10:]) < 0.5 * np.mean(fit.curve[:10])
+
+
+@pytest.mark.parametrize(("horizon", "floor"), [(4, 0.5), (8, 0.4)])
+def test_progress_correlates_with_chain_correctness(horizon, floor):
+    """c_t against the verified info["correct"] of a p = 0.75 agent, 512 episodes (bench: H=4 0.82, H=8 0.51; the
+    broadcast outcome gets 0.39 and 0.17). At H=8 success is 0.1 and the estimator falls below 0.5."""
+    trajs = bench.play("agentgym/Chain-v0", horizon, 512, p=0.75, seed=0)
+    scores = ProgressEstimator().score_groups([trajs])[0]
+    q = bench.quality(trajs, [s.extras["progress"] for s in scores])
+    broadcast = bench.quality(trajs, [[float(t.success)] * len(t.turns) for t in trajs])
+    assert q["corr"] > floor and q["corr"] > broadcast["corr"] + 0.2
+    assert q["auc"] > 0.8
+
+
+def test_invalid_actions_get_no_grounding():
+    trajs = bench.play("agentgym/Chain-v0", 4, 64, p=0.75, invalid=0.3, seed=0)
+    spa = ProgressEstimator(alpha=0.5)
+    scores = spa.score_groups([trajs])[0]
+    kinds = set()
+    for traj, s in zip(trajs, scores, strict=True):
+        for turn, r, c, g in zip(traj.turns, s.rewards, s.extras["progress"], s.extras["grounding"], strict=True):
+            kinds.add(turn.action_valid)
+            assert g == (1.0 if turn.action_valid else 0.0)
+            assert r == pytest.approx(c + 0.5 * g)
+    assert kinds == {True, False}
+
+
+@pytest.mark.parametrize("model", ["linear", "mlp"])
+def test_same_data_same_contributions(model):
+    trajs = bench.play("agentgym/Chain-v0", 4, 32, p=0.75, seed=3)
+    first = ProgressEstimator(model=model, steps=20).score_groups([trajs[:16], trajs[16:]])
+    again = ProgressEstimator(model=model, steps=20).score_groups([trajs[:16], trajs[16:]])
+    assert [[s.rewards for s in g] for g in first] == [[s.rewards for s in g] for g in again]
+
+
+def test_replay_keeps_a_bounded_number_of_batches_and_pickles():
+    trajs = bench.play("agentgym/Chain-v0", 2, 30, p=0.75, seed=0)
+    spa = ProgressEstimator(replay=1)
+    for k, expected in enumerate([10, 20, 20]):
+        spa.score_groups([trajs[10 * k : 10 * k + 10]])
+        assert spa.last_fit is not None and spa.last_fit.episodes == expected
+    copy = pickle.loads(pickle.dumps(spa))
+    assert copy.scorer is None and copy.last_fit == spa.last_fit
+    assert copy.turn_features(trajs[0]) @ copy._weights["w"] == pytest.approx(
+        spa.turn_features(trajs[0]) @ spa._weights["w"]
+    )
+
+
+def test_card_and_knobs():
+    (card,) = catalogue.collect([learned])
+    assert card.name == "spa" and card.system == "SPA" and card.paper is not None
+    assert card.paper.arxiv == "2505.20732" and card.load() is ProgressEstimator
+    knobs = card.knobs()
+    assert knobs["alpha"] == 0.1 and knobs["features"] == "hashed" and "scorer" not in knobs
+    assert card.train["scorer"] == "spa"
+
+
+@pytest.mark.parametrize("bad", [{"features": "words"}, {"model": "tree"}, {"ridge": 0.0}, {"replay": -1}])
+def test_bad_knobs_are_refused(bad):
+    with pytest.raises(ValueError):
+        ProgressEstimator(**bad)
+
+
+def test_trunk_needs_the_policy():
+    with pytest.raises(ValueError, match="needs the policy"):
+        ProgressEstimator(features="trunk").turn_features(episode(["a"], 1.0, prompt="go"))
+
+
+@pytest.mark.slow
+def test_trunk_features_are_the_hidden_state_at_the_turns_last_token():
+    import torch
+
+    from agentgym.rewards.answer_scoring import LocalAnswerScorer, render_trajectory
+    from agentgym.tools.tiny_model import build_tiny_model
+
+    model, tok = build_tiny_model(seed=0)
+    traj = bench.play("agentgym/Chain-v0", 3, 1, p=0.5, seed=0)[0]
+    spa = ProgressEstimator(scorer=LocalAnswerScorer(model, tok), features="trunk")
+    x = spa.turn_features(traj)
+    assert x.shape == (3, model.config.hidden_size + 1) and (x[:, -1] == 1.0).all()
+    rendered = render_trajectory(traj, tok)
+    for t, spans in enumerate(rendered.turns):  # the state sees nothing after the turn: a prefix gives the same row
+        prefix = torch.tensor([rendered.ids[: spans.action[1]]])
+        with torch.no_grad():
+            last = model(input_ids=prefix, output_hidden_states=True).hidden_states[-1][0, -1]
+        assert x[t, :-1] == pytest.approx(last.double().numpy(), abs=1e-4)
+    scores = spa.score_groups([[traj, *bench.play("agentgym/Chain-v0", 3, 3, p=0.5, seed=1)]])[0]
+    assert len(scores) == 4 and all(np.isfinite(s.rewards).all() for s in scores)
