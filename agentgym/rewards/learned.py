@@ -136,35 +136,32 @@ class FitReport:
 
 
 @dataclass
-class ProgressEstimator(TurnScorer):
-    """SPA: c_t = P_theta(h_t, a_t) fitted so that sum_t c_t matches the outcome R, plus grounding alpha * g_t.
+class ReturnDecomposition(TurnScorer):
+    """Per-turn rewards c_t fitted so that each episode's sum matches its outcome R (return decomposition), plus
+    grounding alpha * g_t; subclasses say what a turn's features are (``batch_features``).
 
-    Knobs: ``features`` (``"hashed"`` or ``"trunk"``), ``model`` (``"linear"`` ridge or ``"mlp"``), ``alpha`` (the
-    grounding weight), ``replay`` (past batches kept for the fit, 0: the current batch only), ``ridge`` (the linear
-    model's L2 weight), ``outcome`` (the reward component that is R), ``grounding_key``
-    (the info key of g_t; a turn without it counts as valid), ``dim`` / ``ngrams`` / ``cross`` / ``bias`` (hashed
-    features), ``hidden`` / ``steps`` / ``lr`` / ``weight_decay`` / ``seed`` (MLP), ``standardize`` (divide the
-    trunk's features by their std over the fit data). ``scorer`` is the trainer's policy scorer (read by
-    ``features="trunk"`` only).
+    Knobs: ``model`` (``"linear"`` ridge or ``"mlp"``), ``alpha`` (the grounding weight), ``replay`` (past batches
+    kept for the fit, 0: the current batch only), ``ridge`` (the linear model's L2 weight), ``outcome`` (the reward
+    component that is R), ``grounding_key`` (the info key of g_t; a turn without it counts as valid), ``bias`` (a
+    constant feature), ``hidden`` / ``steps`` / ``lr`` / ``weight_decay`` / ``seed`` (MLP), ``standardize`` (divide
+    dense features by their std over the fit data).
 
     ``score_groups`` (what the trainer calls) fits on every group of the batch, then scores them; ``score_group`` on
-    one group does the same for that group. ``last_fit`` reports the latest refit. Each trajectory's ``extras``
-    holds ``progress`` (the c_t) and ``grounding`` (the g_t)."""
+    one group does the same for that group. ``state_dict`` / ``load_state_dict`` carry the replay and the weights
+    across a resumed run. ``last_fit`` reports the latest refit. Each trajectory's ``extras`` holds ``progress``
+    (the c_t) and ``grounding`` (the g_t)."""
 
-    #: The trainer builds one estimator per run and reuses it every iteration (its replay and weights persist).
+    #: The trainer builds one scorer per run and reuses it every iteration (its replay and weights persist).
     persistent: ClassVar[bool] = True
+    #: Whether ``standardize`` applies (dense features such as hidden states or latents; never hashed counts).
+    dense_features: ClassVar[bool] = True
 
-    scorer: AnswerScorer | None = None
-    features: FeatureKind = "hashed"
     model: ModelKind = "linear"
     alpha: float = 0.1
     replay: int = 7
     ridge: float = 10.0
     outcome: str = "outcome"
     grounding_key: str = "action_valid"
-    dim: int = 4096
-    ngrams: tuple[int, ...] = (1, 2)
-    cross: bool = True
     bias: bool = True
     hidden: int = 64
     steps: int = 300
@@ -172,60 +169,35 @@ class ProgressEstimator(TurnScorer):
     weight_decay: float = 0.1
     seed: int = 0
     standardize: bool = True
-    name: str = "spa"
+    name: str = "return_decomposition"
     last_fit: FitReport | None = field(default=None, init=False)
     _batches: deque[list[tuple[np.ndarray, float]]] = field(init=False, repr=False)
     _weights: dict[str, np.ndarray] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.features not in ("hashed", "trunk") or self.model not in ("linear", "mlp"):
-            raise ValueError(f"features must be 'hashed' or 'trunk' and model 'linear' or 'mlp', got "
-                             f"{self.features!r}, {self.model!r}")  # fmt: skip
+        if self.model not in ("linear", "mlp"):
+            raise ValueError(f"model must be 'linear' or 'mlp', got {self.model!r}")
         if self.replay < 0 or self.ridge <= 0 or self.weight_decay < 0 or min(self.steps, self.hidden) < 1:
             raise ValueError("need replay >= 0, ridge > 0, weight_decay >= 0, steps >= 1 and hidden >= 1")
         if self.lr <= 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
-        self.ngrams = tuple(self.ngrams)
-        self._hashed = HashedTurnFeatures(self.dim, self.ngrams, self.cross, self.bias)
         self._batches = deque(maxlen=self.replay + 1)
 
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickle without the policy scorer (the trainer checkpoints the model itself); reattach it after loading."""
-        state = dict(self.__dict__)
-        state["scorer"] = None
-        return state
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs (the trainer saves it beside each checkpoint): the replay and the weights."""
+        return {"batches": [list(b) for b in self._batches], "weights": dict(self._weights), "last_fit": self.last_fit}
 
-    # ------------------------------------------------------------------------------------------- features
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore ``state_dict()``'s replay (the newest ``replay + 1`` batches) and weights."""
+        self._batches = deque((list(b) for b in state["batches"]), maxlen=self.replay + 1)
+        self._weights = dict(state["weights"])
+        self.last_fit = state.get("last_fit")
 
-    def turn_features(self, traj: Trajectory) -> np.ndarray:
-        """``(T, F)``: one feature row per turn of ``traj``."""
-        if not traj.turns:
-            return np.zeros((0, self._hashed.size))
-        if self.features == "hashed":
-            return np.stack([self._hashed(turn_context(traj, t), turn.action) for t, turn in enumerate(traj.turns)])
-        return self._trunk_features(traj)
+    def batch_features(self, groups: Sequence[Sequence[Trajectory]]) -> list[list[np.ndarray]]:
+        """``(T, F)`` feature rows of every trajectory of every group."""
+        raise NotImplementedError
 
-    def _trunk_features(self, traj: Trajectory) -> np.ndarray:
-        model, tokenizer = getattr(self.scorer, "model", None), getattr(self.scorer, "tokenizer", None)
-        if model is None or tokenizer is None:
-            raise ValueError("features='trunk' needs the policy: a LocalAnswerScorer (the trainer passes one as "
-                             "`scorer`; after unpickling, set estimator.scorer again)")  # fmt: skip
-        import torch
-
-        from agentgym.rewards.answer_scoring.render import render_trajectory
-
-        rendered = render_trajectory(traj, tokenizer)
-        device = next(model.parameters()).device
-        was_training = model.training
-        model.eval()
-        try:
-            with torch.no_grad():
-                out = model(input_ids=torch.tensor([rendered.ids], device=device), output_hidden_states=True)
-        finally:
-            model.train(was_training)
-        last = out.hidden_states[-1][0]
-        rows = torch.tensor([t.action[1] - 1 for t in rendered.turns], device=last.device)
-        x = last.index_select(0, rows).float().cpu().numpy().astype(np.float64)
+    def _with_bias(self, x: np.ndarray) -> np.ndarray:
         return np.concatenate([x, np.ones((len(x), 1))], axis=1) if self.bias else x
 
     # ------------------------------------------------------------------------------------------- fitting
@@ -244,7 +216,7 @@ class ProgressEstimator(TurnScorer):
         before = float(np.mean(y**2))
         n_turns = sum(len(x) for x, _ in eps)
         scale = np.ones(eps[0][0].shape[1])
-        if self.features == "trunk" and self.standardize:
+        if self.dense_features and self.standardize:
             rows = np.concatenate([x for x, _ in eps])
             std = rows.std(axis=0)
             scale = np.where(std > 1e-8, 1.0 / np.where(std > 1e-8, std, 1.0), 1.0)
@@ -319,7 +291,7 @@ class ProgressEstimator(TurnScorer):
 
     def score_groups(self, groups: Sequence[Sequence[Trajectory]]) -> list[list[TurnScores]]:
         """Add the batch to the replay, refit on it, then score every trajectory of every group."""
-        feats = [[self.turn_features(traj) for traj in group] for group in groups]
+        feats = self.batch_features(groups)
         batch = [(x.astype(np.float32), outcome_of(traj, self.outcome))  # exact: counts, float32 states
                  for group, xs in zip(groups, feats, strict=True)
                  for traj, x in zip(group, xs, strict=True)]  # fmt: skip
@@ -338,6 +310,73 @@ class ProgressEstimator(TurnScorer):
 
     def score_group(self, group: Sequence[Trajectory]) -> list[TurnScores]:
         return self.score_groups([group])[0]
+
+
+@dataclass
+class ProgressEstimator(ReturnDecomposition):
+    """SPA: c_t = P_theta(h_t, a_t) fitted so that sum_t c_t matches the outcome R, plus grounding alpha * g_t.
+
+    Knobs of its own: ``features`` (``"hashed"`` or ``"trunk"``), ``dim`` / ``ngrams`` / ``cross`` (hashed
+    features); the fit's knobs are ``ReturnDecomposition``'s. ``scorer`` is the trainer's policy scorer (read by
+    ``features="trunk"`` only; not pickled: reattach it after loading)."""
+
+    scorer: AnswerScorer | None = None
+    features: FeatureKind = "hashed"
+    dim: int = 4096
+    ngrams: tuple[int, ...] = (1, 2)
+    cross: bool = True
+    name: str = "spa"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.features not in ("hashed", "trunk"):
+            raise ValueError(f"features must be 'hashed' or 'trunk', got {self.features!r}")
+        self.ngrams = tuple(self.ngrams)
+        self._hashed = HashedTurnFeatures(self.dim, self.ngrams, self.cross, self.bias)
+
+    @property
+    def dense_features(self) -> bool:  # type: ignore[override]
+        return self.features == "trunk"
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle without the policy scorer (the trainer checkpoints the model itself); reattach it after loading."""
+        state = dict(self.__dict__)
+        state["scorer"] = None
+        return state
+
+    def turn_features(self, traj: Trajectory) -> np.ndarray:
+        """``(T, F)``: one feature row per turn of ``traj``."""
+        if not traj.turns:
+            return np.zeros((0, self._hashed.size))
+        if self.features == "hashed":
+            return np.stack([self._hashed(turn_context(traj, t), turn.action) for t, turn in enumerate(traj.turns)])
+        return self._trunk_features(traj)
+
+    def _trunk_features(self, traj: Trajectory) -> np.ndarray:
+        model, tokenizer = getattr(self.scorer, "model", None), getattr(self.scorer, "tokenizer", None)
+        if model is None or tokenizer is None:
+            raise ValueError("features='trunk' needs the policy: a LocalAnswerScorer (the trainer passes one as "
+                             "`scorer`; after unpickling, set estimator.scorer again)")  # fmt: skip
+        import torch
+
+        from agentgym.rewards.answer_scoring.render import render_trajectory
+
+        rendered = render_trajectory(traj, tokenizer)
+        device = next(model.parameters()).device
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                out = model(input_ids=torch.tensor([rendered.ids], device=device), output_hidden_states=True)
+        finally:
+            model.train(was_training)
+        last = out.hidden_states[-1][0]
+        rows = torch.tensor([t.action[1] - 1 for t in rendered.turns], device=last.device)
+        x = last.index_select(0, rows).float().cpu().numpy().astype(np.float64)
+        return self._with_bias(x)
+
+    def batch_features(self, groups: Sequence[Sequence[Trajectory]]) -> list[list[np.ndarray]]:
+        return [[self.turn_features(traj) for traj in group] for group in groups]
 
 
 METHODS: tuple[Method, ...] = (

@@ -137,6 +137,16 @@ def test_replay_keeps_a_bounded_number_of_batches_and_pickles():
     )
 
 
+def test_state_dict_resumes_the_replay():
+    trajs = bench.play("agentgym/Chain-v0", 2, 30, p=0.75, seed=0)
+    spa, resumed = ProgressEstimator(replay=1), ProgressEstimator(replay=1)
+    spa.score_groups([trajs[:10]])
+    resumed.load_state_dict(spa.state_dict())
+    first, second = spa.score_groups([trajs[10:20]]), resumed.score_groups([trajs[10:20]])
+    assert [s.rewards for s in first[0]] == [s.rewards for s in second[0]]
+    assert resumed.last_fit is not None and resumed.last_fit.episodes == 20
+
+
 def test_card_and_knobs():
     (card,) = catalogue.collect([learned])
     assert card.name == "spa" and card.system == "SPA" and card.paper is not None
