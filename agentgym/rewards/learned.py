@@ -1,4 +1,7 @@
-"""Learned turn signals: SPA's progress estimator (``ProgressEstimator``, card ``spa``).
+"""Learned turn signals: SPA's progress estimator (``ProgressEstimator``, card ``spa``) and LaRe's latent reward
+(``LatentReward``, card ``lare``), both return decompositions (``ReturnDecomposition``): per-turn rewards fitted so
+that each episode's sum matches its outcome. LaRe's features are the outputs of ``latent(state)`` code (an
+operator's or a model's), checked and run only in the suite's sandbox; see its class docstring.
 
 SPA learns a per-turn *contribution* c_t = P_theta(h_t, a_t) whose sum over an episode matches the episode's outcome
 R, by minimising the squared error of the sum over the episodes of each batch:
@@ -34,6 +37,8 @@ ridge fit gives c = 1 / (1 + ridge) for "yes" (0.5 at ridge 1) and 0 for "no"; a
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import re
 import zlib
@@ -46,7 +51,7 @@ import numpy as np
 
 from agentgym.contract.trajectory import Trajectory
 from agentgym.rewards.answer_scoring.scorer import AnswerScorer
-from agentgym.rewards.base import TurnScorer, TurnScores
+from agentgym.rewards.base import ScorerError, TurnScorer, TurnScores
 from agentgym.rewards.catalogue import Method
 from agentgym.rewards.papers import cite
 from agentgym.rewards.process import outcome_of
@@ -379,6 +384,211 @@ class ProgressEstimator(ReturnDecomposition):
         return [[self.turn_features(traj) for traj in group] for group in groups]
 
 
+# ----------------------------------------------------------------------------------------------------------- LaRe
+
+#: The program the sandbox runs for a candidate: it loads ``candidate.py``, reads the states (JSON) from stdin, and
+#: prints every state's latent twice: in order, then in reverse order (a function with hidden state differs).
+LATENT_HARNESS = """\
+import json, sys
+namespace = {"__name__": "candidate"}
+exec(compile(open("candidate.py", encoding="utf-8").read(), "candidate.py", "exec"), namespace)
+latent = namespace["latent"]
+states = json.loads(sys.stdin.read())
+def row(state):
+    value = latent(state)
+    return [float(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
+first = [row(s) for s in states]
+second = [row(s) for s in reversed(states)][::-1]
+print(json.dumps({"first": first, "second": second}))
+"""
+_FENCE = re.compile(r"```(?:python)?\s*\n(.*?)```", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class CandidateCheck:
+    """What the sandbox made of one candidate ``latent(state)`` source: ``ok`` when it ran on every state, gave
+    finite rows of one width and the same rows in two processes and in both orders; ``reason`` says why not;
+    ``values`` are its rows (``ok`` only); ``kept`` after the agreement vote."""
+
+    source: str
+    ok: bool
+    reason: str = ""
+    values: tuple[tuple[float, ...], ...] = ()
+    kept: bool = False
+
+
+def _run_candidate(source: str, states: Sequence[Any], sandbox: Any, timeout: float) -> tuple[Any, str]:
+    """One sandboxed run of ``source`` on ``states``: (the harness's parsed output, "") or (None, why it failed)."""
+    result = sandbox.run(LATENT_HARNESS, stdin=json.dumps(list(states)), timeout=timeout,
+                         files={"candidate.py": source})  # fmt: skip
+    if not result.ok:
+        lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
+        return None, f"crashed ({result.status}): {lines[-1] if lines else 'no message'}"
+    try:
+        out = json.loads(result.stdout)
+        return {k: [tuple(float(v) for v in row) for row in out[k]] for k in ("first", "second")}, ""
+    except (ValueError, KeyError, TypeError) as e:
+        return None, f"unreadable output: {e}"
+
+
+def check_candidate(source: str, states: Sequence[Any], sandbox: Any, timeout: float = 10.0) -> CandidateCheck:
+    """Run ``source`` (defining ``latent(state)``) in ``sandbox`` on ``states`` twice, in two fresh processes, and
+    check that it runs, gives finite rows of one width >= 1, and is deterministic (the same rows in both processes
+    and in both orders). The code never runs in this process."""
+    runs = []
+    for _ in range(2):
+        out, why = _run_candidate(source, states, sandbox, timeout)
+        if out is None:
+            return CandidateCheck(source, False, why)
+        runs.append(out)
+    rows = runs[0]["first"]
+    if len({len(r) for r in rows}) > 1 or (rows and not rows[0]):
+        return CandidateCheck(source, False, "its latents are empty or of different widths")
+    if not all(math.isfinite(v) for r in rows for v in r):
+        return CandidateCheck(source, False, "it returned a non-finite value")
+    if any(run[k] != rows for run in runs for k in ("first", "second")):
+        return CandidateCheck(source, False, "non-deterministic: two runs on the same states differ")
+    return CandidateCheck(source, True, values=tuple(rows))
+
+
+def select_candidates(
+    sources: Sequence[str], states: Sequence[Any], sandbox: Any, *, min_agree: int = 1, timeout: float = 10.0
+) -> list[CandidateCheck]:
+    """``check_candidate`` every source, then keep the passing ones that agree: a candidate is kept when at least
+    ``min_agree`` passing candidates (itself included) give the same latents on ``states`` (rounded to 9 digits)."""
+    checks = [check_candidate(s, states, sandbox, timeout) for s in sources]
+    votes: dict[tuple[tuple[float, ...], ...], int] = {}
+    key = {c.source: tuple(tuple(round(v, 9) for v in r) for r in c.values) for c in checks if c.ok}
+    for k in key.values():
+        votes[k] = votes.get(k, 0) + 1
+    return [dataclasses.replace(c, kept=c.ok and votes[key[c.source]] >= min_agree) for c in checks]
+
+
+def extract_code(reply: str) -> str:
+    """The first fenced code block of a model's reply, else the whole reply.
+
+    >>> extract_code("Here:\\n```python\\ndef latent(s):\\n    return [1]\\n```")
+    'def latent(s):\\n    return [1]\\n'
+    """
+    m = _FENCE.search(reply)
+    return m.group(1) if m else reply
+
+
+def generate_candidates(
+    client: Any, task: str, states: Sequence[Any], k: int = 4, temperature: float = 0.8
+) -> list[str]:
+    """Ask ``client`` (an ``LLMClient``) ``k`` times for a ``latent(state)`` function of the task's states: LaRe's
+    generator (its sources are unverified: ``select_candidates`` runs them in the sandbox)."""
+    examples = "\n".join(f"- {json.dumps(s)[:300]}" for s in list(states)[:5])
+    prompt = (f"Task given to an agent:\n{task[:2000]}\n\nExamples of the environment's symbolic state after a "
+              f"step:\n{examples}\n\nWrite a deterministic Python function `latent(state)` that returns a short list "
+              "of floats measuring how far the state is towards solving the task (each entry one factor). Use only "
+              "the standard library. Reply with one ```python code block.")  # fmt: skip
+    sources = []
+    for i in range(k):
+        reply = client.chat([{"role": "user", "content": prompt}], temperature=temperature, seed=i)
+        sources.append(extract_code(reply.text))
+    return sources
+
+
+#: A ``latent(state)`` for the diagnostics' state anchors (``"<task>:<stage>:ok"``, ``":x"`` after a mistake):
+#: whether every choice so far was right, and the stage reached.
+CHAIN_LATENT = """\
+def latent(state):
+    task, stage, flag = str(state).split(":")
+    return [1.0 if flag == "ok" else 0.0, float(stage)]
+"""
+
+
+@dataclass
+class LatentReward(ReturnDecomposition):
+    """LaRe: r_t = r_theta(latent(s_t)), latent() code checked in the sandbox, r_theta fitted so sum_t r_t = R.
+
+    ``candidates`` are source texts, each defining ``latent(state) -> list[float]`` (or one float) over the env's
+    symbolic state after a turn, ``info[state_key]`` (any JSON value). On the first batch every candidate runs in a
+    fresh sandboxed process (``agentgym.tools.sandbox.SubprocessSandbox``; never in this process), twice, on that
+    batch's states; it is kept only if it runs, gives finite rows of one width, is deterministic, and agrees with at
+    least ``min_agree`` - 1 other candidates (``select_candidates``). With no candidates and a ``client`` (an LLM
+    endpoint, ``scorer_kwargs["client"]``), ``generate`` candidates are written by the model from the task's prompt
+    and a few states. The latents of the kept candidates, side by side, are the features of
+    ``ReturnDecomposition``'s fit (standardised, plus a bias); ``alpha`` = 0: no grounding term. ``checks`` holds
+    every candidate's verdict; no survivor raises ``ValueError`` with their reasons."""
+
+    candidates: tuple[str, ...] = ()
+    state_key: str = "anchor"
+    min_agree: int = 1
+    timeout: float = 10.0
+    generate: int = 4
+    client: Any = None
+    alpha: float = 0.0
+    name: str = "lare"
+    checks: list[CandidateCheck] = field(default_factory=list, init=False)
+    _kept: list[str] | None = field(default=None, init=False, repr=False)
+    _sandbox: Any = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.candidates = tuple(self.candidates)
+        if self.min_agree < 1 or self.generate < 0 or self.timeout <= 0:
+            raise ValueError("need min_agree >= 1, generate >= 0 and timeout > 0")
+        if not self.candidates and self.client is None:
+            raise ValueError("LaRe needs candidates (latent(state) sources) or a client to write them")
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_sandbox"] = state["client"] = None
+        return state
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "kept": self._kept, "checks": list(self.checks)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self._kept, self.checks = state.get("kept"), list(state.get("checks", []))
+
+    def sandbox(self) -> Any:
+        if self._sandbox is None:
+            from agentgym.tools.sandbox import SubprocessSandbox
+
+            self._sandbox = SubprocessSandbox()
+        return self._sandbox
+
+    def states(self, traj: Trajectory) -> list[Any]:
+        return [turn.info.get(self.state_key) for turn in traj.turns]
+
+    def batch_features(self, groups: Sequence[Sequence[Trajectory]]) -> list[list[np.ndarray]]:
+        trajs = [traj for group in groups for traj in group]
+        states = [s for traj in trajs for s in self.states(traj)]
+        if self._kept is None:
+            sources = list(self.candidates)
+            if not sources and trajs:
+                task = observation_text(trajs[0].initial_observation)
+                sources = generate_candidates(self.client, task, states, self.generate)
+            self.checks = select_candidates(sources, states, self.sandbox(), min_agree=self.min_agree,
+                                            timeout=self.timeout)  # fmt: skip
+            self._kept = [c.source for c in self.checks if c.kept]
+            if not self._kept:
+                reasons = "; ".join(c.reason or "no agreement" for c in self.checks)
+                raise ValueError(f"no latent(state) candidate survived the checks: {reasons}")
+            columns = [np.array(c.values, dtype=float).reshape(len(states), -1) for c in self.checks if c.kept]
+        else:
+            columns = []
+            for source in self._kept:
+                out, why = _run_candidate(source, states, self.sandbox(), self.timeout)
+                if out is None:
+                    raise ScorerError(f"a kept latent(state) candidate failed on new states: {why}")
+                columns.append(np.array(out["first"], dtype=float).reshape(len(states), -1))
+        x = self._with_bias(np.concatenate(columns, axis=1)) if columns else np.zeros((0, 1))
+        out_rows, at = [], 0
+        for group in groups:
+            rows = []
+            for traj in group:
+                rows.append(x[at : at + len(traj.turns)])
+                at += len(traj.turns)
+            out_rows.append(rows)
+        return out_rows
+
+
 METHODS: tuple[Method, ...] = (
     Method(
         "spa", "SPA", "scorer", "learned stepwise progress that sums to the outcome, plus grounding",
@@ -398,6 +608,26 @@ METHODS: tuple[Method, ...] = (
         ),
         train={"scorer": "spa", "algo": "grpo", "estimator": "gtpo", "env_id": "agentgym/Chain-v0",
                "env_kwargs": {"horizon": 2}},
+        knobs_into="scorer_kwargs",
+    ),
+    Method(
+        "lare", "LaRe", "scorer", "LLM-written latent reward code over the symbolic state",
+        needs=("learned_model", "outcome"), paper=cite("LaRe"), code=f"{__name__}:LatentReward",
+        choices=(
+            "candidates: latent(state) sources the operator gives (knob candidates), or generate=4 written by a "
+            "model over scorer_kwargs['client'] from the task prompt and five states, on the first batch",
+            "self-verification: each candidate runs twice in fresh sandboxed processes (SubprocessSandbox, 10 s, "
+            "knob timeout) on the first batch's states, in order and reversed; kept if it never crashes, gives "
+            "finite rows of one width and identical rows every time",
+            "agreement: kept when at least min_agree = 1 passing candidates give identical latents (knob min_agree; "
+            "1 keeps every passing candidate)",
+            "state: info['anchor'] after the turn (knob state_key)",
+            "r_theta: ridge regression of R on the episode's summed latents (kept candidates side by side, "
+            "standardised, plus a bias), refit each batch with 7 past batches (ReturnDecomposition's knobs); "
+            "no grounding term (alpha = 0)",
+        ),
+        train={"scorer": "lare", "algo": "grpo", "estimator": "gtpo", "env_id": "agentgym/Chain-v0",
+               "env_kwargs": {"horizon": 2}, "scorer_kwargs": {"candidates": [CHAIN_LATENT]}},
         knobs_into="scorer_kwargs",
     ),
 )  # fmt: skip

@@ -148,7 +148,7 @@ def test_state_dict_resumes_the_replay():
 
 
 def test_card_and_knobs():
-    (card,) = catalogue.collect([learned])
+    card = {c.name: c for c in catalogue.collect([learned])}["spa"]
     assert card.name == "spa" and card.system == "SPA" and card.paper is not None
     assert card.paper.arxiv == "2505.20732" and card.load() is ProgressEstimator
     knobs = card.knobs()
@@ -187,3 +187,103 @@ def test_trunk_features_are_the_hidden_state_at_the_turns_last_token():
         assert x[t, :-1] == pytest.approx(last.double().numpy(), abs=1e-4)
     scores = spa.score_groups([[traj, *bench.play("agentgym/Chain-v0", 3, 3, p=0.5, seed=1)]])[0]
     assert len(scores) == 4 and all(np.isfinite(s.rewards).all() for s in scores)
+
+
+# --- LaRe ------------------------------------------------------------------------------------------------------
+
+SUCCESS_LATENT = """\
+def latent(state):
+    task, stage, flag = state.split(":")
+    return [1.0 if stage == "4" and flag == "ok" else 0.0]
+"""
+CRASHES = "def latent(state):\n    return [1 / 0]\n"
+RANDOM = "import random\n\ndef latent(state):\n    return [random.random()]\n"
+STATEFUL = "calls = []\n\ndef latent(state):\n    calls.append(state)\n    return [float(len(calls))]\n"
+RAGGED = "def latent(state):\n    return [0.0] * (len(state) % 2 + 1)\n"
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    from agentgym.tools.sandbox import SubprocessSandbox
+
+    return SubprocessSandbox()
+
+
+@pytest.mark.parametrize(
+    ("source", "reason"),
+    [(CRASHES, "ZeroDivisionError"), (RANDOM, "non-deterministic"), (STATEFUL, "non-deterministic"),
+     (RAGGED, "widths"), ("def latent(state):\n    return [float('nan')]\n", "non-finite"),
+     ("while True:\n    pass\n", "crashed (timeout)")],
+)  # fmt: skip
+def test_crashing_or_nondeterministic_candidates_are_rejected(source, reason, sandbox):
+    check = learned.check_candidate(source, ["0:1:ok", "0:2:ok", "0:3:x"], sandbox, timeout=2.0)
+    assert not check.ok and reason in check.reason
+
+
+def test_candidate_code_runs_only_in_the_sandbox(sandbox, tmp_path):
+    marker = tmp_path / "ran"
+    source = f"open({str(marker)!r}, 'w').write('x')\n\ndef latent(state):\n    return [1.0]\n"
+    check = learned.check_candidate(source, ["a"], sandbox)
+    assert not marker.exists()  # the sandbox's file system is read-only outside its work dir
+    assert not check.ok and "crashed" in check.reason
+
+
+def test_agreement_keeps_candidates_that_give_the_same_latents(sandbox):
+    twin = SUCCESS_LATENT.replace("1.0 if", "1.0 if True and")
+    other = "def latent(state):\n    return [2.0]\n"
+    checks = learned.select_candidates([SUCCESS_LATENT, twin, other, CRASHES], ["0:4:ok", "0:1:x"], sandbox,
+                                       min_agree=2)  # fmt: skip
+    assert [c.ok for c in checks] == [True, True, True, False]
+    assert [c.kept for c in checks] == [True, True, False, False]
+    assert checks[0].values == ((1.0,), (0.0,))
+
+
+def test_lare_sums_to_the_outcome():
+    """latent = 1[stage 4 reached with every choice right], so sum_t latent_t = R exactly: r_theta fits
+    w * 1[success] + 4 * b = R with w -> 1, b -> 0 as the ridge vanishes."""
+    trajs = bench.play("agentgym/Chain-v0", 4, 64, p=0.75, seed=0)
+    lare = learned.LatentReward(candidates=(SUCCESS_LATENT, CRASHES, RANDOM), ridge=1e-6)
+    scores = lare.score_groups([trajs[:32], trajs[32:]])
+    assert [c.kept for c in lare.checks] == [True, False, False]
+    flat = [s for group in scores for s in group]
+    assert {t.success for t in trajs} == {True, False}
+    for traj, s in zip(trajs, flat, strict=True):
+        assert sum(s.rewards) == pytest.approx(float(traj.success), abs=1e-3)
+    again = lare.score_groups([trajs[:8]])  # later batches reuse the kept candidate (one sandbox run)
+    assert [sum(s.rewards) for s in again[0]] == pytest.approx([float(t.success) for t in trajs[:8]], abs=1e-3)
+
+
+def test_lare_without_a_survivor_says_why():
+    trajs = bench.play("agentgym/Chain-v0", 2, 4, p=0.75, seed=0)
+    with pytest.raises(ValueError, match="ZeroDivisionError"):
+        learned.LatentReward(candidates=(CRASHES,)).score_groups([trajs])
+    with pytest.raises(ValueError, match="candidates"):
+        learned.LatentReward()
+
+
+def test_lare_asks_a_model_for_candidates():
+    from rule_judge import serve_rule_judge
+
+    from agentgym.tools.llm import LLMClient
+
+    reply = f"Here is one:\n```python\n{SUCCESS_LATENT}```"
+    trajs = bench.play("agentgym/Chain-v0", 4, 16, p=0.75, seed=0)
+    with serve_rule_judge(lambda system, user: reply) as judge:
+        client = LLMClient(judge.url, api_key_env=None, max_retries=0)
+        try:
+            lare = learned.LatentReward(client=client, generate=2)
+            lare.score_groups([trajs])
+        finally:
+            client.close()
+    assert [c.source for c in lare.checks] == [SUCCESS_LATENT] * 2 and all(c.kept for c in lare.checks)
+    assert ":1:ok" in judge.requests[0]  # the prompt shows states
+
+
+def test_lare_card():
+    cards = {c.name: c for c in catalogue.collect([learned])}
+    card = cards["lare"]
+    assert card.paper is not None and card.paper.arxiv == "2412.11120" and card.load() is learned.LatentReward
+    assert card.train["scorer_kwargs"]["candidates"] == [learned.CHAIN_LATENT]
+    knobs = card.knobs()
+    assert knobs["candidates"] == () and knobs["state_key"] == "anchor" and knobs["alpha"] == 0.0
+    assert "client" not in knobs
