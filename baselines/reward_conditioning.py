@@ -177,7 +177,8 @@ def conditioned_rollouts(state: TrainState, config: TrainConfig, task_seeds: lis
         from agentgym.running.pool import make_pool
 
         state.envs = make_pool(config.env_pool, config.env_id, n, make_env=make_env, **config.env_pool_kwargs)
-    if isinstance(state.envs, list):
+    if isinstance(state.envs, list):  # envs another phase made (the critic warm-up's) get the wrapper too
+        state.envs[:] = [e if isinstance(e, RewardTokenPrompt) else RewardTokenPrompt(e) for e in state.envs]
         while len(state.envs) < n:
             state.envs.append(make_env())
     envs = state.envs if isinstance(state.envs, EnvPool) else state.envs[:n]

@@ -113,6 +113,9 @@ def test_conditioned_batch_token_in_prompt_never_in_loss(one_thread):
         want = ids[0] if r.reset_info["reward_token"] == "high" else ids[1]
         assert r.prompt_ids.count(want) == 1 and not set(ids) & set(r.response_ids)
         assert all(m == 0 for t, m in zip(r.response_ids, r.loss_mask, strict=True) if t in ids)
+    state.envs.append(EnvMaker.of(config)())  # an env made elsewhere (the critic warm-up's) joins wrapped
+    assert len(conditioned_rollouts(state, config, [11, 12, 13, 14], sample_seed=5, group_offset=0)) == 16
+    assert all(isinstance(e, RewardTokenPrompt) for e in state.envs)
     metrics = condition_metrics(rollouts)
     assert set(metrics) == {"rc_high_reward", "rc_high_success", "rc_low_reward", "rc_low_success",
                             "rc_zero_std_group_frac"}  # fmt: skip
