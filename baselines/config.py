@@ -172,6 +172,10 @@ class TrainConfig:
     ipr_margin: float = 0.0
     ipr_beta: float = 0.1
     ipr_sft_coef: float = 1.0
+    # RC-GRPO (baselines/reward_conditioning.py): reward tokens in the vocabulary, each group's prompts mixing them
+    # (round(rc_high_share x group_size) high, at least one of each), evaluation conditioned on high
+    reward_conditioning: bool = False
+    rc_high_share: float = 0.5
     # the token budget: stop the run once it has sampled this many tokens (main rollouts and forks; None: no limit)
     max_sampled_tokens: int | None = None
     gamma: float = 1.0  # PPO's GAE (token-level, or over turns with estimator="turn_ppo"); vine's and tree's returns
@@ -357,7 +361,12 @@ class TrainConfig:
                              "agentgym.rewards.advantages.TURN_SIGNALS)")  # fmt: skip
 
     def _check_methods(self) -> None:
-        """The scorer, ``reward_wrappers``, ``shaping_schedule``, EPO's and A^2TGPO's knobs."""
+        """The scorer, ``reward_wrappers``, ``shaping_schedule``, EPO's, A^2TGPO's and RC-GRPO's knobs."""
+        if self.reward_conditioning and (self.group_size < 2 or not 0.0 < self.rc_high_share < 1.0
+                                         or self.rollout_backend != "hf" or self.branch_k):  # fmt: skip
+            raise ValueError(f"reward_conditioning needs group_size >= 2, rc_high_share in (0, 1), rollout_backend "
+                             f"'hf' and no branch_k, got {self.group_size}, {self.rc_high_share}, "
+                             f"{self.rollout_backend!r} and {self.branch_k}")  # fmt: skip
         if self.scorer_fusion not in SCORER_FUSIONS or self.infopo_tau <= 0:
             raise ValueError(f"scorer_fusion must be one of {SCORER_FUSIONS} and infopo_tau > 0, got "
                              f"{self.scorer_fusion!r} and {self.infopo_tau}")  # fmt: skip

@@ -81,6 +81,12 @@ from agentgym.baselines.credit import (
 )
 from agentgym.baselines.guards import RunGuard, check_start, claim_out_dir, undo_failed_start
 from agentgym.baselines.ipr import ipr_train_iteration
+from agentgym.baselines.reward_conditioning import (
+    ConditionedEnvMaker,
+    add_reward_tokens,
+    condition_metrics,
+    conditioned_rollouts,
+)
 from agentgym.baselines.rollout import collect_rollouts
 from agentgym.baselines.t2po import mask_thinking
 from agentgym.baselines.trainer_methods import MethodState
@@ -106,9 +112,13 @@ def setup(config: TrainConfig) -> TrainState:
     iteration), value head for PPO, AdamW, and the rollout back-end."""
     torch.manual_seed(config.seed)
     model, tok = build_policy(config)
+    if config.reward_conditioning:  # RC-GRPO: the reward tokens join the vocabulary (baselines/reward_conditioning.py)
+        add_reward_tokens(model, tok)
     ref_model = None
     if config.kl_coef > 0 or config.algo == "ipr":
-        ref_model, _ = build_policy(config)
+        ref_model, ref_tok = build_policy(config)
+        if config.reward_conditioning:
+            add_reward_tokens(ref_model, ref_tok)
         ref_model.eval().requires_grad_(False)
     value_head = build_value_head(model, config.critic_trunk) if config.critic else None
     groups: list[dict[str, Any]] = [{"params": [p for p in model.parameters() if p.requires_grad]}]  # trainable_layers
@@ -133,8 +143,11 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int, methods: Me
     # 1. rollouts: batch_tasks tasks x group_size episodes each (one task seed per group)
     t0 = time.perf_counter()
     task_seeds = config.seeds.tasks(it).integers(0, config.task_seed_range, size=config.batch_tasks).tolist()
-    rollouts = training_rollouts(state, config, task_seeds, config.seeds.sampling(it), (it - 1) * config.batch_tasks,
-                                 methods.tables)  # fmt: skip
+    collect = conditioned_rollouts if config.reward_conditioning else training_rollouts  # RC-GRPO mixes the tokens
+    rollouts = collect(state, config, task_seeds, config.seeds.sampling(it), (it - 1) * config.batch_tasks,
+                       methods.tables)  # fmt: skip
+    if config.reward_conditioning:
+        metrics.update(condition_metrics(rollouts))
     # T^2PO's thinking intervention: the inserted tokens leave the loss (0 without think_intervention)
     think = mask_thinking(state.policy, rollouts, forget_rest=config.branch_k == 0)
     branches: BranchSet | None = None
@@ -310,7 +323,9 @@ def evaluate(state: TrainState, config: TrainConfig) -> dict[str, Any]:
     without one), also ``eval_turn_accuracy`` (the share of those turns that were right) and
     ``eval_turn_accuracy_by_turn`` (the same at each turn position 1, 2, ...: None where no episode had a signal)."""
     n = config.eval_tasks
-    make_env = EnvMaker.of(config, config.eval_env_kwargs, shaped=False)
+    make_env: Any = EnvMaker.of(config, config.eval_env_kwargs, shaped=False)
+    if config.reward_conditioning:  # RC-GRPO evaluates conditioned on the high-reward token
+        make_env = ConditionedEnvMaker(make_env)
     if not state.eval_envs:
         state.eval_envs.append(make_env())
     num_tasks = state.eval_envs[0].unwrapped.num_tasks  # more episodes than tasks play each task again, in order
