@@ -203,7 +203,7 @@ RAGGED = "def latent(state):\n    return [0.0] * (len(state) % 2 + 1)\n"
 
 
 @pytest.fixture(scope="module")
-def sandbox():
+def code_box():
     from agentgym.tools.sandbox import SubprocessSandbox
 
     return SubprocessSandbox()
@@ -215,23 +215,23 @@ def sandbox():
      (RAGGED, "widths"), ("def latent(state):\n    return [float('nan')]\n", "non-finite"),
      ("while True:\n    pass\n", "crashed (timeout)")],
 )  # fmt: skip
-def test_crashing_or_nondeterministic_candidates_are_rejected(source, reason, sandbox):
-    check = learned.check_candidate(source, ["0:1:ok", "0:2:ok", "0:3:x"], sandbox, timeout=2.0)
+def test_crashing_or_nondeterministic_candidates_are_rejected(source, reason, code_box):
+    check = learned.check_candidate(source, ["0:1:ok", "0:2:ok", "0:3:x"], code_box, timeout=2.0)
     assert not check.ok and reason in check.reason
 
 
-def test_candidate_code_runs_only_in_the_sandbox(sandbox, tmp_path):
+def test_candidate_code_runs_only_in_the_sandbox(code_box, tmp_path):
     marker = tmp_path / "ran"
     source = f"open({str(marker)!r}, 'w').write('x')\n\ndef latent(state):\n    return [1.0]\n"
-    check = learned.check_candidate(source, ["a"], sandbox)
+    check = learned.check_candidate(source, ["a"], code_box)
     assert not marker.exists()  # the sandbox's file system is read-only outside its work dir
     assert not check.ok and "crashed" in check.reason
 
 
-def test_agreement_keeps_candidates_that_give_the_same_latents(sandbox):
+def test_agreement_keeps_candidates_that_give_the_same_latents(code_box):
     twin = SUCCESS_LATENT.replace("1.0 if", "1.0 if True and")
     other = "def latent(state):\n    return [2.0]\n"
-    checks = learned.select_candidates([SUCCESS_LATENT, twin, other, CRASHES], ["0:4:ok", "0:1:x"], sandbox,
+    checks = learned.select_candidates([SUCCESS_LATENT, twin, other, CRASHES], ["0:4:ok", "0:1:x"], code_box,
                                        min_agree=2)  # fmt: skip
     assert [c.ok for c in checks] == [True, True, True, False]
     assert [c.kept for c in checks] == [True, True, False, False]
@@ -249,7 +249,7 @@ def test_lare_sums_to_the_outcome():
     assert {t.success for t in trajs} == {True, False}
     for traj, s in zip(trajs, flat, strict=True):
         assert sum(s.rewards) == pytest.approx(float(traj.success), abs=1e-3)
-    again = lare.score_groups([trajs[:8]])  # later batches reuse the kept candidate (one sandbox run)
+    again = lare.score_groups([trajs[:8]])  # later batches reuse the kept candidate (one code_box run)
     assert [sum(s.rewards) for s in again[0]] == pytest.approx([float(t.success) for t in trajs[:8]], abs=1e-3)
 
 
