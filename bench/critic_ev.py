@@ -122,7 +122,8 @@ def ev_ceiling(env: str, p: float, horizon: int, components: tuple[str, ...], *,
     values = [np.vectorize(table.__getitem__)(np.broadcast_to(k, returns.shape)) for k in keys]
     pred = np.stack([values[0], values[0], values[1]], axis=-1)
     target = np.repeat(returns[..., None], 3, axis=-1)
-    return float(1.0 - np.var(target - pred) / np.var(target))
+    var = float(np.var(target))
+    return float("nan") if var == 0 else 1.0 - float(np.var(target - pred)) / var
 
 
 def final_probe(state: Any, cfg: Any, env: str, episodes: int) -> dict[str, float]:

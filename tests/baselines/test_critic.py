@@ -6,7 +6,10 @@ the shared head, starts from the policy's weights and never moves them, the crit
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -219,3 +222,23 @@ def test_ev_ceiling_by_hand():
     expected = 1 - (2 / 6) * 4 * p * (1 - p) / var
     got = bench.ev_ceiling("Umbrella", p, 2, ("outcome", "progress"), episodes=200_000)
     assert got == pytest.approx(expected, abs=0.01)
+
+
+@pytest.mark.slow
+def test_bench_runs_end_to_end(tmp_path):
+    """bench/critic_ev.py with its own (3-step) SFT warm start, one RL iteration of two arms at H = 2: every run
+    keeps its per-iteration explained variance and the final critic's probe, and the report lists each run."""
+    script = Path(__file__).resolve().parents[2] / "bench" / "critic_ev.py"
+    args = [sys.executable, str(script), "--envs", "Umbrella", "--arms", "sweep", "separate", "--iterations", "1",
+            "--horizon", "2", "--sft-steps", '{"Umbrella": 3}', "--probe-episodes", "16",
+            "--out", str(tmp_path)]  # fmt: skip
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    runs = [json.loads(x) for x in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert [(r["env"], r["arm"]) for r in runs] == [("Umbrella", "sweep"), ("Umbrella", "separate")]
+    for r in runs:
+        assert [h["iteration"] for h in r["history"]] == [0, 1] and "explained_variance_mc" in r["history"][1]
+        assert r["final"]["episodes"] == 16 and set(r["final"]) >= {"ev_mc", "ev_exact", "ev_exact_mc"}
+    report = (tmp_path / "results.md").read_text()
+    assert "| Umbrella | `sweep` |" in report and "| Umbrella | `separate` |" in report
+    assert (tmp_path / "critic_ev.png").is_file()
