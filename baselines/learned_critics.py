@@ -1,4 +1,4 @@
-"""Learned turn rewards that train a second language model during RL: OPRL and SWEET-RL (docs/learned-signals.md).
+"""Learned turn rewards that train a second language model during RL: OPRL and SWEET-RL (docs/learned-critics.md).
 
 Both are persistent turn scorers (``persistent = True``: the trainer builds one per run and reuses it every
 iteration, saving its ``state_dict`` beside the checkpoints). Each iteration, ``score_groups`` sees the whole batch:

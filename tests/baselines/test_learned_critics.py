@@ -76,7 +76,7 @@ def groups():
 
 
 def test_worked_example_by_hand():
-    """docs/learned-signals.md's example: two rollouts of one task, two turns each, beta = 0.5. Token log-ratios
+    """docs/learned-critics.md's example: two rollouts of one task, two turns each, beta = 0.5. Token log-ratios
     log(pi_phi / pi_ref): tau+ (success) [0.2, -0.1 | 0.3], tau- (failure) [-0.4 | 0.1, 0.4]."""
     plus = 0.5 * turn_values(torch.tensor([0.2, -0.1, 0.3], dtype=torch.float64), [2, 1], "sum")
     minus = 0.5 * turn_values(torch.tensor([-0.4, 0.1, 0.4], dtype=torch.float64), [1, 2], "sum")
@@ -231,25 +231,32 @@ def test_sweet_rl_is_deterministic_under_a_seed(tiny, groups):
         assert out[0] == out[1] and runs[0].last_fit == runs[1].last_fit and runs[0].last_fit["pairs"] > 0
 
 
-def sweet_learning(tiny: tuple[Any, Any], show_gold: bool, iterations: int) -> tuple[dict, dict]:
-    """Held-out pair accuracy and loss of a SWEET-RL critic before and after ``iterations`` fits, each on a fresh
-    batch of 16 training tasks x 4 random rollouts (Chain-v0, one stage of two options, noise 0.5: the signal is a
-    coin flip, only the gold names the right option); held out: 30 other tasks."""
-    held = batch(range(100_000, 100_030), 4, seed=7, horizon=1)
+def sweet_learning(tiny: tuple[Any, Any], show_gold: bool, iterations: int) -> dict[str, dict[str, float]]:
+    """A SWEET-RL critic (the tiny model) fitted ``iterations`` times, each on a fresh batch of 16 training tasks x 4
+    random rollouts of Chain-v0 with one stage of two options and noise 0.5 (the shown signal names the right option
+    half the time; only the gold always does). Its pair loss and accuracy on 60 held-out tasks x 4 rollouts, before
+    and after, over all of them and over the tasks whose signal misleads (where following the signal ranks pairs
+    wrong: only the gold can rank them right)."""
+    held = batch(range(100_000, 100_060), 4, seed=7, horizon=1)
+    misled = [g for g in held if g[0].reset_info["gold"]["misleading"][0]]
     scorer = SweetRLScorer(*tiny, steps=4, lr=3e-3, beta=1.0, pairs_per_group=0, batch_size=64, show_gold=show_gold)
-    before = scorer.evaluate(held)
+    out = {"before": scorer.evaluate(held)}
     for it in range(iterations):
         scorer.score_groups(batch(range(16 * it, 16 * it + 16), 4, seed=it, horizon=1))
-    return before, scorer.evaluate(held)
+    return {**out, "after": scorer.evaluate(held), "misled": scorer.evaluate(misled)}
 
 
 @pytest.mark.slow
 def test_sweet_rl_critic_learns_from_gold(tiny):
-    """Where only the gold names the right option, the critic's pairwise accuracy on held-out tasks rises from chance
-    and its Bradley-Terry loss falls (measured on a fresh held-out set, never trained on)."""
-    before, after = sweet_learning(tiny, show_gold=True, iterations=30)
-    assert before["accuracy"] == 0.5 and before["loss"] == pytest.approx(math.log(2)) and before["pairs"] >= 50
-    assert after["accuracy"] >= 0.65 and after["loss"] < before["loss"] - 0.05
+    """Where only the gold names the right option, the critic's pair accuracy on held-out tasks rises from chance and
+    its Bradley-Terry loss falls, also on the tasks whose signal misleads, which a critic reading the signal would
+    rank wrong (docs/learned-critics.md, 'Does the critic use the gold?': about 0.7 after 40 to 80 fits, not 1; the
+    same critic without the gold stays near 0.5)."""
+    got = sweet_learning(tiny, show_gold=True, iterations=40)
+    before, after, misled = got["before"], got["after"], got["misled"]
+    assert before["accuracy"] == 0.5 and before["loss"] == pytest.approx(math.log(2)) and before["pairs"] >= 100, got
+    assert after["accuracy"] >= 0.65 and after["loss"] < math.log(2) - 0.1, got
+    assert misled["pairs"] >= 30 and misled["accuracy"] >= 0.6, got
 
 
 # ------------------------------------------------------------------------------------------------ cards, trainer
