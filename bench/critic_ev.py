@@ -15,8 +15,8 @@ the outcome, turn-level PPO with TD(0) over turns, 24 critic warm-up steps, a de
   epoch of one minibatch of 16 episodes);
 - ``separate``: the critic reads a copy of the policy's decoder of its own (``critic_trunk="separate"``), trained
   with the head by the value loss, ``value_epochs=4`` value-only epochs per iteration and per warm-up step, Adam at
-  ``value_lr=1e-3``; ``separate_e8``: the same with 8 value epochs (``separate_lr3e-3``, not run by default: 4
-  epochs at ``value_lr=3e-3``).
+  ``value_lr=1e-3``; ``separate_e8``: the same with 8 value epochs (not run by default: ``separate_lr3e-3``, 4
+  epochs at ``value_lr=3e-3``; ``separate_e8_noclip``, 8 epochs without PPO's value clipping).
 
 **Ceiling.** No critic can explain the part of a Monte-Carlo return that the state does not determine (whether
 later turns go right). :func:`ev_ceiling` gives the explained variance of the exact value function of a policy that
@@ -58,6 +58,7 @@ ARMS: dict[str, dict[str, Any]] = {
     # the knobs around it (not run by default)
     "separate_e8": {"critic_trunk": "separate", "value_epochs": 8, "value_lr": 1e-3},
     "separate_lr3e-3": {"critic_trunk": "separate", "value_epochs": 4, "value_lr": 3e-3},
+    "separate_e8_noclip": {"critic_trunk": "separate", "value_epochs": 8, "value_lr": 1e-3, "value_clip": 100.0},
 }
 #: The arms run by default.
 DEFAULT_ARMS = ("sweep", "separate", "separate_e8")
