@@ -46,7 +46,7 @@ CRITIC_ESTIMATORS = ("turn_ppo",)
 #: of its own that the value loss trains (baselines/update.py ``TrunkValueHead``).
 CRITIC_TRUNKS = ("shared", "separate")
 #: Estimators that read a verified per-turn signal (``TrainConfig.turn_signal``) from the env's ``info``.
-SIGNAL_ESTIMATORS = ("mt_grpo",)
+SIGNAL_ESTIMATORS = ("mt_grpo", "faith")
 #: Estimators over forks from the states before chosen turns (``branch_k`` >= 1; baselines/branches.py): ``vine``
 #: (VinePPO's Monte-Carlo state values) and ``tree`` (turn-level groups of the K + 1 actions taken in one state).
 BRANCH_ESTIMATORS = ("vine", "tree")

@@ -31,11 +31,14 @@ from typing import Any
 
 from agentgym.rewards.catalogue import KINDS, NEEDS, STATUSES, Method, collect, merge, reward_methods
 
-#: The trainer modules that hold cards (imported only when the catalogue is read).
+#: The trainer (and env) modules that hold cards (imported only when the catalogue is read).
 TRAINER_MODULES: tuple[str, ...] = (
     "agentgym.baselines.trainer_methods",
     "agentgym.baselines.branches",
     "agentgym.baselines.ipr",
+    "agentgym.baselines.reward_conditioning",
+    "agentgym.baselines.learned_critics",
+    "agentgym.envs.search_qa.roles",  # an env whose wrapper is the method (M-ASK)
 )
 
 

@@ -35,9 +35,14 @@ NO_PAPER = {"judge", "vpr", "format_penalty", "step_cost", "novelty"}
 
 
 def _card_modules() -> set[str]:
-    """Every module of the package (agentgym/, baselines/) that assigns a module-level ``METHODS``."""
+    """Every module of the package (agentgym/, baselines/, envs/) that assigns a module-level ``METHODS``."""
     found = set()
-    for folder, package in ((ROOT / "agentgym", "agentgym"), (ROOT / "baselines", "agentgym.baselines")):
+    folders = (
+        (ROOT / "agentgym", "agentgym"),
+        (ROOT / "baselines", "agentgym.baselines"),
+        (ROOT / "envs", "agentgym.envs"),
+    )
+    for folder, package in folders:
         for path in folder.rglob("*.py"):
             tree = ast.parse(path.read_text())
             names = {t.id for node in tree.body if isinstance(node, ast.Assign | ast.AnnAssign)
@@ -103,7 +108,8 @@ def test_method_overrides_send_knobs_where_the_card_says():
     missing = next(c for c in PLANNED if c.status == "missing")  # a planned card, built or not
     with pytest.raises(ValueError, match="not built yet"):
         method_overrides(missing, {})
-    untrainable = next(c for c in CARDS if c.status == "partial" and not c.train)
+    code = "agentgym.rewards.judge:JudgeScorer"
+    untrainable = Method("half", "Half", "scorer", "partial, no train settings", code=code, status="partial")
     with pytest.raises(ValueError, match="cannot train yet"):
         method_overrides(untrainable, {})
 
@@ -150,8 +156,9 @@ def judge_url():
 def smoke_settings(card: Method, judge_url: str) -> dict:
     """What a method's smoke run adds to its card's settings where it needs a judge: a scorer that takes a ``judge``
     (a ``Judge``) gets the rule judge (``scorer_kwargs["judge"] = "rule"``, beside the card's own scorer_kwargs);
-    one that takes an LLM ``client`` gets the served rule judge's endpoint."""
-    if "judge" not in card.needs:
+    one that takes an LLM ``client`` gets the served rule judge's endpoint. A judged reward wrapper (ONI's bonus)
+    keeps its own judge setting, the rule judge by default."""
+    if "judge" not in card.needs or "scorer" not in card.train:
         return {}
     if card.code is not None and "judge" in inspect.signature(card.load()).parameters:
         return {"scorer_kwargs": {**card.train.get("scorer_kwargs", {}), "judge": "rule"}}

@@ -146,6 +146,8 @@ CARD_MODULES: tuple[str, ...] = tuple(f"agentgym.rewards.{m}" for m in (
     "advantages.userrl", "advantages.multi_turn", "advantages.gopo", "advantages.lampo", "advantages.serl",
     "advantages.hiper", "advantages.dual_track", "information.gain", "information.potential", "information.siop",
     "information.infopo", "matching", "judge", "process", "wrappers", "subgoal_format", "par", "bt", "rnd", "maxinfo",
+    "advantages.faith", "thoughts", "geli", "checklist", "aggregate", "group_judging", "principles",
+    "state_similarity", "subgoals", "skills", "oni", "corver", "goal_qa", "learned",
 ))  # fmt: skip
 
 
