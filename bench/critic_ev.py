@@ -178,7 +178,7 @@ def run_config(env: str, arm: str, args: argparse.Namespace, out: Path, init_fro
     return {**BASE, **ARMS[arm], "env_id": f"agentgym/{env}-v0", "env_kwargs": env_kwargs,
             "eval_env_kwargs": env_kwargs, "max_turns": args.horizon, "seed": args.seed, "model_seed": args.seed,
             "iterations": args.iterations, "init_from": init_from,
-            "out_dir": str(out / "rl" / f"{env}-{arm}")}  # fmt: skip
+            "out_dir": str(out / "rl" / f"{env}-s{args.seed}-{arm}")}  # fmt: skip
 
 
 def warm_start(env: str, args: argparse.Namespace, out: Path) -> str:
@@ -188,7 +188,7 @@ def warm_start(env: str, args: argparse.Namespace, out: Path) -> str:
         return given[env]
     from agentgym.baselines.trainer import load_config, train
 
-    ckpt = out / "sft" / env / "checkpoint.pt"
+    ckpt = out / "sft" / f"{env}-s{args.seed}" / "checkpoint.pt"
     if not ckpt.is_file():
         cfg = run_config(env, "sweep", args, out, None)
         cfg.update(algo="grpo", estimator=None, detach_critic=False, critic_warmup_steps=0, value_lr=None,
@@ -225,11 +225,12 @@ def median(xs: list[float]) -> float:
 def report(out: Path) -> None:
     path = out / "runs.jsonl"
     runs = [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
-    runs.sort(key=lambda r: (r["env"], list(ARMS).index(r["arm"]) if r["arm"] in ARMS else len(ARMS)))
+    runs.sort(key=lambda r: (r["env"], list(ARMS).index(r["arm"]) if r["arm"] in ARMS else len(ARMS), r["seed"]))
     summary = []
     lines = ["# Critic explained variance (bench/critic_ev.py)", "",
-             "| env | arm | median EV (MC) | second half | median ceiling | final: EV (MC) | final: EV (exact V) "
-             "| final: ceiling |", "|---|---|---:|---:|---:|---:|---:|---:|", "<!-- summary -->", "",
+             "| env | arm | seed | median EV (MC) | second half | median ceiling | final: EV (MC) "
+             "| final: EV (exact V) | final: ceiling |", "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+             "<!-- summary -->", "",
              "Per RL iteration: `explained_variance_mc` (the critic's values before the iteration's update against the "
              "Monte-Carlo returns of the iteration's fresh rollouts, over every sampled token) and the ceiling "
              "`ev_ceiling` of an exact value function at the iteration's turn accuracy. Iteration 0: the warm-up's "
@@ -238,12 +239,14 @@ def report(out: Path) -> None:
         hist = [h for h in r["history"] if h["iteration"] >= 1]
         evs = [h.get("explained_variance_mc") for h in hist]
         late = evs[len(evs) // 2 :]
-        row = {"env": r["env"], "arm": r["arm"], "median_ev_mc": median(evs), "median_ev_mc_second_half": median(late),
+        row = {"env": r["env"], "arm": r["arm"], "seed": r["seed"], "median_ev_mc": median(evs),
+               "median_ev_mc_second_half": median(late),
                "median_ceiling": median([h.get("ev_ceiling") for h in hist]),
                "warmup_ev": r["history"][0].get("critic_warmup_explained_variance") if r["history"] else None,
                "seconds": r["seconds"], "final": r.get("final")}  # fmt: skip
         summary.append(row)
-        lines += [f"## {r['env']} H={r['horizon']}, arm `{r['arm']}` {json.dumps(r['overrides'])}", "",
+        title = f"{r['env']} H={r['horizon']}, seed {r['seed']}, arm `{r['arm']}` {json.dumps(r['overrides'])}"
+        lines += [f"## {title}", "",
                   "| iteration | EV (MC) | EV (lam-returns) | ceiling | turn accuracy | value loss |",
                   "|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
         w = r["history"][0] if r["history"] else {}
@@ -266,8 +269,8 @@ def report(out: Path) -> None:
         f = row["final"] or {}
         cells = [row["median_ev_mc"], row["median_ev_mc_second_half"], row["median_ceiling"], f.get("ev_mc"),
                  f.get("ev_exact"), f.get("ev_exact_mc")]  # fmt: skip
-        rows.append(f"| {row['env']} | `{row['arm']}` | " + " | ".join("" if c is None else f"{c:.3f}" for c in cells)
-                    + " |")  # fmt: skip
+        shown = " | ".join("" if c is None else f"{c:.3f}" for c in cells)
+        rows.append(f"| {row['env']} | `{row['arm']}` | {row['seed']} | {shown} |")
     at = lines.index("<!-- summary -->")
     lines[at : at + 1] = rows
     (out / "results.md").write_text("\n".join(lines), encoding="utf-8")
@@ -290,8 +293,8 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
             hist = [h for h in r["history"] if h["iteration"] >= 1]
             it = [h["iteration"] for h in hist]
             line = ax.plot(it, [h.get("explained_variance_mc", np.nan) for h in hist], marker="o", ms=3,
-                           label=f"{r['arm']}: EV vs MC")  # fmt: skip
-            if r["arm"] == "separate" or len(runs) == 1:
+                           label=f"{r['arm']} (seed {r['seed']}): EV vs MC")  # fmt: skip
+            if r["arm"] == "separate":
                 ax.plot(it, [h.get("ev_ceiling", np.nan) for h in hist], ls="--", color=line[0].get_color(),
                         alpha=0.6, label="ceiling (exact V)")  # fmt: skip
         ax.axhline(0.5, color="grey", lw=0.8, ls=":")
@@ -321,11 +324,12 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     if not args.report_only:
         os.environ.setdefault("OMP_NUM_THREADS", "1")
-        done = {(r["env"], r["arm"]) for r in (json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines())} \
-            if (out / "runs.jsonl").is_file() else set()  # fmt: skip
+        path = out / "runs.jsonl"
+        lines = path.read_text().splitlines() if path.is_file() else []
+        done = {(r["env"], r["arm"], r["seed"]) for r in map(json.loads, lines)}
         for env in args.envs:
             for arm in args.arms:
-                if (env, arm) in done:
+                if (env, arm, args.seed) in done:
                     continue
                 rec = run_one(env, arm, args, out)
                 with (out / "runs.jsonl").open("a", encoding="utf-8") as f:
