@@ -434,10 +434,15 @@ def score_turns(rollouts: Sequence[Rollout], config: TrainConfig, model: Any, to
             invalid += sum(not ok for ok in sc.valid)
             total += len(sc.valid)
     flat = [x for r in rollouts for x in r.scored_rewards]
-    return {
-        "scorer_reward_mean": float(np.mean(flat)) if flat else 0.0,
-        "scorer_invalid_frac": invalid / max(total, 1),
-    }
+    out = {"scorer_reward_mean": float(np.mean(flat)) if flat else 0.0, "scorer_invalid_frac": invalid / max(total, 1)}
+    stats = getattr(getattr(scorer, "judge", None), "stats", None)  # a judge's counters (LLMJudge: requests, ...)
+    if callable(stats):
+        out.update({f"judge_{k}": float(v) for k, v in stats().items()})
+    fit = getattr(scorer, "last_fit", None)  # a learned scorer's last fit (pairs, losses, accuracies)
+    if isinstance(fit, Mapping):
+        out.update({f"scorer_fit_{k}": float(v) for k, v in fit.items()
+                    if isinstance(v, (int, float)) and not isinstance(v, bool)})  # fmt: skip
+    return out
 
 
 def infopo_advantages(a_out: Sequence[np.ndarray], rollouts: Sequence[Rollout], rewards: Sequence[Sequence[float]],

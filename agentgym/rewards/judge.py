@@ -40,7 +40,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from agentgym.contract.trajectory import Trajectory
 from agentgym.rewards.advantages.signals import TURN_SIGNALS, SignalMode, TurnSignal
@@ -563,6 +563,9 @@ class TurnVerdictScorer(TurnScorer):
     [1.0, 0.0]
     """
 
+    #: a trainer keeps one scorer for the run (baselines: ``MethodState.turn_scorer``), so the judge's cache lasts
+    #: the run: a turn seen in an earlier iteration (same conversation, same gold) is not asked again
+    persistent: ClassVar[bool] = True
     judge: Judge
     rubric: str = DEFAULT_TURN_RUBRIC
     show_gold: bool = True

@@ -158,3 +158,32 @@ def test_signal_auc_of_a_flipped_oracle_is_one_minus_the_flip_rate():
     # the scorer's rewards where no turn signal is read: 0.9 (right) beats 0.2 (wrong); the unscored turn is left out
     assert signal_auc([scored], TrainConfig(env_id="agentgym/Chain-v0", estimator="gtpo", scorer="info_gain")) == 1.0
     assert separation_auc([0.0, 1.0], [0.5]) == 0.5
+
+
+def test_score_turns_reports_the_judges_counters_and_the_learned_scorers_fit():
+    """A scorer's judge counters (``judge.stats()``) and a learned scorer's ``last_fit`` numbers join the iteration's
+    metrics, next to the scorer's mean reward and invalid share."""
+    from agentgym.baselines.credit import score_turns
+    from agentgym.rewards.base import TurnScores
+    from agentgym.rewards.judge import TurnVerdictScorer
+    from agentgym.rewards.verdicts import RuleJudge
+
+    class CountingJudge(RuleJudge):
+        def stats(self) -> dict[str, int]:
+            return {"requests": 3, "cache_hits": 1, "failures": 0}
+
+    class Fitted:
+        def __init__(self) -> None:
+            self.judge = CountingJudge()
+            self.last_fit = {"pairs": 4, "loss_after": 0.5, "converged": True, "note": "text"}
+
+        def __call__(self, group):
+            return [TurnScores("fitted", [1.0] * len(t.turns)) for t in group]
+
+    r = rollout([True, False])
+    r.initial_observation, r.observations, r.actions = [{"role": "user", "content": "go"}], [[], []], ["a", "b"]
+    metrics = score_turns([r], TrainConfig(**CHAIN), None, None, Fitted())
+    assert metrics == {"scorer_reward_mean": 1.0, "scorer_invalid_frac": 0.0, "judge_requests": 3.0,
+                       "judge_cache_hits": 1.0, "judge_failures": 0.0, "scorer_fit_pairs": 4.0,
+                       "scorer_fit_loss_after": 0.5}  # fmt: skip
+    assert TurnVerdictScorer.persistent  # the trainer keeps it, so its judge's cache lasts the run
