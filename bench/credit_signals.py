@@ -279,8 +279,8 @@ def report(args: argparse.Namespace, out: Path) -> str:
               f"Flip rate where the gain crosses 0: {crossing}.", "", "## Reuse of round 2's records", "",
               "Seed 0 of each reused arm, rerun here against its round-2 record: "
               + ", ".join(f"`{c['arm']}` {c['status']}" for c in checks) + "."]  # fmt: skip
-    missing = [f"{a} s{s}" for a in args.arms for s in args.seeds
-               if s not in runs.get(a, {}) and (a not in CHECK_ARMS or s in CHECK_ARMS[a])]  # fmt: skip
+    checked = {a: [s for s in seeds if s in args.seeds] or args.seeds for a, seeds in CHECK_ARMS.items()}
+    missing = [f"{a} s{s}" for a in args.arms for s in checked.get(a, args.seeds) if s not in runs.get(a, {})]
     shown = ", ".join(missing[:40]) + (" ..." if len(missing) > 40 else "")
     lines += ["", f"Missing runs: {len(missing)}" + (f" ({shown})" if missing else "") + "."]
     summary = {"env": args.env, "arms": rows, "tests": tests, "noise_curve": curve, "noise_threshold": threshold,
@@ -362,9 +362,9 @@ def main(argv: list[str] | None = None) -> None:
             sweep = sweep_args(args, url)
             sweep.methods = [a for a in args.arms if a not in CHECK_ARMS]
             credit_sweep.run_grid(sweep, out)
-            for arm, seeds in CHECK_ARMS.items():  # the pipeline checks: a few seeds each
-                if arm in args.arms and (chosen := [s for s in seeds if s in args.seeds]):
-                    sweep.methods, sweep.seeds = [arm], chosen
+            for arm, seeds in CHECK_ARMS.items():  # the pipeline checks: their seeds (a pilot's own seeds else)
+                if arm in args.arms:
+                    sweep.methods, sweep.seeds = [arm], [s for s in seeds if s in args.seeds] or args.seeds
                     credit_sweep.run_grid(sweep, out)
     print(report(args, out))
 
