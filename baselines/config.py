@@ -38,8 +38,9 @@ __all__ = ["ALGOS", "BRANCH_ESTIMATORS", "BRANCH_TURNS", "CRITIC_ESTIMATORS", "C
            "Seeds", "TrainConfig", "did_you_mean", "load_config"]  # fmt: skip
 
 #: ``ipr``: IPR's iterations (step-level DPO + SFT on pairs from expert-path forks, baselines/ipr.py) in place of the
-#: policy-gradient update.
-ALGOS = ("grpo", "dr_grpo", "rloo", "ppo", "ipr")
+#: policy-gradient update. ``archer``: ArCHer's iterations (an off-policy turn-level Q/V critic over a replay buffer,
+#: the token actor on Q - V; baselines/archer.py).
+ALGOS = ("grpo", "dr_grpo", "rloo", "ppo", "ipr", "archer")
 #: Estimators that need a critic (``algo="ppo"``); ``None`` there is token-level GAE.
 CRITIC_ESTIMATORS = ("turn_ppo",)
 #: What PPO's value head reads (``critic_trunk``): the policy's last hidden state, or a copy of the policy's decoder
@@ -172,6 +173,19 @@ class TrainConfig:
     ipr_margin: float = 0.0
     ipr_beta: float = 0.1
     ipr_sft_coef: float = 1.0
+    # ArCHer (algo="archer", baselines/archer.py): a FIFO buffer of archer_buffer turn transitions; archer_critic_steps
+    # TD steps an iteration on archer_batch of them, targets Polyak-averaged with archer_tau; heads linear
+    # (archer_hidden > 0: an MLP) on the policy's detached hidden states ("shared") or a decoder copy ("separate");
+    # the actor after archer_warmup iterations, token baseline "none" or "mean"
+    archer_buffer: int = 1024
+    archer_batch: int = 32
+    archer_critic_steps: int = 16
+    archer_tau: float = 0.1
+    archer_critic_lr: float = 1e-3
+    archer_hidden: int = 0
+    archer_trunk: str = "shared"
+    archer_token_baseline: str = "none"
+    archer_warmup: int = 0
     # RC-GRPO (baselines/reward_conditioning.py): reward tokens in the vocabulary, each group's prompts mixing them
     # (round(rc_high_share x group_size) high, at least one of each), evaluation conditioned on high
     reward_conditioning: bool = False
@@ -266,6 +280,8 @@ class TrainConfig:
                 raise ValueError(f"{name} must be one of {tuple(k for k in known if k is not None)}, got {value!r}")
         if self.algo == "ipr":
             self._check_ipr()
+        elif self.algo == "archer":
+            self._check_archer()
         elif self.algo == "ppo":
             if self.estimator not in (None, "ppo", *CRITIC_ESTIMATORS):
                 raise ValueError(f"ppo takes estimator None (token-level GAE) or one of {CRITIC_ESTIMATORS}, "
@@ -451,6 +467,23 @@ class TrainConfig:
         if iteration < start:
             return 0.0
         return final if ramp == 0 else final * min(1.0, (iteration - start + 1) / ramp)
+
+    def _check_archer(self) -> None:
+        """ArCHer's knobs: its own critic's advantages, no estimator's or branches'."""
+        if (self.estimator is not None or self.estimator_kwargs or self.branch_k or self.dynamic_sampling
+                or self.scorer is not None):  # fmt: skip
+            raise ValueError("algo 'archer' trains on its critic's Q - V: no estimator, estimator_kwargs, branch_k, "
+                             "scorer or dynamic_sampling")  # fmt: skip
+        if self.reward_conditioning or self.think_intervention:
+            raise ValueError("algo 'archer' takes neither reward_conditioning nor think_intervention")
+        if min(self.archer_buffer, self.archer_batch) < 1 or self.archer_critic_steps < 0 or self.archer_hidden < 0:
+            raise ValueError("archer_buffer and archer_batch must be >= 1, archer_critic_steps and archer_hidden >= 0")
+        if not 0.0 < self.archer_tau <= 1.0 or self.archer_critic_lr <= 0 or self.archer_warmup < 0:
+            raise ValueError(f"archer_tau must be in (0, 1], archer_critic_lr > 0 and archer_warmup >= 0, got "
+                             f"{self.archer_tau}, {self.archer_critic_lr} and {self.archer_warmup}")  # fmt: skip
+        if self.archer_trunk not in CRITIC_TRUNKS or self.archer_token_baseline not in ("none", "mean"):
+            raise ValueError(f"archer_trunk must be one of {CRITIC_TRUNKS} and archer_token_baseline 'none' or "
+                             f"'mean', got {self.archer_trunk!r} and {self.archer_token_baseline!r}")  # fmt: skip
 
     def _check_ipr(self) -> None:
         """IPR's knobs: it forks envs in this process with the HF loop and trains no estimator's advantages."""

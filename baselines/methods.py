@@ -36,6 +36,7 @@ TRAINER_MODULES: tuple[str, ...] = (
     "agentgym.baselines.trainer_methods",
     "agentgym.baselines.branches",
     "agentgym.baselines.ipr",
+    "agentgym.baselines.archer",
     "agentgym.baselines.reward_conditioning",
     "agentgym.baselines.learned_critics",
     "agentgym.envs.search_qa.roles",  # an env whose wrapper is the method (M-ASK)

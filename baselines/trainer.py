@@ -52,6 +52,7 @@ import torch
 from tqdm.auto import tqdm
 
 from agentgym.baselines.airs import AIRSController
+from agentgym.baselines.archer import archer_train_iteration
 from agentgym.baselines.backends import amp_dtype, make_backend
 from agentgym.baselines.branches import BranchSet, branch_rows, grow_branches
 from agentgym.baselines.checkpoint import (
@@ -135,6 +136,8 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int, methods: Me
     every iteration (None: a fresh one, i.e. a run of this one iteration). ``algo="ipr"``: IPR's iteration instead."""
     if config.algo == "ipr":  # expert-path pairs, step DPO + SFT (baselines/ipr.py)
         return ipr_train_iteration(state, config, it)
+    if config.algo == "archer":  # replay-buffer TD critic, token actor on Q - V (baselines/archer.py)
+        return archer_train_iteration(state, config, it, methods)
     model, tok, device = state.model, state.tokenizer, next(state.model.parameters()).device
     metrics: dict[str, Any] = {"iteration": it}
     if methods is None:
