@@ -27,7 +27,14 @@ import numpy as np
 import torch
 
 from agentgym.baselines.backends import BACKENDS
-from agentgym.baselines.components import FALLBACK_SCORERS, check_scorer, check_values, did_you_mean, wrapper_specs
+from agentgym.baselines.components import (
+    FALLBACK_SCORERS,
+    check_scorer,
+    check_values,
+    did_you_mean,
+    make_judge,
+    wrapper_specs,
+)
 from agentgym.baselines.rollout import RolloutConfig, derive_seed
 from agentgym.rewards.advantages import ESTIMATORS, OUTCOME_ESTIMATORS, TURN_SIGNALS, TurnSignal
 from agentgym.rewards.advantages.signals import SignalMode
@@ -190,6 +197,14 @@ class TrainConfig:
     # (round(rc_high_share x group_size) high, at least one of each), evaluation conditioned on high
     reward_conditioning: bool = False
     rc_high_share: float = 0.5
+    # HINT-SD (baselines/self_distill.py): on each failed rollout the turn t* a selector picks ("rule": the first bad
+    # verified turn signal; "judge": distill_judge's first yes to "is this where it went wrong?"), the policy shown
+    # feedback on t* as teacher, distilled into the policy on t*'s action tokens: + distill_coef x the token-mean of
+    # exp(d) - d - 1 ("forward", d = log teacher - log student) or stopgrad(-d) log student ("reverse"); None: off
+    self_distill: str | None = None
+    distill_coef: float = 0.1
+    distill_estimator: str = "forward"
+    distill_judge: str | dict[str, Any] = "rule"  # the judge selector's judge: "rule" or an endpoint (make_judge)
     # the token budget: stop the run once it has sampled this many tokens (main rollouts and forks; None: no limit)
     max_sampled_tokens: int | None = None
     gamma: float = 1.0  # PPO's GAE (token-level, or over turns with estimator="turn_ppo"); vine's and tree's returns
@@ -434,11 +449,34 @@ class TrainConfig:
         if self.entropy_kappa < 0 or self.entropy_delta < 0 or not 0.0 <= self.entropy_ema < 1.0:
             raise ValueError(f"entropy_kappa and entropy_delta must be >= 0 and entropy_ema in [0, 1), got "
                              f"{self.entropy_kappa}, {self.entropy_delta}, {self.entropy_ema}")  # fmt: skip
+        if self.self_distill is not None:  # HINT-SD
+            self._check_self_distill()
         if not 0.0 <= self.adaptive_clip_beta < 1.0:
             raise ValueError(f"adaptive_clip_beta must be in [0, 1), got {self.adaptive_clip_beta}")
         if self.adaptive_clip_beta and (self.critic or self.estimator_name != "a2tgpo"):
             raise ValueError(f"adaptive_clip_beta is A^2TGPO's clip: it needs estimator 'a2tgpo' (got "
                              f"{self.estimator_name!r})")  # fmt: skip
+
+    def _check_self_distill(self) -> None:
+        """HINT-SD's knobs: a selector, a verified signal for the rule (and the rule judge), the main rollouts."""
+        from agentgym.baselines.self_distill import DISTILL_ESTIMATORS, SELECTORS
+
+        if self.self_distill not in SELECTORS or self.distill_estimator not in DISTILL_ESTIMATORS:
+            raise ValueError(f"self_distill must be one of {SELECTORS} and distill_estimator one of "
+                             f"{DISTILL_ESTIMATORS}, got {self.self_distill!r} and "
+                             f"{self.distill_estimator!r}")  # fmt: skip
+        if self.distill_coef < 0:
+            raise ValueError(f"distill_coef must be >= 0, got {self.distill_coef}")
+        if self.algo in ("ipr", "archer") or self.branch_k or self.reward_conditioning:
+            raise ValueError("self_distill distils on the main rollouts of a policy-gradient algo: no ipr, archer, "
+                             "branch_k or reward_conditioning")  # fmt: skip
+        try:
+            make_judge(self.distill_judge, check_only=True)
+        except ValueError as exc:
+            raise ValueError(f"distill_judge: {exc}") from None
+        if (self.self_distill == "rule" or self.distill_judge == "rule") and self.turn_signal is None:
+            raise ValueError(f"self_distill {self.self_distill!r} with the rule needs a verified turn signal: set "
+                             f"turn_signal_key ({self.env_id} has no entry in TURN_SIGNALS)")  # fmt: skip
 
     @property
     def scorer_fusion_mode(self) -> str:

@@ -235,6 +235,12 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int, methods: Me
         metrics.update(clip_scale_mean=float(token_scales.mean()),
                        clip_scale_maxdev=float((token_scales - 1.0).abs().max()))  # fmt: skip
     batch["old_logprobs"] = old_lp
+    if config.self_distill is not None:  # HINT-SD: the teacher's log-probs on the failure turns (self_distill.py)
+        from agentgym.baselines.components import make_judge
+        from agentgym.baselines.self_distill import add_distill_targets
+
+        judge = make_judge(config.distill_judge) if config.self_distill == "judge" else None
+        metrics.update(add_distill_targets(state.policy, model, config, rollouts, batch, judge))
     if config.kl_coef > 0:
         ref_lp, _ = score_batch(state.ref_model, batch, config.temperature, config.minibatch_size, amp=amp)
         batch["ref_logprobs"] = ref_lp
@@ -252,7 +258,7 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int, methods: Me
     own_epochs = config.value_epochs is not None  # the critic then steps in its own epochs (critic_epochs)
     value_params = list(state.value_head.parameters()) if state.value_head is not None and not own_epochs else []
     keys = ("loss", "pg_loss", "value_loss", "approx_kl", "kl_ref", "clip_frac", "entropy", "grad_norm",
-            "value_grad_norm", "entropy_penalty")  # fmt: skip
+            "value_grad_norm", "entropy_penalty", "distill_loss")  # fmt: skip
     ent_coef = config.ent_coef_at(it)  # EPO's phase schedule (flat by default)
     entropy_ref = methods.entropy_ema  # EPO's band centre: past iterations only
     logs: dict[str, list[float]] = {k: [] for k in keys}

@@ -449,6 +449,13 @@ def minibatch_loss(
         kl_ref = aggregate_loss(kl.detach(), mask, "token-mean")
     loss = aggregate_loss(per_token, mask, mode, config.norm_const)
     out = {"pg_loss": aggregate_loss(pg.detach(), mask, mode, config.norm_const), "kl_ref": kl_ref}
+    if "distill_mask" in mb and config.distill_coef > 0:  # HINT-SD (baselines/self_distill.py): targeted tokens only
+        from agentgym.baselines.self_distill import distill_term
+
+        distill = distill_term(lp, mb, config.distill_estimator)
+        if distill is not None:  # a minibatch without targeted tokens leaves the loss as it is
+            loss = loss + config.distill_coef * distill
+            out["distill_loss"] = distill.detach()
     if config.entropy_kappa > 0 and entropy_ref is not None:  # EPO (never touches the loss when off)
         band = entropy_band_penalty(aggregate_loss(entropy, mask, "token-mean"), entropy_ref, config.entropy_kappa,
                                     config.entropy_delta)  # fmt: skip
