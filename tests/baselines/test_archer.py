@@ -271,3 +271,53 @@ def test_agentgym_train_runs_archer(tmp_path, capsys):
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["archer_buffer"] for r in rows] == [4, 8] and all(np.isfinite(r["loss"]) for r in rows)
     assert (tmp_path / "methods.pt").is_file()
+
+
+@pytest.mark.parametrize("trunk", ["shared", "separate"])
+def test_the_critic_never_moves_the_policy(trunk, one_thread):
+    """With the actor held back (archer_warmup = 1), an iteration's TD steps leave the policy's weights as they
+    were; a separate trunk is trained by them, and its target copy follows by Polyak."""
+    from agentgym.baselines.trainer import setup
+
+    config = load_config("tiny", None, {"algo": "archer", "env_id": "agentgym/Chain-v0", "env_kwargs": {"horizon": 2},
+                                        "batch_tasks": 1, "group_size": 2, "max_turns": 2, "max_new_tokens": 6,
+                                        "archer_critic_steps": 2, "archer_batch": 4, "archer_warmup": 1,
+                                        "archer_trunk": trunk,
+                                        "reward_wrappers": [{"name": "step_cost", "cost": 0.5}]})  # fmt: skip
+    state = setup(config)
+    before = [p.detach().clone() for p in state.model.parameters()]
+    methods = MethodState(make_tables(config))
+    out = archer_train_iteration(state, config, 1, methods)
+    state.close()
+    assert "loss" not in out and out["q_loss"] > 0.0
+    assert all(torch.equal(a, b) for a, b in zip(before, state.model.parameters(), strict=True))
+    arch = methods.extra["archer"]
+    if trunk == "separate":
+        start = dict(state.model.get_decoder().named_parameters())
+        moved = [n for n, p in arch.critic.trunk.named_parameters() if not torch.equal(p, start[n])]
+        assert moved  # the TD loss trained the critic's own decoder
+        assert not all(torch.equal(a, b) for a, b in zip(arch.target.trunk.parameters(),
+                                                          start.values(), strict=True))  # fmt: skip
+    else:
+        assert arch.critic.trunk is None and arch.target.trunk is None
+
+
+@pytest.mark.slow
+def test_a_resumed_run_continues_exactly(tmp_path, one_thread):
+    """2 iterations in one go equal 1 iteration, then a resume for the 2nd: the buffer and critic come back from
+    methods.pt."""
+    from agentgym.baselines.trainer import train
+
+    base = load_config("tiny", None, {"algo": "archer", "env_id": "agentgym/Chain-v0", "env_kwargs": {"horizon": 2},
+                                      "batch_tasks": 1, "group_size": 2, "max_turns": 2, "max_new_tokens": 6,
+                                      "archer_critic_steps": 2, "archer_batch": 4, "plot": False, "progress": False,
+                                      "reward_wrappers": [{"name": "step_cost", "cost": 0.5}]})  # fmt: skip
+    import dataclasses
+
+    whole = train(dataclasses.replace(base, iterations=2, out_dir=str(tmp_path / "a")))["history"]
+    train(dataclasses.replace(base, iterations=1, out_dir=str(tmp_path / "b")))
+    resumed = train(dataclasses.replace(base, iterations=2, out_dir=str(tmp_path / "b"), resume=True))["history"]
+    drop = ("time_rollout", "time_iteration")
+    assert {k: v for k, v in whole[-1].items() if k not in drop} == {
+        k: v for k, v in resumed[-1].items() if k not in drop}  # fmt: skip
+    assert whole[-1]["archer_buffer"] == 8
