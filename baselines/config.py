@@ -197,6 +197,16 @@ class TrainConfig:
     # (round(rc_high_share x group_size) high, at least one of each), evaluation conditioned on high
     reward_conditioning: bool = False
     rc_high_share: float = 0.5
+    # HeRL (baselines/hindsight.py): each rollout with a checklist criterion judged unmet (builder herl_checklists,
+    # judge herl_judge) is resampled herl_k times from a prompt listing what it missed; the guided samples join its
+    # group under the unguided prompt, each token's advantage x min(pi(a|unguided) / pi(a|guided), herl_is_clip)
+    # (None: 1), and the failed rollout gets herl_bonus x (mean R(guided) - R(original)) (component "herl_bonus")
+    herl: bool = False
+    herl_k: int = 1
+    herl_checklists: str = "tool_use"
+    herl_judge: str | dict[str, Any] = "rule"
+    herl_is_clip: float | None = 2.0
+    herl_bonus: float = 0.2
     # HINT-SD (baselines/self_distill.py): on each failed rollout the turn t* a selector picks ("rule": the first bad
     # verified turn signal; "judge": distill_judge's first yes to "is this where it went wrong?"), the policy shown
     # feedback on t* as teacher, distilled into the policy on t*'s action tokens: + distill_coef x the token-mean of
@@ -393,6 +403,10 @@ class TrainConfig:
 
     def _check_methods(self) -> None:
         """The scorer, ``reward_wrappers``, ``shaping_schedule``, EPO's, A^2TGPO's and RC-GRPO's knobs."""
+        if self.herl:  # HeRL's knobs (baselines/hindsight.py)
+            from agentgym.baselines.hindsight import check_config
+
+            check_config(self)
         if self.reward_conditioning and (self.group_size < 2 or not 0.0 < self.rc_high_share < 1.0
                                          or self.rollout_backend != "hf" or self.branch_k):  # fmt: skip
             raise ValueError(f"reward_conditioning needs group_size >= 2, rc_high_share in (0, 1), rollout_backend "
@@ -592,7 +606,7 @@ class TrainConfig:
             return None
         if rc == "auto":  # plus the components of the operator's reward_wrappers
             extra = ("progress",) if self.progress_key is not None else ()
-            return ("outcome", *extra, *self._wrapper_components)
+            return ("outcome", *extra, *self._wrapper_components, *(("herl_bonus",) if self.herl else ()))
         return tuple(rc)
 
     @property

@@ -39,6 +39,7 @@ TRAINER_MODULES: tuple[str, ...] = (
     "agentgym.baselines.archer",
     "agentgym.baselines.reward_conditioning",
     "agentgym.baselines.learned_critics",
+    "agentgym.baselines.hindsight",
     "agentgym.baselines.self_distill",
     "agentgym.envs.search_qa.roles",  # an env whose wrapper is the method (M-ASK)
 )

@@ -81,6 +81,7 @@ from agentgym.baselines.credit import (
     update_tables,
 )
 from agentgym.baselines.guards import RunGuard, check_start, claim_out_dir, undo_failed_start
+from agentgym.baselines.hindsight import HindsightBatch, hindsight_step
 from agentgym.baselines.ipr import ipr_train_iteration
 from agentgym.baselines.reward_conditioning import (
     ConditionedEnvMaker,
@@ -161,6 +162,11 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int, methods: Me
         metrics.update(branches.metrics(config))
     if config.think_intervention:
         metrics["think_masked_tokens"] = think
+    herl: HindsightBatch | None = None
+    if config.herl:  # HeRL: guided resamples of the failed rollouts join their groups (baselines/hindsight.py)
+        herl = hindsight_step(state, config, rollouts, config.seeds.sampling(it), methods.tables)
+        rollouts = rollouts + herl.guided
+        metrics.update(herl.metrics())
     t_rollout = time.perf_counter() - t0
     # the reward wrappers' tables learn from this batch only after all of it was played (siblings read one snapshot)
     metrics.update(update_tables(config, methods.tables, rollouts))
@@ -225,7 +231,12 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int, methods: Me
     # 4. advantages (and PPO returns) per response token -> sequence coordinates
     values = None if old_v is None else [old_v[i, len(r.prompt_ids) : len(r.input_ids)].double().numpy()
                                          for i, r in enumerate(rollouts)]  # fmt: skip
+    if herl is not None:  # HeRL's bonus on the failed rollouts' last turns, before the group advantages
+        metrics.update(herl.add_bonus(rollouts, config))
     advs, rets = (branch_advs, None) if branch_advs is not None else compute_advantages(rollouts, config, values)
+    if herl is not None:  # guided tokens: advantage x min(pi(a|unguided) / pi(a|guided), herl_is_clip)
+        advs, herl_weights = herl.correct(rollouts, advs, old_lp)
+        metrics.update(herl_weights)
     scales = clip_scales(rollouts, config) if branch_advs is None else None  # A^2TGPO's adaptive clip
     batch = make_batch(rollouts, tok.pad_token_id, advantages=advs, returns=rets, mask_truncated=config.mask_truncated,
                        clip_scales=scales, with_turns=config.ratio_level == "turn")  # fmt: skip
