@@ -34,12 +34,13 @@ import numpy as np
 import torch
 
 from agentgym.baselines.backends import amp_dtype
+from agentgym.baselines.branches import returns_to_go
 from agentgym.baselines.checkpoint import TrainState
 from agentgym.baselines.config import TrainConfig
 from agentgym.baselines.credit import make_tables, training_rollouts, turn_rewards, update_tables
 from agentgym.baselines.rollout import Rollout, autocast, derive_seed
 from agentgym.baselines.trainer_methods import MethodState
-from agentgym.baselines.update import make_batch, minibatch_loss, score_batch, select
+from agentgym.baselines.update import explained_variance, make_batch, minibatch_loss, score_batch, select
 from agentgym.rewards.catalogue import Method
 from agentgym.rewards.papers import cite
 
@@ -343,7 +344,14 @@ def archer_train_iteration(state: TrainState, config: TrainConfig, it: int, meth
                                  methods.tables)  # fmt: skip
     t_rollout = time.perf_counter() - t0
     played = [r for r in rollouts if r.turn_spans]
-    arch.buffer.add([tr for r in played for tr in transitions(r, turn_rewards(r, config))])
+    rewards = [turn_rewards(r, config) for r in played]
+    held_out: dict[str, float] = {}
+    if played and len(arch.buffer):  # the critic on turns it has not trained on: Q against the return-to-go
+        qv = actor_advantages(arch.critic, model, played, pad, amp)
+        q = np.array([q for turns in qv for q, _ in turns])
+        g = np.concatenate([returns_to_go(rw, config.gamma) for rw in rewards])
+        held_out = {"archer_q_ev": explained_variance(q, g), "archer_q_mae": float(np.abs(q - g).mean())}
+    arch.buffer.add([tr for r, rw in zip(played, rewards, strict=True) for tr in transitions(r, rw)])
     valid = [bool(i.get("action_valid", True)) for r in rollouts for i in r.infos] or [True]
     metrics: dict[str, Any] = {
         "iteration": it,
@@ -356,6 +364,7 @@ def archer_train_iteration(state: TrainState, config: TrainConfig, it: int, meth
         "time_rollout": t_rollout,
     }
     metrics.update(update_tables(config, methods.tables, rollouts))  # the reward wrappers' tables learn the batch
+    metrics.update(held_out)
     featurize = model_featurize(model, pad, amp)
     arch.critic.train()
     logs: dict[str, list[float]] = {}
