@@ -126,7 +126,7 @@ def herl_checklist_builder(name: str) -> ChecklistBuilder:
         obj = getattr(obj, part)
     if not callable(obj):
         raise ValueError(f"herl_checklists {name!r} is not callable")
-    return obj  # type: ignore[no-any-return]
+    return obj
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -208,7 +208,7 @@ class HeRL:
         """Per trajectory, the criteria it missed (score 0), in checklist order; empty when it met every one or
         when the judge gave no verdict on any criterion (it is then not known what it missed)."""
         scorer = ChecklistScorer(self.judge, herl_checklist_builder(self.herl_checklists))
-        out = []
+        out: list[list[str]] = []
         for res in scorer.criterion_scores(trajectories):
             if any(math.isnan(s) for s in res.scores):
                 out.append([])
