@@ -295,10 +295,12 @@ class ArcherState:
 
 def _actor_update(state: TrainState, config: TrainConfig, it: int, rollouts: Sequence[Rollout],
                   advs: Sequence[np.ndarray]) -> dict[str, float]:  # fmt: skip
-    """``epochs`` x minibatches of the trainer's clipped surrogate with the given token advantages."""
+    """``epochs`` x minibatches of the trainer's clipped surrogate with the given token advantages (a step whose
+    gradient is exactly 0 is skipped where ``skip_zero_grad_steps``, as the trainer does)."""
     model, pad, device = state.model, state.tokenizer.pad_token_id, next(state.model.parameters()).device
     amp = amp_dtype(config)
-    batch = make_batch(rollouts, pad, advantages=advs, mask_truncated=config.mask_truncated)
+    batch = make_batch(rollouts, pad, advantages=advs, mask_truncated=config.mask_truncated,
+                       with_turns=config.ratio_level == "turn")  # fmt: skip
     model.eval()
     batch["old_logprobs"], _ = score_batch(model, batch, config.temperature, config.minibatch_size, amp=amp)
     if config.kl_coef > 0 and state.ref_model is not None:
@@ -307,7 +309,7 @@ def _actor_update(state: TrainState, config: TrainConfig, it: int, rollouts: Seq
     model.train()
     params = state.optimizer.param_groups[0]["params"]
     logs: dict[str, list[float]] = {k: [] for k in ("loss", "pg_loss", "approx_kl", "clip_frac", "entropy")}
-    norms = []
+    norms, skipped = [], 0
     for epoch in range(config.epochs):
         order = torch.randperm(len(rollouts), generator=config.seeds.minibatches(it, epoch))
         for start in range(0, len(rollouts), config.minibatch_size):
@@ -316,13 +318,16 @@ def _actor_update(state: TrainState, config: TrainConfig, it: int, rollouts: Seq
             state.optimizer.zero_grad(set_to_none=True)
             out["loss"].backward()
             norms.append(float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)))
-            state.optimizer.step()
+            if config.skip_zero_grad_steps and norms[-1] == 0.0:  # Q = V everywhere: nothing to step (as the trainer)
+                skipped += 1
+            else:
+                state.optimizer.step()
             for k in logs:
                 logs[k].append(float(out[k].detach()))
     model.eval()
     state.policy.mark_stale()
     return {**{k: float(np.mean(v)) for k, v in logs.items()}, "grad_norm": float(np.mean(norms)),
-            "grad_norm_max": float(np.max(norms))}  # fmt: skip
+            "grad_norm_max": float(np.max(norms)), "skipped_steps": skipped}  # fmt: skip
 
 
 def archer_train_iteration(state: TrainState, config: TrainConfig, it: int, methods: MethodState | None = None
