@@ -280,3 +280,27 @@ def test_train_cli_smoke(selector, tmp_path, capsys):
     line = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
     assert line["distill_targets"] <= line["distill_failed"] == 2 * (1 - line["success_rate"])
     assert line["distill_invalid"] == 0
+
+
+def test_judge_selector_over_http():
+    """An LLM judge on a loopback endpoint (it answers yes for the second turn only, and fails on one episode's
+    questions): the first yes is t*, a failed request leaves its episode without a target, and only the judge's
+    prompts hold the gold."""
+    from rule_judge import serve_rule_judge
+
+    from agentgym.baselines.components import make_judge
+
+    def reply(system: str, user: str) -> str | None:
+        if "<answer> x0 </answer>" in user:
+            return None
+        return "Answer: yes" if "Is the agent's turn 2 " in user else "Answer: no"
+
+    chain = TURN_SIGNALS["agentgym/Chain-v0"]
+    eps = [_episode([{"correct": True}, {"correct": False}, {"correct": False}]),
+           _episode([{"correct": False}, {"correct": False}]), _episode([{"correct": False}])]  # fmt: skip
+    eps[2].actions[0] = "<answer> x0 </answer>"
+    with serve_rule_judge(reply) as server:
+        judge = make_judge({"base_url": server.url, "api_key_env": None, "max_retries": 0})
+        picks = select_turns(eps, "judge", chain, judge=judge)
+    assert [(s.turn, s.valid) for s in picks] == [(1, True), (1, True), (None, False)]
+    assert all('"choices": ["red", "blue", "pink"]' in q for q in server.requests)
