@@ -401,12 +401,32 @@ class TrainConfig:
                              f"turn_signal_key (an info key; {self.env_id} has no entry in "
                              "agentgym.rewards.advantages.TURN_SIGNALS)")  # fmt: skip
 
+    def _check_herl(self) -> None:
+        """HeRL's knobs: guided envs in this process, the unguided old log-probs, the bonus component counted."""
+        from agentgym.rewards.checklist import CHECKLISTS
+
+        if self.herl_k < 1 or (self.herl_is_clip is not None and not self.herl_is_clip > 0):
+            raise ValueError(f"herl_k must be >= 1 and herl_is_clip > 0 or None, got {self.herl_k} and "
+                             f"{self.herl_is_clip}")  # fmt: skip
+        if self.env_pool != "list" or self.branch_k or self.reward_conditioning or self.algo in ("ipr", "archer"):
+            raise ValueError("herl resamples on spare envs in this process: it needs env_pool 'list', no branch_k, no "
+                             "reward_conditioning and an algo other than ipr or archer")  # fmt: skip
+        if self.old_logprobs != "recompute":
+            raise ValueError("herl weighs guided tokens by pi(a|unguided) / pi(a|guided): it needs old_logprobs "
+                             "'recompute' (the unguided log-probs)")  # fmt: skip
+        rc = self.reward_components
+        if not isinstance(rc, str) and self.herl_bonus != 0.0 and "herl_bonus" not in rc:
+            raise ValueError(f"reward_components {list(rc)} leaves out HeRL's bonus component 'herl_bonus'")
+        name = self.herl_checklists
+        if name != "choices" and name not in CHECKLISTS and ":" not in name:
+            raise ValueError(f"herl_checklists must be 'choices', one of {', '.join(CHECKLISTS)} or "
+                             f"'pkg.module:function', got {name!r}")  # fmt: skip
+        make_judge(self.herl_judge, check_only=True)
+
     def _check_methods(self) -> None:
         """The scorer, ``reward_wrappers``, ``shaping_schedule``, EPO's, A^2TGPO's and RC-GRPO's knobs."""
         if self.herl:  # HeRL's knobs (baselines/hindsight.py)
-            from agentgym.baselines.hindsight import check_config
-
-            check_config(self)
+            self._check_herl()
         if self.reward_conditioning and (self.group_size < 2 or not 0.0 < self.rc_high_share < 1.0
                                          or self.rollout_backend != "hf" or self.branch_k):  # fmt: skip
             raise ValueError(f"reward_conditioning needs group_size >= 2, rc_high_share in (0, 1), rollout_backend "

@@ -67,7 +67,6 @@ __all__ = [
     "GuidedMember",
     "HeRL",
     "HindsightBatch",
-    "check_config",
     "choice_checklists",
     "guided_members",
     "guided_messages",
@@ -365,26 +364,6 @@ def hindsight_step(state: Any, config: TrainConfig, rollouts: Sequence[Rollout],
                            generation_batch=config.generation_batch)  # fmt: skip
     state.policy.sleep()
     return batch
-
-
-def check_config(config: TrainConfig) -> None:
-    """``ValueError`` (one line) for HeRL settings the mode cannot run with."""
-    if config.herl_k < 1 or (config.herl_is_clip is not None and not config.herl_is_clip > 0):
-        raise ValueError(f"herl_k must be >= 1 and herl_is_clip > 0 or None, got {config.herl_k} and "
-                         f"{config.herl_is_clip}")  # fmt: skip
-    if config.env_pool != "list" or config.branch_k or config.reward_conditioning or config.algo in ("ipr", "archer"):
-        raise ValueError("herl resamples on spare envs in this process: it needs env_pool 'list', no branch_k, no "
-                         "reward_conditioning and an algo other than ipr or archer")  # fmt: skip
-    if config.old_logprobs != "recompute":
-        raise ValueError("herl weighs guided tokens by pi(a|unguided) / pi(a|guided): it needs old_logprobs "
-                         "'recompute' (the unguided log-probs)")  # fmt: skip
-    rc = config.reward_components
-    if not isinstance(rc, str) and config.herl_bonus != 0.0 and BONUS_COMPONENT not in rc:
-        raise ValueError(f"reward_components {list(rc)} leaves out HeRL's bonus component {BONUS_COMPONENT!r}")
-    herl_checklist_builder(config.herl_checklists)
-    from agentgym.baselines.components import make_judge
-
-    make_judge(config.herl_judge, check_only=True)
 
 
 # ----------------------------------------------------------------------------------------------------------------
