@@ -70,6 +70,10 @@ SCORER_FUSIONS = ("auto", "add", "infopo")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "constant")
 #: The importance ratio the clipped loss uses: each token's own, or AT^2PO's one ratio per turn (``ratio_level``).
 RATIO_LEVELS = ("token", "turn")
+#: HINT-SD (``self_distill``, baselines/self_distill.py): how the failure turn t* is picked, and which KL the
+#: distillation term's gradient follows (``distill_estimator``, ``update.distill_term``).
+SELF_DISTILL_SELECTORS = ("rule", "judge")
+DISTILL_ESTIMATORS = ("forward", "reverse")
 #: Where the rollout envs live: ``"list"`` (stepped in the trainer's thread) or an ``agentgym.running.pool`` kind.
 ENV_POOLS = ("list", *POOLS)
 
@@ -493,10 +497,8 @@ class TrainConfig:
 
     def _check_self_distill(self) -> None:
         """HINT-SD's knobs: a selector, a verified signal for the rule (and the rule judge), the main rollouts."""
-        from agentgym.baselines.self_distill import DISTILL_ESTIMATORS, SELECTORS
-
-        if self.self_distill not in SELECTORS or self.distill_estimator not in DISTILL_ESTIMATORS:
-            raise ValueError(f"self_distill must be one of {SELECTORS} and distill_estimator one of "
+        if self.self_distill not in SELF_DISTILL_SELECTORS or self.distill_estimator not in DISTILL_ESTIMATORS:
+            raise ValueError(f"self_distill must be one of {SELF_DISTILL_SELECTORS} and distill_estimator one of "
                              f"{DISTILL_ESTIMATORS}, got {self.self_distill!r} and "
                              f"{self.distill_estimator!r}")  # fmt: skip
         if self.distill_coef < 0:

@@ -14,8 +14,9 @@ feedback) is pulled towards the teacher's token distribution on t*'s action toke
 - Teacher context (:func:`teacher_context`): the student's context before t* with the feedback appended to the
   last observation message (a user message of its own when that one is not a user's), tokenised as the rollout
   tokenised it. The feedback lives only there: the rollout's tokens, the batch and the student never hold it.
-- Distillation term (:func:`distill_term`): on the targeted tokens (``distill_mask``: t*'s action span, inside the
-  loss mask), with ``d = log pi_T(a) - log pi_S(a)`` for the sampled token ``a``:
+- Distillation term (:func:`distill_term`, in ``update.py`` beside the loss it joins): on the targeted tokens
+  (``distill_mask``: t*'s action span, inside the loss mask), with ``d = log pi_T(a) - log pi_S(a)`` for the
+  sampled token ``a``:
   ``"forward"``: ``exp(d) - d - 1``, whose gradient on the student's own samples is an unbiased estimate of the
   gradient of KL(teacher || student); ``"reverse"``: ``stopgrad(-d) * log pi_S(a)``, the gradient of
   KL(student || teacher). Token-mean over the minibatch's targeted tokens, weighted by ``distill_coef``.
@@ -40,9 +41,9 @@ import numpy as np
 import torch
 
 from agentgym.baselines.backends import amp_dtype
-from agentgym.baselines.config import TrainConfig
+from agentgym.baselines.config import DISTILL_ESTIMATORS, SELF_DISTILL_SELECTORS as SELECTORS, TrainConfig
 from agentgym.baselines.rollout import HFPolicy, Rollout
-from agentgym.baselines.update import aggregate_loss, forward_tokens, pad_rows
+from agentgym.baselines.update import distill_term, forward_tokens, pad_rows
 from agentgym.rewards.advantages.signals import SignalMode, TurnSignal
 from agentgym.rewards.catalogue import Method
 from agentgym.rewards.judge import GOLD_PROMPT, conversation_until, render_conversation, render_gold
@@ -69,10 +70,6 @@ __all__ = [
     "with_feedback",
 ]
 
-#: ``TrainConfig.self_distill``: how t* is picked.
-SELECTORS = ("rule", "judge")
-#: ``TrainConfig.distill_estimator``: which KL the sampled-token term follows.
-DISTILL_ESTIMATORS = ("forward", "reverse")
 FEEDBACK_HEAD = "Hindsight feedback:"
 
 JUDGE_PROMPT = """Below is an episode between a user (the environment) and an AI agent. The agent failed the task.
@@ -260,26 +257,6 @@ def targets_batch(batch: dict[str, torch.Tensor], rollouts: Sequence[Rollout], t
         mask[t.row, p + a : p + b] = 1.0
     batch["distill_mask"] = mask * (batch["loss_mask"] > 0)
     batch["teacher_logprobs"] = teacher
-
-
-def distill_term(lp: torch.Tensor, mb: dict[str, torch.Tensor], estimator: str = "forward") -> torch.Tensor | None:
-    """The distillation loss of a minibatch (see the module docstring), token-mean over ``distill_mask``; None when
-    the minibatch has no targeted token (then nothing joins the loss). ``lp``: the student's log-probs ``(B, L)``.
-
-    >>> lp = torch.log(torch.tensor([[0.5, 0.2, 0.9]]))
-    >>> teacher = torch.log(torch.tensor([[0.25, 0.4, 0.1]]))
-    >>> mb = {"teacher_logprobs": teacher, "distill_mask": torch.tensor([[1.0, 1.0, 0.0]])}
-    >>> round(float(distill_term(lp, mb)), 4)
-    0.25
-    """
-    if estimator not in DISTILL_ESTIMATORS:
-        raise ValueError(f"distill_estimator must be one of {DISTILL_ESTIMATORS}, got {estimator!r}")
-    mask = mb["distill_mask"]
-    if not bool((mask > 0).any()):
-        return None
-    d = (mb["teacher_logprobs"] - lp) * mask
-    per_token = torch.exp(d) - d - 1.0 if estimator == "forward" else (-d).detach() * lp
-    return aggregate_loss(per_token, mask, "token-mean")
 
 
 def add_distill_targets(policy: HFPolicy, model: Any, config: TrainConfig, rollouts: Sequence[Rollout],

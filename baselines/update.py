@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from agentgym.baselines.backends import amp_dtype
-from agentgym.baselines.config import CRITIC_TRUNKS, LOSS_AGG_MODES, TrainConfig
+from agentgym.baselines.config import CRITIC_TRUNKS, DISTILL_ESTIMATORS, LOSS_AGG_MODES, TrainConfig
 from agentgym.baselines.rollout import Rollout, autocast
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "clip_bounds",
     "clipped_value_loss",
     "critic_values",
+    "distill_term",
     "entropy_band_penalty",
     "explained_variance",
     "forward_tokens",
@@ -403,6 +404,28 @@ def entropy_band_penalty(entropy: torch.Tensor, reference: float | None, kappa: 
     return kappa * torch.clamp((entropy - reference).abs() - delta, min=0.0)
 
 
+def distill_term(lp: torch.Tensor, mb: dict[str, torch.Tensor], estimator: str = "forward") -> torch.Tensor | None:
+    """HINT-SD's distillation loss of a minibatch (baselines/self_distill.py): with ``d = teacher_logprobs - lp`` on
+    the sampled tokens, ``exp(d) - d - 1`` (``"forward"``: its gradient on the student's own samples estimates that
+    of KL(teacher || student)) or ``stopgrad(-d) * lp`` (``"reverse"``: KL(student || teacher)), token-mean over
+    ``mb["distill_mask"]``; None when the minibatch has no targeted token (then nothing joins the loss).
+
+    >>> lp = torch.log(torch.tensor([[0.5, 0.2, 0.9]]))
+    >>> teacher = torch.log(torch.tensor([[0.25, 0.4, 0.1]]))
+    >>> mb = {"teacher_logprobs": teacher, "distill_mask": torch.tensor([[1.0, 1.0, 0.0]])}
+    >>> round(float(distill_term(lp, mb)), 4)
+    0.25
+    """
+    if estimator not in DISTILL_ESTIMATORS:
+        raise ValueError(f"distill_estimator must be one of {DISTILL_ESTIMATORS}, got {estimator!r}")
+    mask = mb["distill_mask"]
+    if not bool((mask > 0).any()):
+        return None
+    d = (mb["teacher_logprobs"] - lp) * mask
+    per_token = torch.exp(d) - d - 1.0 if estimator == "forward" else (-d).detach() * lp
+    return aggregate_loss(per_token, mask, "token-mean")
+
+
 def minibatch_loss(
     model: Any,
     value_head: torch.nn.Module | None,
@@ -450,8 +473,6 @@ def minibatch_loss(
     loss = aggregate_loss(per_token, mask, mode, config.norm_const)
     out = {"pg_loss": aggregate_loss(pg.detach(), mask, mode, config.norm_const), "kl_ref": kl_ref}
     if "distill_mask" in mb and config.distill_coef > 0:  # HINT-SD (baselines/self_distill.py): targeted tokens only
-        from agentgym.baselines.self_distill import distill_term
-
         distill = distill_term(lp, mb, config.distill_estimator)
         if distill is not None:  # a minibatch without targeted tokens leaves the loss as it is
             loss = loss + config.distill_coef * distill
