@@ -158,19 +158,23 @@ def select_turns(rollouts: Sequence[Rollout], selector: str, signal: TurnSignal 
     return out
 
 
-def hindsight_feedback(rollout: Rollout, turn: int) -> str:
-    """What went wrong at ``turn``, for the teacher: the reply, the env's parse error, and the gold option where the
-    env gives one per turn (the diagnostics' ``reset_info["gold"]``: ``choices``, one per stage, beside ``decisive``),
-    else the env's reply.
+def hindsight_feedback(rollout: Rollout, turn: int, quote_action: bool = False) -> str:
+    """What went wrong at ``turn``, for the teacher: that the reply was wrong, the env's parse error, and the gold
+    option where the env gives one per turn (the diagnostics' ``reset_info["gold"]``: ``choices``, one per stage,
+    beside ``decisive``), else the env's reply. ``quote_action``: also quote the failed reply (off: a small policy
+    shown its failed reply as the teacher copies it, which raises the failed action's probability instead).
 
     >>> r = Rollout([], actions=["<answer> blue </answer>"], infos=[{"correct": False}],
     ...             observations=[[{"role": "user", "content": "Turn 2/2."}]],
     ...             reset_info={"gold": {"choices": ["red", "pink"], "decisive": [True, True]}})
     >>> hindsight_feedback(r, 0)
-    "Hindsight feedback: your reply '<answer> blue </answer>' at this turn was wrong. The right option here was 'red'."
+    "Hindsight feedback: your reply at this turn was wrong. The right option here was 'red'."
+    >>> hindsight_feedback(r, 0, quote_action=True).split(". ")[0]
+    "Hindsight feedback: your reply '<answer> blue </answer>' at this turn was wrong"
     """
     info = rollout.infos[turn]
-    parts = [f"{FEEDBACK_HEAD} your reply {rollout.actions[turn].strip()!r} at this turn was wrong."]
+    quoted = f" {rollout.actions[turn].strip()!r}" if quote_action else ""
+    parts = [f"{FEEDBACK_HEAD} your reply{quoted} at this turn was wrong."]
     if info.get("parse_error"):
         parts.append(f"It was invalid: {info['parse_error']}")
     gold = rollout.reset_info.get("gold")
@@ -300,9 +304,10 @@ METHODS: tuple[Method, ...] = (
                     "signal; self_distill='rule'), or the first turn a judge answers yes to 'is this the turn where "
                     "it went wrong?' over the whole failed episode (self_distill='judge', distill_judge: 'rule' or "
                     "an endpoint); a missing verdict before the first yes leaves the episode without a target",
-                    "feedback: the reply, the env's parse error, and the gold option where the env gives one per "
-                    "turn (the diagnostics), else the env's reply; appended to the last observation before t* in "
-                    "the teacher's context only",
+                    "feedback: 'your reply at this turn was wrong', the env's parse error, and the gold option "
+                    "where the env gives one per turn (the diagnostics), else the env's reply; appended to the last "
+                    "observation before t* in the teacher's context only; the failed reply is not quoted (a small "
+                    "teacher copies it)",
                     "teacher: the policy the iteration starts from (no gradient), scored once after the rollouts",
                     "loss: distill_coef x token-mean over t*'s action tokens of exp(d) - d - 1, d = log pi_T - "
                     "log pi_S of the sampled token (gradient: KL(teacher || student)); distill_estimator='reverse': "

@@ -118,9 +118,11 @@ def test_judge_selector_rule_judge_reduces_to_the_rule():
 
 def test_feedback_names_the_gold_or_the_env_reply():
     ep = _episode([{"correct": True}, {"correct": False, "parse_error": "'x' is not one of the options."}])
-    assert hindsight_feedback(ep, 1) == ("Hindsight feedback: your reply '<answer> a1 </answer>' at this turn was "
-                                         "wrong. It was invalid: 'x' is not one of the options. The right option "
-                                         "here was 'blue'.")  # fmt: skip
+    assert hindsight_feedback(ep, 1) == ("Hindsight feedback: your reply at this turn was wrong. It was invalid: 'x' "
+                                         "is not one of the options. The right option here was 'blue'.")  # fmt: skip
+    assert hindsight_feedback(ep, 1, quote_action=True).startswith(
+        "Hindsight feedback: your reply '<answer> a1 </answer>' at this turn was wrong. It was invalid: "
+    )
     no_gold = _episode([{"action_valid": False}], reset_info={})
     no_gold.observations[0] = [{"role": "tool", "content": "Error: unknown function 'fly'."}]
     assert hindsight_feedback(no_gold, 0).endswith("The environment answered: Error: unknown function 'fly'.")
