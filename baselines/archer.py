@@ -353,9 +353,9 @@ def archer_train_iteration(state: TrainState, config: TrainConfig, it: int, meth
     held_out: dict[str, float] = {}
     if played and len(arch.buffer):  # the critic on turns it has not trained on: Q against the return-to-go
         qv = actor_advantages(arch.critic, model, played, pad, amp)
-        q = np.array([q for turns in qv for q, _ in turns])
+        qs = np.array([q for turns in qv for q, _ in turns])
         g = np.concatenate([returns_to_go(rw, config.gamma) for rw in rewards])
-        held_out = {"archer_q_ev": explained_variance(q, g), "archer_q_mae": float(np.abs(q - g).mean())}
+        held_out = {"archer_q_ev": explained_variance(qs, g), "archer_q_mae": float(np.abs(qs - g).mean())}
     arch.buffer.add([tr for r, rw in zip(played, rewards, strict=True) for tr in transitions(r, rw)])
     valid = [bool(i.get("action_valid", True)) for r in rollouts for i in r.infos] or [True]
     metrics: dict[str, Any] = {
