@@ -61,6 +61,7 @@ __all__ = [
     "distill_term",
     "hindsight_feedback",
     "judge_questions",
+    "probe_teacher",
     "rule_turn",
     "select_turns",
     "student_context",
@@ -292,6 +293,31 @@ def add_distill_targets(policy: HFPolicy, model: Any, config: TrainConfig, rollo
     if gap.numel():  # < 0: the feedback makes the teacher less sure of the failed action than the student was
         metrics["distill_teacher_gap"] = float(gap.mean())
     return metrics
+
+
+def probe_teacher(policy: HFPolicy, model: Any, rollouts: Sequence[Rollout], signal: TurnSignal | None,
+                  temperature: float = 1.0, quote_action: bool = False) -> dict[str, float]:  # fmt: skip
+    """Is the policy shown the feedback a better teacher than itself? On the failed ``rollouts`` whose t* (the rule's)
+    has a gold option (the diagnostics), the mean log-probability of ``<answer> gold </answer>`` and of the sampled
+    action of t*, after the student's context and after the teacher's; ``failures`` counts the rollouts probed.
+    HINT-SD helps only where ``teacher_gold`` > ``student_gold`` (docs/self-distill.md, 'What it does on Chain-v0
+    with small models')."""
+    rows = []
+    for r in rollouts:
+        t = None if r.success or not r.actions else rule_turn(r, signal)
+        gold = r.reset_info.get("gold")
+        choices = gold.get("choices") if isinstance(gold, dict) else None
+        if t is None or not isinstance(choices, (list, tuple)) or t >= len(choices) or choices[t] is None:
+            continue
+        gold_ids = policy.encode(f"<answer> {choices[t]} </answer>")
+        sampled = r.response_ids[slice(*r.turn_spans[t])]
+        ctx = [student_context(r, t), teacher_context(policy, r, t, hindsight_feedback(r, t, quote_action))]
+        lps = teacher_logprobs(model, ctx * 2, [gold_ids, gold_ids, sampled, sampled], temperature,
+                               policy.tokenizer.pad_token_id)  # fmt: skip
+        rows.append([sum(x) for x in lps])
+    keys = ("student_gold", "teacher_gold", "student_failed", "teacher_failed")
+    means = np.mean(np.array(rows), axis=0) if rows else [float("nan")] * 4
+    return {"failures": float(len(rows)), **{k: float(v) for k, v in zip(keys, means, strict=True)}}
 
 
 METHODS: tuple[Method, ...] = (

@@ -213,6 +213,18 @@ def test_feedback_is_only_in_the_teacher_context(chain_rollouts):
     assert torch.equal(batch["input_ids"], ids_before)
 
 
+def test_probe_teacher(chain_rollouts):
+    config, state, rollouts = chain_rollouts
+    out = sd.probe_teacher(state.policy, state.model, rollouts, config.turn_signal, config.temperature)
+    assert out["failures"] == sum(not r.success for r in rollouts) > 0
+    assert all(math.isfinite(out[k]) and out[k] < 0 for k in ("student_gold", "teacher_gold", "student_failed"))
+    # the student's side is the rollout's own log-probs of t*'s tokens
+    r = next(r for r in rollouts if not r.success)
+    t = rule_turn(r, config.turn_signal)
+    mine = sd.probe_teacher(state.policy, state.model, [r], config.turn_signal, config.temperature)
+    assert math.isclose(mine["student_failed"], sum(r.rollout_logprobs[slice(*r.turn_spans[t])]), abs_tol=1e-3)
+
+
 def _params(model) -> list[torch.Tensor]:
     return [p.detach().clone() for p in model.parameters()]
 
