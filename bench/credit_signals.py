@@ -77,8 +77,9 @@ def arm_table(judge_url: str | None) -> dict[str, dict[str, Any]]:
         table[f"mt_grpo@{name}"] = {**mt, "turn_signal_flip": rate}
         if name != "flip50":
             table[f"progress_td@{name}"] = {**ptd, "signal_progress_coef": 1.0, "turn_signal_flip": rate}
-    for name, judge in judges.items():
-        verdicts = {"scorer": "turn_verdict", "scorer_kwargs": {"judge": judge}, "turn_signal_source": "scorer"}
+    for name, judge in judges.items():  # the judge reads the turn it judges, not the whole conversation (PLAN.md)
+        kwargs = {"judge": judge, "context": "turn"}
+        verdicts = {"scorer": "turn_verdict", "scorer_kwargs": kwargs, "turn_signal_source": "scorer"}
         table[f"mt_grpo@{name}"] = {**mt, **verdicts}
         table[f"progress_td@{name}"] = {**ptd, **verdicts, "signal_progress_coef": 1.0}
     for name, card in LEARNED.items():

@@ -572,10 +572,16 @@ class TurnVerdictScorer(TurnScorer):
     signal_key: str = ""
     signal_mode: Literal["value", "delta"] = "value"
     gold_chars: int = 4000
+    #: "conversation": the judge reads everything up to the turn and the env's reply to it; "turn": only the
+    #: observation the turn answered, the turn and the env's reply (a judge call costs per prompt token: at H = 16
+    #: the whole conversation is about 8x the last turn's context)
+    context: Literal["conversation", "turn"] = "conversation"
     name: str = "turn_verdict"
 
     def __post_init__(self) -> None:
         TurnSignal("x", self.signal_mode)  # checks the mode
+        if self.context not in ("conversation", "turn"):
+            raise ValueError(f"context must be 'conversation' or 'turn', got {self.context!r}")
         if self.gold_chars < 0:
             raise ValueError(f"gold_chars must be >= 0, got {self.gold_chars}")
 
@@ -584,7 +590,11 @@ class TurnVerdictScorer(TurnScorer):
         gold = ""
         if self.show_gold and "gold" in traj.reset_info:
             gold = GOLD_PROMPT.format(gold=render_gold(traj.reset_info["gold"], self.gold_chars))
-        conversation = render_conversation(conversation_until(traj, turn))
+        messages = conversation_until(traj, turn)
+        if self.context == "turn":  # the observation answered (the reset's or the previous step's), the turn, the reply
+            seen = traj.initial_observation if turn == 0 else traj.turns[turn - 1].observation
+            messages = [*seen, {"role": "assistant", "content": traj.turns[turn].action}, *traj.turns[turn].observation]
+        conversation = render_conversation(messages)
         return TURN_PROMPT.format(gold=gold, conversation=conversation, rubric=self.rubric.strip())
 
     def questions(self, traj: Trajectory) -> list[Question]:

@@ -547,6 +547,25 @@ def test_gold_reaches_the_judge_never_the_policy():
         assert all(gold not in question.prompt and "reference solution" not in question.prompt for question in hidden)
 
 
+def test_turn_context_shows_the_judge_only_the_turn():
+    """context="turn": the judge reads the observation the turn answered, the turn and the env's reply (and the
+    gold), none of the earlier turns; the rule judge's verdicts are the same."""
+    env = gym.make("agentgym/Chain-v0", horizon=4)
+    traj = run_episode(env, make_agent("random", env), seed=3)
+    env.close()
+    full, short = TurnVerdictScorer(RuleJudge()), TurnVerdictScorer(RuleJudge(), context="turn")
+    for t, turn in enumerate(traj.turns):
+        prompt = short.prompt(traj, t)
+        answered = (traj.initial_observation if t == 0 else traj.turns[t - 1].observation)[-1]["content"]
+        reply = turn.observation[-1]["content"] if turn.observation else ""  # the last step's reply may be empty
+        assert answered in prompt and turn.action in prompt and reply in prompt
+        assert all(f"Turn {k + 1}/4." not in prompt for k in range(t))  # no earlier stage is shown
+        assert len(prompt) < len(full.prompt(traj, t)) or t == 0
+    assert [s.rewards for s in short([traj])] == [s.rewards for s in full([traj])]
+    with pytest.raises(ValueError, match="context"):
+        TurnVerdictScorer(RuleJudge(), context="all")
+
+
 def test_turn_verdict_prompt_worked_example():
     """One Chain-v0 turn, its prompt and its verdict by hand."""
     env = gym.make("agentgym/Chain-v0", horizon=2)
