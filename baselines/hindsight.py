@@ -33,7 +33,8 @@ One iteration of the trainer's HeRL mode (``TrainConfig.herl``), read top to bot
 >>> guided_messages([{"role": "user", "content": "Pick a colour."}], ["At turn 1 the agent answered red."],
 ...                 ["<answer> blue </answer>"])[0]["content"].splitlines()[-3:]
 ['It missed these criteria:', '- At turn 1 the agent answered red.', 'Try the task again and meet every criterion.']
->>> truncated_weights([math.log(0.5), math.log(0.1)], [math.log(0.25), math.log(0.2)], 1.5).tolist()
+>>> weights = truncated_weights([math.log(0.5), math.log(0.1)], [math.log(0.25), math.log(0.2)], 1.5)
+>>> [round(float(w), 12) for w in weights]
 [1.5, 0.5]
 """
 

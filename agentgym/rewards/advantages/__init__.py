@@ -34,6 +34,7 @@ from agentgym.rewards.advantages.anchor_groups import gigpo
 from agentgym.rewards.advantages.base import EstimatorSpec, group_zscore
 from agentgym.rewards.advantages.batch import PHASES, TurnBatch
 from agentgym.rewards.advantages.dual_track import dual_track_advantages, exploration_reward, turn_phases
+from agentgym.rewards.advantages.faith import faith_advantages, geometric_reward, modulate
 from agentgym.rewards.advantages.gae import masked_whiten, token_gae, token_gae_torch, turn_gae
 from agentgym.rewards.advantages.gopo import gopo_advantages, gopo_turns, mean_ranks
 from agentgym.rewards.advantages.group import dr_grpo, grpo, rloo
@@ -92,7 +93,9 @@ __all__ = [
     "dual_track_advantages",
     "expert_references",
     "exploration_reward",
+    "faith_advantages",
     "flip_signals",
+    "geometric_reward",
     "get_estimator",
     "gigpo",
     "gopo_advantages",
@@ -107,6 +110,7 @@ __all__ = [
     "masked_whiten",
     "matchtir_dual",
     "mean_ranks",
+    "modulate",
     "mt_grpo",
     "normalize_turn_returns",
     "observation_anchors",
