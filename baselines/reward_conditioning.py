@@ -29,12 +29,11 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from agentgym.baselines.backends import amp_dtype
 from agentgym.baselines.checkpoint import TrainState
 from agentgym.baselines.config import TrainConfig
 from agentgym.baselines.credit import EnvMaker
 from agentgym.baselines.rollout import HFPolicy, Rollout, derive_seed, run_episodes
-from agentgym.baselines.update import aggregate_loss, forward_tokens, make_batch
+from agentgym.baselines.warmup import sft_update
 from agentgym.contract.trajectory import Trajectory
 from agentgym.rewards.catalogue import Method
 from agentgym.rewards.papers import cite
@@ -256,24 +255,7 @@ def sft_step_on(state: TrainState, config: TrainConfig, examples: Sequence[Rollo
     tokens (the trainer's warm-start loss, ``warmup.sft_step``, on given data); returns the loss."""
     if not examples:
         raise ValueError("no SFT examples")
-    device = next(state.model.parameters()).device
-    batch = {k: v.to(device) for k, v in make_batch(list(examples), state.tokenizer.pad_token_id).items()}
-    state.model.train()
-    lp, _, _ = forward_tokens(state.model, batch["input_ids"], batch["attention_mask"], 1.0,
-                              token_mask=batch["loss_mask"] > 0, amp=amp_dtype(config))  # fmt: skip
-    loss = -aggregate_loss(lp, batch["loss_mask"], "token-mean")
-    state.optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_([p for g in state.optimizer.param_groups for p in g["params"]], config.max_grad_norm)
-    lrs = [g["lr"] for g in state.optimizer.param_groups]
-    for g in state.optimizer.param_groups:
-        g["lr"] = config.sft_lr if config.sft_lr is not None else config.lr
-    state.optimizer.step()
-    for g, lr in zip(state.optimizer.param_groups, lrs, strict=True):
-        g["lr"] = lr
-    state.policy.mark_stale()
-    state.model.eval()
-    return float(loss.detach())
+    return sft_update(state, config, list(examples))
 
 
 METHODS: tuple[Method, ...] = (

@@ -17,7 +17,7 @@ from agentgym.baselines.backends import amp_dtype
 from agentgym.baselines.checkpoint import TrainState
 from agentgym.baselines.config import TrainConfig
 from agentgym.baselines.credit import EnvMaker, compute_advantages, training_rollouts
-from agentgym.baselines.rollout import demonstration_episode, derive_seed
+from agentgym.baselines.rollout import Rollout, demonstration_episode, derive_seed
 from agentgym.baselines.update import (
     TrunkValueHead,
     aggregate_loss,
@@ -62,8 +62,15 @@ def sft_step(state: TrainState, config: TrainConfig, it: int, step: int) -> floa
     found = [d for d in demos if d is not None]
     if not found:
         raise ValueError(f"{config.env_id} gives no demonstrations (it has no oracle agent)")
+    return sft_update(state, config, found)
+
+
+def sft_update(state: TrainState, config: TrainConfig, rollouts: list[Rollout]) -> float:
+    """One supervised step on ``rollouts``: the mean negative log-likelihood of their action tokens, at ``sft_lr``
+    (else ``lr``), gradients clipped at ``max_grad_norm``; the optimizer's learning rates are restored after it.
+    Returns the loss."""
     device = next(state.model.parameters()).device
-    batch = {k: v.to(device) for k, v in make_batch(found, state.tokenizer.pad_token_id).items()}
+    batch = {k: v.to(device) for k, v in make_batch(rollouts, state.tokenizer.pad_token_id).items()}
     state.model.train()
     lp, _, _ = forward_tokens(state.model, batch["input_ids"], batch["attention_mask"], 1.0,
                               token_mask=batch["loss_mask"] > 0, amp=amp_dtype(config))  # fmt: skip
