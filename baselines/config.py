@@ -19,6 +19,7 @@ import json
 import os
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -76,6 +77,18 @@ SELF_DISTILL_SELECTORS = ("rule", "judge")
 DISTILL_ESTIMATORS = ("forward", "reverse")
 #: Where the rollout envs live: ``"list"`` (stepped in the trainer's thread) or an ``agentgym.running.pool`` kind.
 ENV_POOLS = ("list", *POOLS)
+
+
+def refuse_with(mode: str, why: str, clashes: Mapping[str, object]) -> None:
+    """Refuse a mode's clashing settings: ``ValueError`` naming each of ``clashes`` that is set (truthy), and why.
+
+    >>> refuse_with("herl", "resamples in this process", {"branch_k": 2, "env_pool 'ray'": False})
+    Traceback (most recent call last):
+    ValueError: herl resamples in this process: it cannot run with branch_k
+    """
+    named = [name for name, on in clashes.items() if on]
+    if named:
+        raise ValueError(f"{mode} {why}: it cannot run with {', '.join(named)}")
 
 
 @dataclass
@@ -412,9 +425,16 @@ class TrainConfig:
         if self.herl_k < 1 or (self.herl_is_clip is not None and not self.herl_is_clip > 0):
             raise ValueError(f"herl_k must be >= 1 and herl_is_clip > 0 or None, got {self.herl_k} and "
                              f"{self.herl_is_clip}")  # fmt: skip
-        if self.env_pool != "list" or self.branch_k or self.reward_conditioning or self.algo in ("ipr", "archer"):
-            raise ValueError("herl resamples on spare envs in this process: it needs env_pool 'list', no branch_k, no "
-                             "reward_conditioning and an algo other than ipr or archer")  # fmt: skip
+        refuse_with(
+            "herl",
+            "resamples on spare envs in this process for a policy-gradient update",
+            {
+                f"env_pool {self.env_pool!r}": self.env_pool != "list",
+                "branch_k": self.branch_k,
+                "reward_conditioning": self.reward_conditioning,
+                f"algo {self.algo!r}": self.algo in ("ipr", "archer"),
+            },
+        )
         if self.old_logprobs != "recompute":
             raise ValueError("herl weighs guided tokens by pi(a|unguided) / pi(a|guided): it needs old_logprobs "
                              "'recompute' (the unguided log-probs)")  # fmt: skip
@@ -431,11 +451,15 @@ class TrainConfig:
         """The scorer, ``reward_wrappers``, ``shaping_schedule``, EPO's, A^2TGPO's and RC-GRPO's knobs."""
         if self.herl:  # HeRL's knobs (baselines/hindsight.py)
             self._check_herl()
-        if self.reward_conditioning and (self.group_size < 2 or not 0.0 < self.rc_high_share < 1.0
-                                         or self.rollout_backend != "hf" or self.branch_k):  # fmt: skip
-            raise ValueError(f"reward_conditioning needs group_size >= 2, rc_high_share in (0, 1), rollout_backend "
-                             f"'hf' and no branch_k, got {self.group_size}, {self.rc_high_share}, "
-                             f"{self.rollout_backend!r} and {self.branch_k}")  # fmt: skip
+        if self.reward_conditioning:
+            if self.group_size < 2 or not 0.0 < self.rc_high_share < 1.0:
+                raise ValueError(f"reward_conditioning needs group_size >= 2 and rc_high_share in (0, 1), got "
+                                 f"{self.group_size} and {self.rc_high_share}")  # fmt: skip
+            refuse_with(
+                "reward_conditioning",
+                "writes its reward token into the HF loop's prompts",
+                {f"rollout_backend {self.rollout_backend!r}": self.rollout_backend != "hf", "branch_k": self.branch_k},
+            )
         if self.scorer_fusion not in SCORER_FUSIONS or self.infopo_tau <= 0:
             raise ValueError(f"scorer_fusion must be one of {SCORER_FUSIONS} and infopo_tau > 0, got "
                              f"{self.scorer_fusion!r} and {self.infopo_tau}")  # fmt: skip
@@ -503,9 +527,15 @@ class TrainConfig:
                              f"{self.distill_estimator!r}")  # fmt: skip
         if self.distill_coef < 0:
             raise ValueError(f"distill_coef must be >= 0, got {self.distill_coef}")
-        if self.algo in ("ipr", "archer") or self.branch_k or self.reward_conditioning:
-            raise ValueError("self_distill distils on the main rollouts of a policy-gradient algo: no ipr, archer, "
-                             "branch_k or reward_conditioning")  # fmt: skip
+        refuse_with(
+            "self_distill",
+            "distils on the main rollouts of a policy-gradient algo",
+            {
+                f"algo {self.algo!r}": self.algo in ("ipr", "archer"),
+                "branch_k": self.branch_k,
+                "reward_conditioning": self.reward_conditioning,
+            },
+        )
         try:
             make_judge(self.distill_judge, check_only=True)
         except ValueError as exc:
@@ -544,12 +574,19 @@ class TrainConfig:
 
     def _check_archer(self) -> None:
         """ArCHer's knobs: its own critic's advantages, no estimator's or branches'."""
-        if (self.estimator is not None or self.estimator_kwargs or self.branch_k or self.dynamic_sampling
-                or self.scorer is not None):  # fmt: skip
-            raise ValueError("algo 'archer' trains on its critic's Q - V: no estimator, estimator_kwargs, branch_k, "
-                             "scorer or dynamic_sampling")  # fmt: skip
-        if self.reward_conditioning or self.think_intervention:
-            raise ValueError("algo 'archer' takes neither reward_conditioning nor think_intervention")
+        refuse_with(
+            "algo 'archer'",
+            "trains on its own critic's Q - V",
+            {
+                "estimator": self.estimator is not None,
+                "estimator_kwargs": self.estimator_kwargs,
+                "branch_k": self.branch_k,
+                "scorer": self.scorer is not None,
+                "dynamic_sampling": self.dynamic_sampling,
+                "reward_conditioning": self.reward_conditioning,
+                "think_intervention": self.think_intervention,
+            },
+        )
         if min(self.archer_buffer, self.archer_batch) < 1 or self.archer_critic_steps < 0 or self.archer_hidden < 0:
             raise ValueError("archer_buffer and archer_batch must be >= 1, archer_critic_steps and archer_hidden >= 0")
         if not 0.0 < self.archer_tau <= 1.0 or self.archer_critic_lr <= 0 or self.archer_warmup < 0:
@@ -561,12 +598,19 @@ class TrainConfig:
 
     def _check_ipr(self) -> None:
         """IPR's knobs: it forks envs in this process with the HF loop and trains no estimator's advantages."""
-        if self.estimator is not None or self.estimator_kwargs or self.branch_k or self.scorer is not None:
-            raise ValueError("algo 'ipr' trains on its own expert-path pairs: no estimator, estimator_kwargs, branch_k "
-                             "or scorer")  # fmt: skip
-        if self.env_pool != "list" or self.rollout_backend != "hf" or self.dynamic_sampling:
-            raise ValueError("algo 'ipr' forks envs in this process with the HF loop: it needs env_pool 'list' and "
-                             "rollout_backend 'hf', without dynamic_sampling")  # fmt: skip
+        refuse_with(
+            "algo 'ipr'",
+            "trains on its own expert-path pairs, forking envs in this process with the HF loop",
+            {
+                "estimator": self.estimator is not None,
+                "estimator_kwargs": self.estimator_kwargs,
+                "branch_k": self.branch_k,
+                "scorer": self.scorer is not None,
+                f"env_pool {self.env_pool!r}": self.env_pool != "list",
+                f"rollout_backend {self.rollout_backend!r}": self.rollout_backend != "hf",
+                "dynamic_sampling": self.dynamic_sampling,
+            },
+        )
         if self.ipr_k < 1 or self.ipr_beta <= 0 or self.ipr_sft_coef < 0:
             raise ValueError(f"ipr_k must be >= 1, ipr_beta > 0 and ipr_sft_coef >= 0, got {self.ipr_k}, "
                              f"{self.ipr_beta} and {self.ipr_sft_coef}")  # fmt: skip

@@ -22,8 +22,10 @@ sum to the total.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
 from agentgym.contract.trajectory import Trajectory
 
@@ -69,6 +71,44 @@ class TurnScorer:
             if len(s.rewards) != len(t.turns):
                 raise ValueError(f"{self.name}: {len(s.rewards)} rewards for {len(t.turns)} turns")
         return scores
+
+
+T = TypeVar("T")
+
+
+@dataclass
+class Replay(Generic[T]):
+    """The bounded fit data a persistent scorer keeps across iterations: the newest ``capacity`` items (the oldest
+    dropped first), saved with the trainer's checkpoint through the scorer's ``state_dict``.
+
+    >>> r = Replay[int](2)
+    >>> r.extend([1, 2, 3]); list(r), r.state_dict()
+    ([2, 3], [2, 3])
+    """
+
+    capacity: int
+    _items: deque[T] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.capacity < 1:
+            raise ValueError(f"a replay holds at least 1 item, got capacity {self.capacity}")
+        self._items = deque(maxlen=self.capacity)
+
+    def extend(self, items: Iterable[T]) -> None:
+        self._items.extend(items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Iterator[T]:
+        return iter(self._items)
+
+    def state_dict(self) -> list[Any]:
+        return list(self._items)
+
+    def load_state_dict(self, items: Iterable[T]) -> None:
+        """Restore ``state_dict()``'s items (keeping the newest ``capacity``)."""
+        self._items = deque(items, maxlen=self.capacity)
 
 
 def annotate(group: Sequence[Trajectory], scores: Sequence[TurnScores], *, strict: bool = True) -> list[Trajectory]:

@@ -30,7 +30,6 @@ LLM wrote offline) plugs in the same way.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -42,7 +41,7 @@ from agentgym.rewards.base import TurnScorer, TurnScores
 from agentgym.rewards.catalogue import Method
 from agentgym.rewards.judge import conversation_until, render_conversation
 from agentgym.rewards.papers import cite
-from agentgym.rewards.verdicts import Judge, Question, RuleJudge, Verdict
+from agentgym.rewards.verdicts import Judge, Question, RuleJudge, Verdict, grounded
 
 Assign = Literal["end", "turn"]
 Scope = Literal["agent", "all"]
@@ -80,21 +79,6 @@ class Checklist:
 
 
 ChecklistBuilder = Callable[[Trajectory], Sequence[Checklist]]
-
-_SPACE = re.compile(r"\s+")
-
-
-def _norm(text: str) -> str:
-    return _SPACE.sub(" ", text).strip().casefold()
-
-
-def grounded(span: str | None, text: str) -> bool:
-    """Whether the quoted ``span`` occurs in ``text`` (whitespace collapsed, any case); an empty span never does.
-
-    >>> grounded("balance is  $12", "The Balance is $12.00."), grounded("balance is $13", "The balance is $12.00.")
-    (True, False)
-    """
-    return span is not None and bool(_norm(span)) and _norm(span) in _norm(text)
 
 
 def evidence_text(traj: Trajectory, turn: int, scope: Scope = "agent") -> str:
@@ -259,7 +243,7 @@ def checklist_builder(checklists: str | ChecklistBuilder) -> ChecklistBuilder:
 
 def rule_judge() -> Judge:
     """The default judge of the checklist methods: :class:`RuleJudge` (the verified variant)."""
-    return RuleJudge()  # type: ignore[return-value]  # frozen: its name is read-only, which the protocol allows to read
+    return RuleJudge()
 
 
 @dataclass

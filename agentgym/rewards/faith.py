@@ -28,16 +28,15 @@ rendered). A verdict the judge could not give makes the turn invalid (NaN), neve
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from agentgym.contract.trajectory import Trajectory
 from agentgym.grading.answers import normalize_answer
 from agentgym.rewards.base import TurnScorer, TurnScores
-from agentgym.rewards.verdicts import Judge, Question, RuleJudge
+from agentgym.rewards.verdicts import Judge, Question, RuleJudge, ask_each, verdict_errors, verdict_values
 
 _TAG = re.compile(r"<(answer|search)>(.*?)</\1>", re.DOTALL | re.IGNORECASE)
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL | re.IGNORECASE)
@@ -173,7 +172,7 @@ class StepSupport(TurnScorer):
         if not (0.0 <= self.min_share <= 1.0 and 0.0 <= self.min_share_search <= 1.0):
             raise ValueError(f"min_share and min_share_search must lie in [0, 1], got {self.min_share}, "
                              f"{self.min_share_search}")  # fmt: skip
-        self._judge = self.judge if self.judge is not None else cast(Judge, RuleJudge())  # a frozen name: read-only
+        self._judge = self.judge if self.judge is not None else RuleJudge()
 
     def questions(self, traj: Trajectory) -> list[Question]:
         """One yes/no question per turn; its rule is the verified rule over the evidence before the turn (+ gold)."""
@@ -192,12 +191,8 @@ class StepSupport(TurnScorer):
         return out
 
     def score_group(self, group: Sequence[Trajectory]) -> list[TurnScores]:
-        asked = [self.questions(traj) for traj in group]
-        verdicts = iter(self._judge.ask([q for qs in asked for q in qs]))
         out = []
-        for qs in asked:
-            vs = [next(verdicts) for _ in qs]
-            rewards = [math.nan if v.value is None else float(v.value) for v in vs]  # type: ignore[arg-type]
-            errors = {str(t): v.error for t, v in enumerate(vs) if v.error is not None}
-            out.append(TurnScores(self.name, rewards, extras={"errors": errors} if errors else {}))
+        for vs in ask_each(self._judge, [self.questions(traj) for traj in group]):
+            errors = verdict_errors(vs)
+            out.append(TurnScores(self.name, verdict_values(vs), extras={"errors": errors} if errors else {}))
         return out

@@ -38,7 +38,6 @@ from __future__ import annotations
 import math
 import re
 import zlib
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -46,7 +45,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from agentgym.contract.trajectory import Trajectory
-from agentgym.rewards.base import TurnScorer, TurnScores
+from agentgym.rewards.base import Replay, TurnScorer, TurnScores
 from agentgym.rewards.catalogue import Method
 from agentgym.rewards.papers import cite
 from agentgym.rewards.process import outcome_of
@@ -84,7 +83,7 @@ class GELIScorer(TurnScorer):
     name: str = "geli"
     theta: np.ndarray | None = field(default=None, init=False, repr=False)
     last_fit: dict[str, float] = field(default_factory=dict, init=False)
-    _memory: deque[Dialogue] = field(init=False, repr=False)
+    _memory: Replay[Dialogue] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.features = tuple(self.features)
@@ -93,12 +92,21 @@ class GELIScorer(TurnScorer):
             raise ValueError(f"unknown features {bad}; known: {', '.join(FEATURES)} and 'info:KEY'")
         if self.lam < 0 or self.ridge < 0 or self.dim < 1 or self.replay < 1:
             raise ValueError("need lam >= 0, ridge >= 0, dim >= 1 and replay >= 1")
-        self._memory = deque(maxlen=self.replay)
+        self._memory = Replay(self.replay)
 
     @property
     def memory(self) -> int:
         """How many dialogues the replay holds (at most ``replay``)."""
         return len(self._memory)
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs (the trainer saves it beside each checkpoint): the replay and the fit."""
+        return {"memory": self._memory.state_dict(), "theta": self.theta, "last_fit": dict(self.last_fit)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore ``state_dict()``'s replay (the newest ``replay`` dialogues) and fit."""
+        self._memory.load_state_dict(state["memory"])
+        self.theta, self.last_fit = state["theta"], dict(state.get("last_fit", {}))
 
     # ------------------------------------------------------------------------------------------- features
 
@@ -178,10 +186,9 @@ class GELIScorer(TurnScorer):
     def score_groups(self, groups: Sequence[Sequence[Trajectory]]) -> list[list[TurnScores]]:
         """Add the batch's dialogues to the replay, refit on the replay, then score every trajectory."""
         feats = [[self.turn_features(traj) for traj in group] for group in groups]
-        for group, xs in zip(groups, feats, strict=True):
-            for traj, x in zip(group, xs, strict=True):
-                if traj.turns:
-                    self._memory.append(Dialogue(x, outcome_of(traj, self.outcome), self.local(traj)))
+        self._memory.extend(Dialogue(x, outcome_of(traj, self.outcome), self.local(traj))
+                            for group, xs in zip(groups, feats, strict=True)
+                            for traj, x in zip(group, xs, strict=True) if traj.turns)  # fmt: skip
         if self._memory:
             self.theta = self.fit(list(self._memory))
         out = []

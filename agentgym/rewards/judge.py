@@ -47,7 +47,17 @@ from agentgym.rewards.advantages.signals import TURN_SIGNALS, SignalMode, TurnSi
 from agentgym.rewards.base import ScorerError, TurnScorer, TurnScores
 from agentgym.rewards.catalogue import Method
 from agentgym.rewards.papers import cite
-from agentgym.rewards.verdicts import Judge, Question, Value, Verdict, check_value
+from agentgym.rewards.verdicts import (
+    Judge,
+    Question,
+    Value,
+    Verdict,
+    ask_each,
+    check_value,
+    grounded,
+    verdict_errors,
+    verdict_values,
+)
 from agentgym.tools.llm import LLMClient, LLMError
 
 Message = dict[str, Any]
@@ -287,19 +297,6 @@ def parse_evidence(text: str) -> str | None:
     """
     matches = _EVIDENCE.findall(text)
     return matches[-1].strip() if matches else None
-
-
-def _normalise(text: str) -> str:
-    return " ".join(text.split()).casefold()
-
-
-def grounded(evidence: str, context: str) -> bool:
-    """Whether ``evidence`` occurs in ``context`` (case and runs of whitespace ignored).
-
-    >>> grounded("the  Capital", "Paris is the capital of France."), grounded("Lyon", "Paris")
-    (True, False)
-    """
-    return bool(evidence.strip()) and _normalise(evidence) in _normalise(context)
 
 
 def yes_no_probabilities(top: Sequence[Mapping[str, Any]]) -> tuple[float, float]:
@@ -604,15 +601,10 @@ class TurnVerdictScorer(TurnScorer):
                 for t, s in enumerate(signals)]  # fmt: skip
 
     def score_group(self, group: Sequence[Trajectory]) -> list[TurnScores]:
-        asked = [self.questions(traj) for traj in group]
-        verdicts = iter(self.judge.ask([q for qs in asked for q in qs]))
         out = []
-        for qs in asked:
-            vs = [next(verdicts) for _ in qs]
-            rewards = [math.nan if v.value is None else float(v.value) for v in vs]  # type: ignore[arg-type]
-            errors = {str(t): v.error for t, v in enumerate(vs) if v.error is not None}
-            extras = {"replies": [v.reply for v in vs], "errors": errors}
-            out.append(TurnScores(self.name, rewards, [v.ok for v in vs], extras))
+        for vs in ask_each(self.judge, [self.questions(traj) for traj in group]):
+            extras = {"replies": [v.reply for v in vs], "errors": verdict_errors(vs)}
+            out.append(TurnScores(self.name, verdict_values(vs), [v.ok for v in vs], extras))
         return out
 
 

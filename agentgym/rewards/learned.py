@@ -42,7 +42,6 @@ import json
 import math
 import re
 import zlib
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -51,7 +50,7 @@ import numpy as np
 
 from agentgym.contract.trajectory import Trajectory
 from agentgym.rewards.answer_scoring.scorer import AnswerScorer
-from agentgym.rewards.base import ScorerError, TurnScorer, TurnScores
+from agentgym.rewards.base import Replay, TurnScorer, TurnScores
 from agentgym.rewards.catalogue import Method
 from agentgym.rewards.papers import cite
 from agentgym.rewards.process import outcome_of
@@ -176,7 +175,7 @@ class ReturnDecomposition(TurnScorer):
     standardize: bool = True
     name: str = "return_decomposition"
     last_fit: FitReport | None = field(default=None, init=False)
-    _batches: deque[list[tuple[np.ndarray, float]]] = field(init=False, repr=False)
+    _batches: Replay[list[tuple[np.ndarray, float]]] = field(init=False, repr=False)
     _weights: dict[str, np.ndarray] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -186,15 +185,15 @@ class ReturnDecomposition(TurnScorer):
             raise ValueError("need replay >= 0, ridge > 0, weight_decay >= 0, steps >= 1 and hidden >= 1")
         if self.lr <= 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
-        self._batches = deque(maxlen=self.replay + 1)
+        self._batches = Replay(self.replay + 1)
 
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs (the trainer saves it beside each checkpoint): the replay and the weights."""
-        return {"batches": [list(b) for b in self._batches], "weights": dict(self._weights), "last_fit": self.last_fit}
+        return {"batches": self._batches.state_dict(), "weights": dict(self._weights), "last_fit": self.last_fit}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore ``state_dict()``'s replay (the newest ``replay + 1`` batches) and weights."""
-        self._batches = deque((list(b) for b in state["batches"]), maxlen=self.replay + 1)
+        self._batches.load_state_dict(list(b) for b in state["batches"])
         self._weights = dict(state["weights"])
         self.last_fit = state.get("last_fit")
 
@@ -213,7 +212,7 @@ class ReturnDecomposition(TurnScorer):
     def fit(self, episodes: Sequence[tuple[np.ndarray, float]]) -> FitReport:
         """Fit theta on ``(turn features (T, F), R)`` pairs: minimise sum (sum_t c_t - R)^2 + ridge * ||theta||^2
         (``mlp``: the mean over episodes, full-batch Adam with ``weight_decay``)."""
-        eps = [(np.asarray(x, dtype=np.float64), r) for x, r in episodes if len(x)]
+        eps = [(np.asarray(x, dtype=np.float64), r) for x, r in episodes if len(x) and np.isfinite(x).all()]
         if not eps:
             self._weights = {}
             return FitReport(0, 0, 0.0, 0.0)
@@ -300,7 +299,7 @@ class ReturnDecomposition(TurnScorer):
         batch = [(x.astype(np.float32), outcome_of(traj, self.outcome))  # exact: counts, float32 states
                  for group, xs in zip(groups, feats, strict=True)
                  for traj, x in zip(group, xs, strict=True)]  # fmt: skip
-        self._batches.append(batch)
+        self._batches.extend([batch])
         self.last_fit = self.fit(self._episodes())
         out = []
         for group, xs in zip(groups, feats, strict=True):
@@ -525,6 +524,7 @@ class LatentReward(ReturnDecomposition):
     checks: list[CandidateCheck] = field(default_factory=list, init=False)
     _kept: list[str] | None = field(default=None, init=False, repr=False)
     _sandbox: Any = field(default=None, init=False, repr=False)
+    _errors: dict[int, str] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -556,7 +556,46 @@ class LatentReward(ReturnDecomposition):
     def states(self, traj: Trajectory) -> list[Any]:
         return [turn.info.get(self.state_key) for turn in traj.turns]
 
+    def _rows(self, source: str, states: Sequence[Any], width: int) -> tuple[np.ndarray | None, str]:
+        """A kept candidate's ``(len(states), width)`` latents in one sandboxed run, or (None, why it failed)."""
+        out, why = _run_candidate(source, states, self.sandbox(), self.timeout)
+        if out is None:
+            return None, why
+        rows = np.array(out["first"], dtype=float)
+        if rows.shape != (len(states), width) and not (len(states) == 0 and rows.size == 0):
+            return None, f"latents of shape {rows.shape}, not ({len(states)}, {width})"
+        if not np.isfinite(rows).all():
+            return None, "a non-finite latent"
+        return rows.reshape(len(states), width), ""
+
+    def _latents(self, source: str, trajs: Sequence[Trajectory]) -> np.ndarray:
+        """A kept candidate on a later batch: one sandboxed run on all its states; if that fails, one run per
+        trajectory, and a trajectory whose states still make it fail (crash, timeout, other widths, non-finite)
+        gets NaN rows: its turns are invalid, the fit leaves it out, and ``extras["latent_error"]`` says why."""
+        width = next(len(c.values[0]) for c in self.checks if c.source == source and c.values)
+        states = [s for traj in trajs for s in self.states(traj)]
+        rows, _ = self._rows(source, states, width)
+        if rows is not None:
+            return rows
+        parts = []
+        for traj in trajs:
+            part, why = self._rows(source, self.states(traj), width)
+            if part is None:
+                self._errors[id(traj)] = why
+                part = np.full((len(traj.turns), width), np.nan)
+            parts.append(part)
+        return np.concatenate(parts) if parts else np.zeros((0, width))
+
+    def score_groups(self, groups: Sequence[Sequence[Trajectory]]) -> list[list[TurnScores]]:
+        out = super().score_groups(groups)
+        for group, scores in zip(groups, out, strict=True):
+            for traj, score in zip(group, scores, strict=True):
+                if id(traj) in self._errors:
+                    score.extras["latent_error"] = self._errors[id(traj)]
+        return out
+
     def batch_features(self, groups: Sequence[Sequence[Trajectory]]) -> list[list[np.ndarray]]:
+        self._errors = {}
         trajs = [traj for group in groups for traj in group]
         states = [s for traj in trajs for s in self.states(traj)]
         if self._kept is None:
@@ -572,12 +611,7 @@ class LatentReward(ReturnDecomposition):
                 raise ValueError(f"no latent(state) candidate survived the checks: {reasons}")
             columns = [np.array(c.values, dtype=float).reshape(len(states), -1) for c in self.checks if c.kept]
         else:
-            columns = []
-            for source in self._kept:
-                out, why = _run_candidate(source, states, self.sandbox(), self.timeout)
-                if out is None:
-                    raise ScorerError(f"a kept latent(state) candidate failed on new states: {why}")
-                columns.append(np.array(out["first"], dtype=float).reshape(len(states), -1))
+            columns = [self._latents(source, trajs) for source in self._kept]
         x = self._with_bias(np.concatenate(columns, axis=1)) if columns else np.zeros((0, 1))
         out_rows, at = [], 0
         for group in groups:

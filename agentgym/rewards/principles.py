@@ -37,7 +37,7 @@ from agentgym.rewards.judge import (
 )
 from agentgym.rewards.papers import cite
 from agentgym.rewards.process import TurnTransform, outcome_of
-from agentgym.rewards.verdicts import Judge, Question
+from agentgym.rewards.verdicts import Judge, Question, ask_each, verdict_errors, verdict_values
 
 DEFAULT_PRINCIPLES: tuple[str, ...] = (
     "The turn is a well-formed action that the environment accepts.",
@@ -128,15 +128,11 @@ class PrincipleScorer(TurnScorer):
                 for t, s in enumerate(signals)]  # fmt: skip
 
     def score_group(self, group: Sequence[Trajectory]) -> list[TurnScores]:
-        asked = [self.questions(traj) for traj in group]
-        verdicts = iter(self.judge.ask([q for qs in asked for q in qs]))
         out = []
-        for traj, qs in zip(group, asked, strict=True):
-            vs = [next(verdicts) for _ in qs]
-            p = [math.nan if v.value is None else float(v.value) for v in vs]  # type: ignore[arg-type]
-            outcome = outcome_of(traj, self.outcome)
-            errors = {str(t): v.error for t, v in enumerate(vs) if v.error is not None}
-            scores = TurnScores(self.name, p, [v.ok for v in vs], {"p": p, "outcome": outcome, "errors": errors})
+        for traj, vs in zip(group, ask_each(self.judge, [self.questions(traj) for traj in group]), strict=True):
+            p, outcome = verdict_values(vs), outcome_of(traj, self.outcome)
+            extras = {"p": p, "outcome": outcome, "errors": verdict_errors(vs)}
+            scores = TurnScores(self.name, p, [v.ok for v in vs], extras)
             out.append(ReNorm(self.offset)(scores, outcome) if self.renorm else scores)
         return out
 

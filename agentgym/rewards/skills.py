@@ -45,7 +45,7 @@ from agentgym.rewards.catalogue import Method
 from agentgym.rewards.papers import cite
 from agentgym.rewards.subgoals import requirements_met
 from agentgym.rewards.text_features import observation_text
-from agentgym.rewards.verdicts import Judge, Question, RuleJudge
+from agentgym.rewards.verdicts import Judge, Question, RuleJudge, ask_each, verdict_values
 
 
 @dataclass(frozen=True)
@@ -309,29 +309,20 @@ class SkillRubricScorer(TurnScorer):
 
     def score_group(self, group: Sequence[Trajectory]) -> list[TurnScores]:
         judge = self.judge if self.judge is not None else RuleJudge()
-        spans, jobs, questions = [], [], []
-        for i, traj in enumerate(group):
+        spans, asked = [], []  # asked: one list of questions per span (none for an unroutable span)
+        for traj in group:
             library = {p.name: p for p in self.library_of(traj)}
             spans.append(segment(traj, list(library.values()), self.segmentation))
-            for j, span in enumerate(spans[-1]):
-                if span.prototype is not None:
-                    proto = library[span.prototype]
-                    for check in proto.checks:
-                        jobs.append((i, j))
-                        questions.append(self.question(span, proto, check))
-        verdicts = judge.ask(questions) if questions else []
-        if len(verdicts) != len(questions):
-            raise ValueError(f"{self.name}: the judge gave {len(verdicts)} verdicts for {len(questions)} questions")
-        answers: dict[tuple[int, int], list[float | None]] = {}
-        for job, v in zip(jobs, verdicts, strict=True):
-            answers.setdefault(job, []).append(None if v.value is None else float(v.value))  # type: ignore[arg-type]
+            for span in spans[-1]:
+                proto = library.get(span.prototype) if span.prototype is not None else None
+                asked.append([] if proto is None else [self.question(span, proto, c) for c in proto.checks])
+        answers = iter(ask_each(judge, asked))
         out = []
         for i, traj in enumerate(group):
             r_span = []
-            for j, _ in enumerate(spans[i]):
-                got = answers.get((i, j))
-                ok = got is not None and all(x is not None for x in got)
-                r_span.append(math.fsum(got) / len(got) if ok else math.nan)  # type: ignore[arg-type]
+            for _ in spans[i]:
+                vs = next(answers)  # a span without checks or with a failed verdict is invalid
+                r_span.append(math.fsum(verdict_values(vs)) / len(vs) if vs and all(v.ok for v in vs) else math.nan)
             good = [j for j, r in enumerate(r_span) if not math.isnan(r)]
             rewards = [0.0] * len(traj.turns)
             valid = [True] * len(traj.turns)

@@ -26,6 +26,7 @@ variant of a judge method, and what the property tests run ("a perfect judge red
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -76,7 +77,8 @@ class Verdict:
 class Judge(Protocol):
     """Anything that answers a batch of questions, one verdict per question, in order."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def ask(self, questions: Sequence[Question]) -> list[Verdict]: ...
 
@@ -117,3 +119,45 @@ class RuleJudge:
             except Exception as e:  # a rule over untrusted trajectories must not take the scorer down
                 out.append(Verdict(None, error=f"rule failed: {type(e).__name__}: {e}"))
         return out
+
+
+def ask_each(judge: Judge, asked: Sequence[Sequence[Question]]) -> list[list[Verdict]]:
+    """Ask every question of ``asked`` (one list per trajectory, turn or span) in one batch, and give the verdicts
+    back in the same nesting; ``ValueError`` if the judge broke the protocol (not one verdict per question).
+
+    >>> [[v.value for v in vs] for vs in ask_each(RuleJudge(), [[Question("yesno", "a", rule=lambda: 1)], []])]
+    [[1.0], []]
+    """
+    flat = [q for qs in asked for q in qs]
+    verdicts = judge.ask(flat) if flat else []
+    if len(verdicts) != len(flat):
+        raise ValueError(f"judge {judge.name!r} gave {len(verdicts)} verdicts for {len(flat)} questions")
+    it = iter(verdicts)
+    return [[next(it) for _ in qs] for qs in asked]
+
+
+def verdict_values(verdicts: Sequence[Verdict]) -> list[float]:
+    """Each verdict's value as a float, NaN where the judge gave none (yes/no and score questions)."""
+    return [math.nan if v.value is None else float(v.value) for v in verdicts]  # type: ignore[arg-type]
+
+
+def verdict_errors(verdicts: Sequence[Verdict]) -> dict[str, str]:
+    """The errors of the verdicts that have one, by position (as a string: JSON-ready extras)."""
+    return {str(i): v.error for i, v in enumerate(verdicts) if v.error is not None}
+
+
+_SPACE = re.compile(r"\s+")
+
+
+def _normalise(text: str) -> str:
+    return _SPACE.sub(" ", text).strip().casefold()
+
+
+def grounded(evidence: str | None, context: str) -> bool:
+    """Whether the quoted ``evidence`` occurs in ``context`` (case and runs of whitespace ignored); an empty or
+    missing quote never does.
+
+    >>> grounded("the  Capital", "Paris is the capital of France."), grounded("Lyon", "Paris"), grounded(None, "x")
+    (True, False, False)
+    """
+    return evidence is not None and bool(_normalise(evidence)) and _normalise(evidence) in _normalise(context)

@@ -249,8 +249,10 @@ def test_the_state_survives_a_save_and_load(tmp_path, one_thread):
 def test_config_checks_archer_knobs():
     with pytest.raises(ValueError, match="archer_tau"):
         load_config("tiny", None, {"algo": "archer", "archer_tau": 0.0})
-    with pytest.raises(ValueError, match="no estimator"):
+    with pytest.raises(ValueError, match="cannot run with estimator"):
         load_config("tiny", None, {"algo": "archer", "estimator": "gtpo"})
+    with pytest.raises(ValueError, match="cannot run with scorer, dynamic_sampling$"):  # every clash named
+        load_config("tiny", None, {"algo": "archer", "scorer": "spa", "dynamic_sampling": True})
     with pytest.raises(ValueError, match="archer_trunk"):
         load_config("tiny", None, {"algo": "archer", "archer_trunk": "other"})
 

@@ -60,6 +60,8 @@ def test_every_group_holds_both_tokens():
         _config(group_size=1)
     with pytest.raises(ValueError, match="reward_conditioning needs"):
         _config(rc_high_share=0.0)
+    with pytest.raises(ValueError, match="cannot run with rollout_backend 'remote'$"):
+        _config(rollout_backend="remote")
 
 
 def test_reward_tokens_join_the_vocabulary_deterministically_and_are_never_sampled():

@@ -80,6 +80,17 @@ def test_replay_is_bounded_and_the_scorer_persists():
         GELIScorer(features=("colour",))
 
 
+def test_state_dict_resumes_the_replay_and_the_fit():
+    # what the trainer saves with a checkpoint: a resumed run scores the next batch as the uninterrupted one does
+    scorer, resumed = GELIScorer(replay=5), GELIScorer(replay=5)
+    scorer.score_groups([_toy(4, seed=0)])
+    resumed.load_state_dict(pickle.loads(pickle.dumps(scorer.state_dict())))
+    assert resumed.memory == 4 and np.array_equal(resumed.theta, scorer.theta)
+    nxt = _toy(3, seed=1)
+    assert [s.rewards for s in resumed.score_groups([nxt])[0]] == [s.rewards for s in scorer.score_groups([nxt])[0]]
+    assert resumed.memory == scorer.memory == 5
+
+
 def test_user_sim_dialogues_sum_to_the_reward():
     env = gym.make("agentgym/Clarify-v0")
     group = [run_episode(env, make_agent(a, env), seed=s) for a in ("oracle", "heuristic", "random") for s in (0, 1)]

@@ -4,6 +4,7 @@ grounding, determinism, the replay, pickling and the trunk features."""
 from __future__ import annotations
 
 import importlib.util
+import math
 import pickle
 import sys
 from pathlib import Path
@@ -251,6 +252,23 @@ def test_lare_sums_to_the_outcome():
         assert sum(s.rewards) == pytest.approx(float(traj.success), abs=1e-3)
     again = lare.score_groups([trajs[:8]])  # later batches reuse the kept candidate (one code_box run)
     assert [sum(s.rewards) for s in again[0]] == pytest.approx([float(t.success) for t in trajs[:8]], abs=1e-3)
+
+
+def test_a_kept_candidate_failing_on_later_states_invalidates_only_those_trajectories():
+    # kept on a first batch without a wrong third step; later, the trajectories wrong by step 3 crash it
+    fragile = SUCCESS_LATENT.replace("def latent(state):\n", "def latent(state):\n    assert ':3:x' not in state\n")
+    assert fragile != SUCCESS_LATENT
+    trajs = bench.play("agentgym/Chain-v0", 4, 64, p=0.75, seed=0)
+    crashes = [any(t.info["anchor"].endswith(":3:x") for t in traj.turns) for traj in trajs]
+    lare = learned.LatentReward(candidates=(fragile,), ridge=1e-6)
+    lare.score_groups([[t for t, c in zip(trajs, crashes, strict=True) if not c][:8]])
+    assert [c.kept for c in lare.checks] == [True]
+    scores = lare.score_groups([trajs[:16]])[0]
+    assert 0 < sum(crashes[:16]) < 16
+    for s, crashed in zip(scores, crashes[:16], strict=True):
+        assert all(math.isnan(r) for r in s.rewards) == crashed and s.all_valid == (not crashed)
+        assert ("AssertionError" in s.extras["latent_error"]) if crashed else "latent_error" not in s.extras
+    assert lare.last_fit is not None and lare.last_fit.episodes == 8 + 16 - sum(crashes[:16])
 
 
 def test_lare_without_a_survivor_says_why():
