@@ -210,6 +210,9 @@ class TrainConfig:
     archer_trunk: str = "shared"
     archer_token_baseline: str = "none"
     archer_warmup: int = 0
+    # paired groups: each task is played as one group per entry, its resets given that entry's options (Co-Reward:
+    # SearchQA's [{"wording": "original"}, {"wording": "reworded"}]); None: one group per task, no options
+    group_options: list[dict[str, Any]] | None = None
     # RC-GRPO (baselines/reward_conditioning.py): reward tokens in the vocabulary, each group's prompts mixing them
     # (round(rc_high_share x group_size) high, at least one of each), evaluation conditioned on high
     reward_conditioning: bool = False
@@ -451,6 +454,14 @@ class TrainConfig:
         """The scorer, ``reward_wrappers``, ``shaping_schedule``, EPO's, A^2TGPO's and RC-GRPO's knobs."""
         if self.herl:  # HeRL's knobs (baselines/hindsight.py)
             self._check_herl()
+        if self.group_options is not None:
+            opts = self.group_options
+            if not opts or not all(isinstance(o, dict) and not {"task_index", "task_id"} & set(o) for o in opts):
+                raise ValueError(f"group_options must be a non-empty list of reset-option dicts without task_index "
+                                 f"or task_id (the task comes from the task seed), got {opts!r}")  # fmt: skip
+            refuse_with("group_options", "plays each task as several groups through the plain rollouts", {
+                f"algo {self.algo!r}": self.algo in ("ipr", "archer"), "branch_k": self.branch_k, "herl": self.herl,
+                "reward_conditioning": self.reward_conditioning})  # fmt: skip
         if self.reward_conditioning:
             if self.group_size < 2 or not 0.0 < self.rc_high_share < 1.0:
                 raise ValueError(f"reward_conditioning needs group_size >= 2 and rc_high_share in (0, 1), got "
@@ -662,6 +673,11 @@ class TrainConfig:
     @property
     def estimator_name(self) -> str:
         return self.estimator or self.algo
+
+    @property
+    def groups_per_task(self) -> int:
+        """How many groups each task of an iteration is played as (``len(group_options)``, else 1)."""
+        return len(self.group_options) if self.group_options else 1
 
     @property
     def counted_components(self) -> tuple[str, ...] | None:

@@ -177,14 +177,19 @@ def training_rollouts(state: TrainState, config: TrainConfig, task_seeds: list[i
     ``state.envs``: a list, or the ``env_pool`` named in the config; ``tables``: the run's reward-wrapper tables,
     which those envs keep reading)."""
     make_env = EnvMaker.of(config, tables=tables)
+    per_task, options = config.groups_per_task, None
+    if config.group_options:  # paired groups: each task once per options entry, the entries' groups adjacent
+        task_seeds = [s for s in task_seeds for _ in range(per_task)]
+        options = [dict(o) for _ in range(len(task_seeds) // per_task) for o in config.group_options]
     if config.env_pool != "list" and isinstance(state.envs, list):
         from agentgym.running.pool import make_pool
 
-        state.envs = make_pool(config.env_pool, config.env_id, config.batch_tasks * config.group_size,
+        state.envs = make_pool(config.env_pool, config.env_id, config.batch_tasks * per_task * config.group_size,
                                make_env=make_env, **config.env_pool_kwargs)  # fmt: skip
     rollouts = collect_rollouts(state.policy, make_env, task_seeds, group_size=config.group_size,
-                                config=config.rollout_config, sample_seed=sample_seed, group_offset=group_offset,
-                                envs=state.envs, generation_batch=config.generation_batch,
+                                config=config.rollout_config, sample_seed=sample_seed,
+                                group_offset=group_offset * per_task, envs=state.envs,
+                                generation_batch=config.generation_batch, options=options,
                                 snapshots=config.branch_k > 0)  # fmt: skip
     state.policy.sleep()  # a colocated engine gives its GPU memory back to the update
     return rollouts

@@ -215,9 +215,8 @@ def check_collapse(history: Sequence[dict[str, Any]], config: TrainConfig) -> st
                              ("success_rate", "training success", config.collapse_min_success)):  # fmt: skip
         before, now = mean(start, key), mean(recent, key)
         if before is not None and now is not None and before > 0 and before >= floor and now < ratio * before:
-            if key == "success_rate" and _fall_z(before, now, w * config.batch_tasks * config.group_size) < (
-                config.collapse_success_z
-            ):
+            n = w * config.batch_tasks * config.groups_per_task * config.group_size  # the episodes of w iterations
+            if key == "success_rate" and _fall_z(before, now, n) < config.collapse_success_z:
                 continue
             return (f"{name} fell from {before:.3f} ({span(start)}) to {now:.3f} ({span(recent)}), below "
                     f"collapse_ratio {ratio} x the start")  # fmt: skip

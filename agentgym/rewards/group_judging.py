@@ -388,9 +388,10 @@ def pair_id(group: Sequence[Trajectory], key: str = "pair_id") -> Hashable | Non
 @dataclass
 class CoReward(TurnScorer):
     """Co-Reward over paired groups (see the module docstring): ``score_groups`` pairs the batch's groups by
-    :func:`pair_id` (two groups per id); a rollout of one group gets 1.0 on its last turn when its
-    :func:`final_answer` is a :func:`majority` answer of the other group, else 0.0. A group without exactly one
-    partner in the batch (or scored alone, through ``score_group``) is invalid: NaN, never a silent 0."""
+    :func:`pair_id`, in batch order (an id's first and second group, its third and fourth, ...: the trainer's
+    ``group_options`` plays a task's wordings as adjacent groups); a rollout of one group gets 1.0 on its last turn
+    when its :func:`final_answer` is a :func:`majority` answer of the other group, else 0.0. A group left without a
+    partner (or scored alone, through ``score_group``) is invalid: NaN, never a silent 0."""
 
     tag: str = "answer"
     key: str = "pair_id"
@@ -424,8 +425,7 @@ class CoReward(TurnScorer):
                 members.setdefault(pid, []).append(k)
         out: list[list[TurnScores] | None] = [None] * len(groups)
         for idx in members.values():
-            if len(idx) == 2:
-                a, b = idx
+            for a, b in zip(idx[0::2], idx[1::2], strict=False):  # an odd one out stays unpaired
                 out[a], out[b] = self.cross(groups[a], groups[b])
         return [
             s if s is not None else self._unpaired(g, ids[k]) for k, (g, s) in enumerate(zip(groups, out, strict=True))
@@ -468,11 +468,12 @@ METHODS: tuple[Method, ...] = (
            choices=("answers: the last <answer> tag, SQuAD-normalised; a rollout without one does not vote and "
                     "gets 0",
                     "a tied majority labels with every tied answer (knob tie='none': no label, all 0)",
-                    "groups pair by reset_info['pair_id'] (knob key), two per id, through score_groups; a group "
-                    "without its partner in the batch is invalid (NaN)"),
-           train={"algo": "grpo", "scorer": "co_reward", "estimator": "grpo", "reward_components": ["co_reward"]},
-           knobs_into="scorer_kwargs", status="partial",
-           missing="paired groups in training: an env that renders an analogical wording of a question with a "
-                   "pair_id (SearchQA's templates have second wordings) and batches that hold both groups of a pair; "
-                   "until then every group is unpaired and invalid"),
+                    "groups pair by reset_info['pair_id'] (knob key) in batch order, through score_groups; a group "
+                    "without a partner in the batch is invalid (NaN)",
+                    "x': SearchQA's reset option wording='reworded' (other templates, a comparison's entities "
+                    "swapped; same answers), played beside the original by the trainer's group_options"),
+           train={"algo": "grpo", "scorer": "co_reward", "estimator": "grpo", "reward_components": ["co_reward"],
+                  "env_id": "agentgym/SearchQA-v0", "env_kwargs": {"dataset": "tiny"},
+                  "group_options": [{"wording": "original"}, {"wording": "reworded"}]},
+           knobs_into="scorer_kwargs"),
 )  # fmt: skip

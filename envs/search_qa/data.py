@@ -57,6 +57,8 @@ class QAExample:
     template: str = ""
     hop_entities: tuple[str, ...] = ()
     hop_answers: tuple[str, ...] = ()
+    #: the same question in other words, with the same answers ("" where there is none: loaded benchmark files)
+    rewording: str = ""
 
     def gold(self) -> dict[str, Any]:
         """The privileged record for ``info["gold"]`` (JSON-serialisable)."""
@@ -84,6 +86,7 @@ class QAExample:
                 "template": self.template,
                 "hop_entities": list(self.hop_entities),
                 "hop_answers": list(self.hop_answers),
+                **({"rewording": self.rewording} if self.rewording else {}),
             },
         }
 
@@ -226,6 +229,7 @@ def generate_questions(
                     template=draft.template,
                     hop_entities=tuple(kb[k].names[e] for k, e in draft.hop_entities),
                     hop_answers=draft.hop_answers,
+                    rewording=draft.rewording,
                 )
             )
         out[split] = examples

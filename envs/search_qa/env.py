@@ -89,7 +89,13 @@ class SearchQAEnv(AgentEnv):
             ids are then not checked); with ``retriever="bm25:disk"`` the corpus is never read into memory (a
             ``CorpusFile``; the index and offsets persist under ``cache_dir``), for corpora such as wiki-18.
         cache_dir: where retriever indexes persist (keyed by a corpus hash).
+
+    Reset option ``wording``: ``"original"`` or ``"reworded"`` (the same question in other words, with the same
+    answers: other templates, a comparison's two entities in the other order; synthetic data only). With it,
+    ``info["pair_id"]`` is the question's id, so the two wordings' groups pair up (Co-Reward).
     """
+
+    reset_options: ClassVar[tuple[str, ...]] = ("wording",)
 
     agents: ClassVar[Mapping[str, Any]] = {"oracle": OracleAgent, "heuristic": HeuristicAgent, "random": RandomAgent}
     demo_agent = DemoAgent
@@ -166,6 +172,7 @@ class SearchQAEnv(AgentEnv):
         self.reward_metric = reward_metric
         self.parse_mode = parse_mode
         self.example: QAExample | None = None
+        self.question = ""  # the episode's question as shown (the example's, or its rewording)
         self._retrieved: list[str] = []
         self._searches = 0
 
@@ -179,8 +186,14 @@ class SearchQAEnv(AgentEnv):
         self.example = self.examples[task_index]
         self._retrieved = []
         self._searches = 0
-        prompt = PROMPT.format(question=self.example.question)
-        return [{"role": "user", "content": prompt}], self._info()
+        wording = options.get("wording")
+        if wording not in (None, "original", "reworded"):
+            raise ValueError(f"wording must be 'original' or 'reworded', got {wording!r}")
+        if wording == "reworded" and not self.example.rewording:
+            raise ValueError(f"question {self.example.id!r} has no second wording (loaded question files have none)")
+        self.question = self.example.rewording if wording == "reworded" else self.example.question
+        info = self._info() if wording is None else {**self._info(), "pair_id": self.example.id, "wording": wording}
+        return [{"role": "user", "content": PROMPT.format(question=self.question)}], info
 
     def _step(self, action: str) -> StepResult:
         assert self.example is not None

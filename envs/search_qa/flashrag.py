@@ -2,7 +2,7 @@
 
 Question rows: ``{"id"?, "question", "golden_answers", "metadata"?}`` (``golden_answers`` may be a single string).
 Our own ``metadata`` keys (``hop_type``, ``hops``, ``supporting_doc_ids``, ``oracle_queries``, ``template``,
-``hop_entities``, ``hop_answers``) are read back when present; for other files ``hop_type`` comes from
+``hop_entities``, ``hop_answers``, ``rewording``) are read back when present; for other files ``hop_type`` comes from
 ``metadata["type"]`` (HotpotQA / 2Wiki style) or is ``"unknown"``, and the supervision fields are empty.
 Corpus rows: ``{"id", "contents"}`` (``"\\"Title\\"\\nText"``) or ``{"id", "title", "text"}``.
 Malformed input raises ``FlashRAGFormatError`` naming ``path:line``.
@@ -147,6 +147,7 @@ def load_questions(path: PathLike, split: str = "test", doc_ids: Container[str] 
                 template=str(meta.get("template", "")),
                 hop_entities=_str_list(meta.get("hop_entities", []), where, "metadata.hop_entities"),
                 hop_answers=_str_list(meta.get("hop_answers", []), where, "metadata.hop_answers"),
+                rewording=str(meta.get("rewording", "")),
             )
         )
     return out

@@ -122,6 +122,33 @@ COMPARISONS: tuple[Comparison, ...] = (
 )  # fmt: skip
 
 
+#: A second wording of each template that is the only one of its tuple. Rewordings alone use these (the generator
+#: never draws them), so adding one changes no generated question.
+SECOND_WORDINGS: Mapping[str, str] = {
+    "the director of {}": "the person who directed {}",
+    "the company founded by {}": "the company that {} founded",
+    "the founder of {}": "the person who founded {}",
+    "the capital of {}": "the capital city of {}",
+    "In which industry does {} operate?": "What industry is {} in?",
+    "In what year did {} become independent?": "When did {} become independent?",
+    "Which company was founded more recently, {a} or {b}?": "Which company is younger, {a} or {b}?",
+    "Which river is longer, {a} or {b}?": "Which of the two rivers is longer, {a} or {b}?",
+    "Which river is shorter, {a} or {b}?": "Which of the two rivers is shorter, {a} or {b}?",
+    "Which city has a smaller population, {a} or {b}?": "Which city is less populous, {a} or {b}?",
+    "Which country became independent later, {a} or {b}?": "Which country gained independence later, {a} or {b}?",
+    "Which country became independent earlier, {a} or {b}?": "Which country gained independence first, {a} or {b}?",
+}
+
+
+def other_wording(templates: tuple[str, ...], i: int) -> str:
+    """The template a rewording uses in place of ``templates[i]``: the tuple's next one, else its second wording.
+
+    >>> other_wording(("Who directed {}?", "Who is the director of {}?"), 1)
+    'Who directed {}?'
+    """
+    return templates[(i + 1) % len(templates)] if len(templates) > 1 else SECOND_WORDINGS[templates[0]]
+
+
 def relation_paths(length: int) -> tuple[tuple[str, ...], ...]:
     """All relation paths of ``length`` hops: entity-valued links, no repeated relation, no inverse pair."""
     paths: list[tuple[str, ...]] = [(k,) for k in RELATIONS]
@@ -178,6 +205,7 @@ class Draft:
     hop_entities: tuple[tuple[str, int], ...]  # (kind, index) of each hop's page
     hop_answers: tuple[str, ...]  # what each hop's page states: the next entity, the value, the answer
     queries: tuple[str, ...]
+    rewording: str = ""  # the same question in other words (other templates; a comparison names b first)
 
 
 def draft_chain(kb: KnowledgeBase, path: tuple[str, ...], anchor: int, rng: np.random.Generator) -> Draft | None:
@@ -202,17 +230,19 @@ def draft_chain(kb: KnowledgeBase, path: tuple[str, ...], anchor: int, rng: np.r
     if rel.dst is not None and (kind, idx) in hops:
         return None
     k0, i0 = hops[0]
-    phrase = mention(k0, kb[k0].names[i0])
+    phrase = other = mention(k0, kb[k0].names[i0])
     for depth, key in enumerate(path[:-1]):
         # Around the bare anchor any phrasing reads well; nested phrases use the "the X of ..." form.
         nps = RELATIONS[key].np
-        phrase = (nps[int(rng.integers(len(nps)))] if depth == 0 else nps[0]).format(phrase)
+        i = int(rng.integers(len(nps))) if depth == 0 else 0
+        phrase, other = nps[i].format(phrase), (other_wording(nps, i) if depth == 0 else nps[0]).format(other)
     asks = RELATIONS[path[-1]].ask
-    question = asks[int(rng.integers(len(asks)))].format(phrase)
+    j = int(rng.integers(len(asks)))
+    question = asks[j].format(phrase)
     queries = tuple(f"{kb[k].names[i]} {RELATIONS[key].query}" for (k, i), key in zip(hops, path, strict=True))
     hop_type = {1: "1hop", 2: "bridge"}.get(len(path), "multihop")
     return Draft(("chain", path, anchor), question, answers, hop_type, ">".join(path), tuple(hops),
-                 tuple(hop_answers), queries)  # fmt: skip
+                 tuple(hop_answers), queries, other_wording(asks, j).format(other))  # fmt: skip
 
 
 def draft_comparison(kb: KnowledgeBase, cmp: Comparison, a: int, b: int, rng: np.random.Generator) -> Draft | None:
@@ -227,7 +257,8 @@ def draft_comparison(kb: KnowledgeBase, cmp: Comparison, a: int, b: int, rng: np
     names = kb[cmp.kind].names
     # The template already says "film", so films are named bare; rivers keep their article.
     na, nb = (names[i] if cmp.kind != "river" else f"the {names[i]}" for i in (a, b))
-    question = templates[int(rng.integers(len(templates)))].format(a=na, b=nb)
+    k = int(rng.integers(len(templates)))
+    question = templates[k].format(a=na, b=nb)
     loser_forms = {s.lower() for s in entity_answers(kb, cmp.kind, loser)}
     answers = tuple(s for s in entity_answers(kb, cmp.kind, winner) if s.lower() not in loser_forms)
     pair = tuple(sorted((a, b)))
@@ -240,4 +271,5 @@ def draft_comparison(kb: KnowledgeBase, cmp: Comparison, a: int, b: int, rng: np
         ((cmp.kind, a), (cmp.kind, b)),
         (value_answers(kb, cmp.kind, cmp.attr, a)[0], value_answers(kb, cmp.kind, cmp.attr, b)[0]),
         (f"{names[a]} {cmp.query}", f"{names[b]} {cmp.query}"),
+        other_wording(templates, k).format(a=nb, b=na),
     )

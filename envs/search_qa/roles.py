@@ -144,7 +144,7 @@ class SearchQARolesEnv(SearchQAEnv):
         if not self.two_roles:
             return obs, info
         assert self.example is not None
-        return [{"role": "user", "content": SBA_PROMPT.format(question=self.example.question)}], {
+        return [{"role": "user", "content": SBA_PROMPT.format(question=self.question)}], {
             **info, "next_role": "sba"}  # fmt: skip
 
     def _step(self, action: str) -> StepResult:

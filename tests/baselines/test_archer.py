@@ -251,7 +251,7 @@ def test_config_checks_archer_knobs():
         load_config("tiny", None, {"algo": "archer", "archer_tau": 0.0})
     with pytest.raises(ValueError, match="cannot run with estimator"):
         load_config("tiny", None, {"algo": "archer", "estimator": "gtpo"})
-    with pytest.raises(ValueError, match="cannot run with scorer, dynamic_sampling$"):  # every clash named
+    with pytest.raises(ValueError, match=r"cannot run with scorer, dynamic_sampling$"):  # every clash named
         load_config("tiny", None, {"algo": "archer", "scorer": "spa", "dynamic_sampling": True})
     with pytest.raises(ValueError, match="archer_trunk"):
         load_config("tiny", None, {"algo": "archer", "archer_trunk": "other"})

@@ -248,7 +248,7 @@ def test_an_all_met_checklist_is_plain_grpo_and_a_failing_one_adds_members():
 def test_config_refuses_what_herl_cannot_run_with():
     with pytest.raises(ValueError, match="herl_k"):
         TrainConfig(**CHAIN, herl=True, herl_k=0)
-    with pytest.raises(ValueError, match="herl .*cannot run with branch_k"):
+    with pytest.raises(ValueError, match=r"herl .*cannot run with branch_k"):
         TrainConfig(**{**CHAIN, "stop": ["</answer>"]}, herl=True, branch_k=2, estimator="tree")
     with pytest.raises(ValueError, match="old_logprobs"):
         TrainConfig(**CHAIN, herl=True, old_logprobs="rollout")

@@ -60,7 +60,7 @@ def test_every_group_holds_both_tokens():
         _config(group_size=1)
     with pytest.raises(ValueError, match="reward_conditioning needs"):
         _config(rc_high_share=0.0)
-    with pytest.raises(ValueError, match="cannot run with rollout_backend 'remote'$"):
+    with pytest.raises(ValueError, match=r"cannot run with rollout_backend 'remote'$"):
         _config(rollout_backend="remote")
 
 

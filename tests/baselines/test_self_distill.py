@@ -270,7 +270,7 @@ def test_config_checks():
         TrainConfig(**CHAIN, self_distill="llm")
     with pytest.raises(ValueError, match="distill_coef must be >= 0"):
         TrainConfig(**CHAIN, self_distill="rule", distill_coef=-1.0)
-    with pytest.raises(ValueError, match="self_distill .*cannot run with reward_conditioning"):
+    with pytest.raises(ValueError, match=r"self_distill .*cannot run with reward_conditioning"):
         TrainConfig(**CHAIN, self_distill="rule", reward_conditioning=True)
     with pytest.raises(ValueError, match="distill_judge: "):
         TrainConfig(**CHAIN, self_distill="judge", distill_judge="maybe")

@@ -595,3 +595,19 @@ def test_airs_runs_in_the_trainer_and_resumes_with_its_controller(tmp_path):
     assert [h["airs_arm"] for h in train(config)["history"]] == [0, 1, 0]
     # the gains credited so far: arm 0 at iteration 2 and arm 1 at 3 (a fresh controller at 3 would hold none)
     assert MethodState.load(tmp_path / "run" / "methods.pt").extra["airs"].gains == [[0.0], [0.0]]
+
+
+def test_group_options_play_each_task_once_per_entry_and_co_reward_pairs_those_groups(tmp_path):
+    """Co-Reward in the trainer: SearchQA's two wordings of each task as adjacent groups, so every group has its
+    partner (no invalid turn); without group_options every group is a different task and none has one."""
+    searchqa = {"env_id": "agentgym/SearchQA-v0", "env_kwargs": {"dataset": "tiny"}, "batch_tasks": 2,
+                "scorer": "co_reward", "estimator": "grpo", "reward_components": ["co_reward"]}  # fmt: skip
+    wordings = [{"wording": "original"}, {"wording": "reworded"}]
+    paired = train(config_of(**searchqa, group_options=wordings, out_dir=str(tmp_path / "paired")))["last"]
+    assert paired["scorer_invalid_frac"] == 0.0 and paired["kept_rollouts"] == 2 * 2 * 2
+    alone = train(config_of(**searchqa, out_dir=str(tmp_path / "alone")))["last"]
+    assert alone["scorer_invalid_frac"] > 0.0 and alone["kept_rollouts"] == 2 * 2  # each last turn: no partner
+    for bad, message in (([{"task_index": 0}], "without task_index"), ([], "non-empty"),
+                         (wordings, "group_options .* cannot run with reward_conditioning")):  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            config_of(**searchqa, group_options=bad, reward_conditioning=bad == wordings)

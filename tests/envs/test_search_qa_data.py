@@ -18,6 +18,7 @@ from agentgym.envs.search_qa.data import HOP_TYPES, DatasetConfig, QADataset, QA
 from agentgym.envs.search_qa.flashrag import FlashRAGFormatError, load_flashrag, load_saved
 from agentgym.envs.search_qa.kb import TEMPLATE_WORDS, build_kb
 from agentgym.envs.search_qa.names import REAL_NAMES, invented_words
+from agentgym.envs.search_qa.questions import COMPARISONS, RELATIONS, SECOND_WORDINGS
 from agentgym.grading.answers import normalize_answer
 
 
@@ -344,3 +345,15 @@ def test_unreadable_files(tmp_path):
     (tmp_path / "meta.json").write_text("{")
     with pytest.raises(FlashRAGFormatError, match=r"meta\.json: not a valid"):
         load_saved(tmp_path)
+
+
+def test_every_question_has_a_rewording_naming_the_same_entities(small, tmp_path):
+    singles = {t for r in RELATIONS.values() for ts in (r.ask, r.np) if len(ts) == 1 for t in ts}
+    singles |= {t for c in COMPARISONS for ts in (c.more, c.less) if len(ts) == 1 for t in ts}
+    assert singles == set(SECOND_WORDINGS)  # each lone template has its second wording, and no other template does
+    for ex in small.test + small.train:
+        assert ex.rewording and ex.rewording != ex.question and ex.rewording.endswith("?")
+        named = ex.hop_entities if ex.hop_type == "comparison" else ex.hop_entities[:1]
+        assert all(name in ex.rewording and name in ex.question for name in named), ex
+    small.save(tmp_path / "d")
+    assert [e.rewording for e in load_saved(tmp_path / "d").test] == [e.rewording for e in small.test]

@@ -152,6 +152,31 @@ def test_task_selection_options(env):
         env.reset(options={"task_id": "nope"})
 
 
+def test_the_reworded_question_is_the_same_task_in_other_words(env, tiny):
+    ds, _ = tiny
+    for seed in range(10):
+        obs, info = env.reset(seed=seed, options={"wording": "original"})
+        again, other = env.reset(seed=seed, options={"wording": "reworded"})
+        example = ds.example(info["task_id"])
+        assert obs[0]["content"] == PROMPT.format(question=example.question)
+        assert again[0]["content"] == PROMPT.format(question=example.rewording) != obs[0]["content"]
+        assert other["pair_id"] == info["pair_id"] == example.id and other["gold"] == info["gold"]
+        _, r, *_ = env.step(f"<answer> {example.golden_answers[0]} </answer>")  # the same answer scores
+        assert r == 1.0
+    _, plain = env.reset(seed=0)
+    assert "pair_id" not in plain  # without the option nothing changes
+    with pytest.raises(ValueError, match="wording must be"):
+        env.reset(seed=0, options={"wording": "upside down"})
+
+
+def test_a_loaded_question_file_has_no_second_wording(tmp_path, tiny):
+    ds, _ = tiny
+    bare = dataclasses.replace(ds, test=[dataclasses.replace(e, rewording="") for e in ds.test])
+    env = SearchQAEnv(dataset=bare, retriever=tiny[1])
+    with pytest.raises(ValueError, match="no second wording"):
+        env.reset(seed=0, options={"wording": "reworded"})
+
+
 def test_oracle_solves_every_task_and_heuristic_beats_random():
     rows = {}
     for agent in ("oracle", "heuristic", "random"):
