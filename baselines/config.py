@@ -217,6 +217,10 @@ class TrainConfig:
     # (round(rc_high_share x group_size) high, at least one of each), evaluation conditioned on high
     reward_conditioning: bool = False
     rc_high_share: float = 0.5
+    # its stage 1: the SFT steps (sft_steps, sft_steps_per_iteration) play these agents of the env in turn, each
+    # episode in the prompt with the token of its outcome bucket (high when its return >= rc_threshold)
+    rc_sft_agents: list[str] = field(default_factory=lambda: ["oracle", "random"])
+    rc_threshold: float = 0.5
     # HeRL (baselines/hindsight.py): each rollout with a checklist criterion judged unmet (builder herl_checklists,
     # judge herl_judge) is resampled herl_k times from a prompt listing what it missed; the guided samples join its
     # group under the unguided prompt, each token's advantage x min(pi(a|unguided) / pi(a|guided), herl_is_clip)
@@ -466,6 +470,8 @@ class TrainConfig:
             if self.group_size < 2 or not 0.0 < self.rc_high_share < 1.0:
                 raise ValueError(f"reward_conditioning needs group_size >= 2 and rc_high_share in (0, 1), got "
                                  f"{self.group_size} and {self.rc_high_share}")  # fmt: skip
+            if not self.rc_sft_agents or not all(isinstance(a, str) and a for a in self.rc_sft_agents):
+                raise ValueError(f"rc_sft_agents must name at least one agent of the env, got {self.rc_sft_agents!r}")
             refuse_with(
                 "reward_conditioning",
                 "writes its reward token into the HF loop's prompts",

@@ -3,7 +3,9 @@ vocabulary; a rollout's prompt carries one of them, and the policy learns what e
 
 - Stage 1, SFT (:func:`sft_examples`): each trajectory of a mixed-quality set (e.g. an oracle's and a random agent's
   episodes) is tokenised with the token of its outcome bucket (``high`` when its return is at least
-  ``threshold``) in its prompt, in the RL rollouts' token layout; :func:`sft_step_on` takes one step on them.
+  ``threshold``) in its prompt, in the RL rollouts' token layout; :func:`sft_step_on` takes one step on them. In
+  ``agentgym train`` the warm start's ``sft_steps`` (and ``sft_steps_per_iteration``) are these steps when
+  ``reward_conditioning`` is on (:func:`conditioned_sft_step`: the env's ``rc_sft_agents`` play in turn).
 - Stage 2, GRPO (:func:`conditioned_rollouts`): each group of ``group_size`` rollouts of one task mixes the tokens,
   ``round(rc_high_share * group_size)`` of them ``high`` (at least one of each, :func:`group_tokens`); the
   advantages come from the true reward over the whole group, whatever token each rollout saw.
@@ -51,6 +53,7 @@ __all__ = [
     "condition_messages",
     "condition_metrics",
     "conditioned_rollouts",
+    "conditioned_sft_step",
     "group_tokens",
     "reward_token_ids",
     "sft_examples",
@@ -258,6 +261,28 @@ def sft_step_on(state: TrainState, config: TrainConfig, examples: Sequence[Rollo
     return sft_update(state, config, list(examples))
 
 
+def conditioned_sft_step(state: TrainState, config: TrainConfig, it: int, step: int) -> tuple[float, list[str]]:
+    """Stage 1 in the trainer: ``sft_batch`` episodes played by the env's ``rc_sft_agents`` in turn (episode ``i``
+    by agent ``i mod len``; text episodes, the task seeds of ``warmup.sft_step``), bucketed by outcome at
+    ``rc_threshold`` (:func:`sft_examples`), and one supervised step on them. Returns the loss and each example's
+    bucket."""
+    from agentgym.running.episode import make_agent, run_episode
+
+    seeds = config.seeds.demonstrations(it, step).integers(0, config.task_seed_range, size=config.sft_batch)
+    env = EnvMaker.of(config, shaped=False)()
+    try:
+        agents = [make_agent(name, env) for name in config.rc_sft_agents]
+        trajs = [run_episode(env, agents[i % len(agents)], seed=int(s), env_id=config.env_id)
+                 for i, s in enumerate(seeds)]  # fmt: skip
+    finally:
+        env.close()
+    failed = [t.error for t in trajs if t.error]
+    if failed:
+        raise ValueError(f"reward-conditioned SFT: an episode failed: {failed[0]}")
+    examples = sft_examples(state.policy, trajs, threshold=config.rc_threshold)
+    return sft_update(state, config, examples), [r.reset_info["reward_token"] for r in examples]
+
+
 METHODS: tuple[Method, ...] = (
     Method("rc_grpo", "RC-GRPO", "trainer",
            "reward-conditioned GRPO: <|high_reward|>/<|low_reward|> prompt tokens mixed within each group, advantages "
@@ -269,8 +294,8 @@ METHODS: tuple[Method, ...] = (
                     "the token goes at the start of the first user message, followed by a newline",
                     "new embedding rows: the old rows' mean +- their mean spread along one fixed random direction; the "
                     "tokens' output logits are masked (never sampled, never in the loss)",
-                    "stage 1 buckets: high when a trajectory's return >= threshold = 0.5 (sft_examples + "
-                    "sft_step_on on a mixed set); the trainer's own warm start (sft_steps) stays unconditioned",
+                    "stage 1 buckets: high when a trajectory's return >= rc_threshold = 0.5; in agentgym train the "
+                    "warm start's sft_steps play the env's rc_sft_agents (oracle and random) in turn, bucketed",
                     "evaluation (and any episode without a reset option) is conditioned on high"),
            train={"algo": "grpo", "reward_conditioning": True, "rc_high_share": 0.5},
            knobs_into="config"),

@@ -38,7 +38,14 @@ def warm_start(state: TrainState, config: TrainConfig) -> dict[str, Any]:
     policy), then ``critic_warmup_steps`` of critic warm-up; returns their metrics (none when both are 0)."""
     warm: dict[str, Any] = {}
     if config.sft_steps > 0:
-        losses = [sft_step(state, config, 0, k) for k in range(config.sft_steps)]
+        if config.reward_conditioning:  # RC-GRPO's stage 1: count the examples of each outcome bucket too
+            from agentgym.baselines.reward_conditioning import conditioned_sft_step
+
+            steps = [conditioned_sft_step(state, config, 0, k) for k in range(config.sft_steps)]
+            losses, buckets = [loss for loss, _ in steps], [b for _, bs in steps for b in bs]
+            warm.update(rc_sft_high=buckets.count("high"), rc_sft_low=buckets.count("low"))
+        else:
+            losses = [sft_step(state, config, 0, k) for k in range(config.sft_steps)]
         warm.update(sft_loss=losses[-1], sft_loss_first=losses[0])
         if state.ref_model is not None:
             state.ref_model.load_state_dict(state.model.state_dict())
@@ -51,7 +58,12 @@ def warm_start(state: TrainState, config: TrainConfig) -> dict[str, Any]:
 def sft_step(state: TrainState, config: TrainConfig, it: int, step: int) -> float:
     """One supervised step on ``sft_batch`` demonstrations of the env's demonstration agent (its oracle unless it
     names another): mean negative log-likelihood of the action tokens, in the RL rollouts' token layout. Returns the
-    loss. ``it`` 0 is the warm start."""
+    loss. ``it`` 0 is the warm start. With ``reward_conditioning``, RC-GRPO's stage 1 instead
+    (``reward_conditioning.conditioned_sft_step``: mixed-quality episodes, each with its outcome's token)."""
+    if config.reward_conditioning:
+        from agentgym.baselines.reward_conditioning import conditioned_sft_step  # it imports this module
+
+        return conditioned_sft_step(state, config, it, step)[0]
     rng = config.seeds.demonstrations(it, step)
     env = EnvMaker.of(config, shaped=False)()
     try:

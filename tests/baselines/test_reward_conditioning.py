@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import gymnasium
 import numpy as np
 import pytest
 import torch
@@ -22,6 +23,7 @@ from agentgym.baselines.reward_conditioning import (
     condition_messages,
     condition_metrics,
     conditioned_rollouts,
+    conditioned_sft_step,
     group_tokens,
     reward_token_ids,
     sft_examples,
@@ -164,8 +166,9 @@ def test_a_policy_that_ignores_the_token_is_plain_grpo(one_thread):
     policy's conditioned batch equal the plain batch's, rollout by rollout."""
     config = _config(sft_lr=3e-3)
     state = setup(config)
+    oracle_only = dataclasses.replace(config, reward_conditioning=False)  # SFT on the oracle's demonstrations
     for k in range(80):
-        sft_step(state, config, 0, k)
+        sft_step(state, oracle_only, 0, k)
     plain = _blind_and_plain(config, state)
     assert len({r.outcome for r in plain}) > 1  # some advantages are not 0
     state.close()
@@ -196,6 +199,30 @@ def test_sft_examples_bucket_by_outcome(one_thread):
     losses = [sft_step_on(state, config, examples) for _ in range(5)]
     assert all(np.isfinite(losses)) and losses[-1] < losses[0]
     state.close()
+
+
+def test_the_trainers_warm_start_is_stage_1(tmp_path, one_thread):
+    """With reward_conditioning, sft_steps play the env's rc_sft_agents in turn and step on their bucketed examples:
+    the same step as sft_examples + sft_step_on on those episodes, by hand."""
+    from agentgym.running.episode import make_agent, run_episode
+
+    config = _config(sft_batch=6, lr=1e-3)
+    wired, by_hand = setup(config), setup(config)
+    loss, buckets = conditioned_sft_step(wired, config, 0, 0)
+    seeds = config.seeds.demonstrations(0, 0).integers(0, config.task_seed_range, size=6)
+    env = gymnasium.make(config.env_id, **config.env_kwargs)
+    agents = [make_agent("oracle", env), make_agent("random", env)]
+    trajs = [run_episode(env, agents[i % 2], seed=int(s)) for i, s in enumerate(seeds)]
+    assert buckets[0::2] == ["high"] * 3 and "low" in buckets[1::2]  # the oracle always succeeds; random does not
+    assert loss == sft_step_on(by_hand, config, sft_examples(by_hand.policy, trajs))
+    for a, b in zip(wired.model.parameters(), by_hand.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+    wired.close(), by_hand.close()
+    out = train(_config(sft_steps=2, sft_batch=4, iterations=1, batch_tasks=1, out_dir=str(tmp_path)))
+    first = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
+    assert first["iteration"] == 0 and first["rc_sft_high"] + first["rc_sft_low"] == 8 and out["iterations"] == 1
+    with pytest.raises(ValueError, match="rc_sft_agents"):
+        _config(rc_sft_agents=[])
 
 
 def test_condition_metrics_by_hand():
