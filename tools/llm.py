@@ -37,6 +37,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from agentgym.contract.parsing import scrub_surrogates
+
 T = TypeVar("T")
 
 #: HTTP statuses below 500 that are retried (5xx always are, as are connection errors and timeouts).
@@ -300,7 +302,9 @@ class LLMClient:
             cause: BaseException | None = None
             try:
                 async with semaphore:
-                    resp = await http.request(method, url, json=body)
+                    resp = await http.request(
+                        method, url, json=scrub_surrogates(body)
+                    )  # a lone surrogate cannot encode
             except httpx.TimeoutException as exc:
                 cause = exc
                 error: LLMError = LLMTimeoutError(

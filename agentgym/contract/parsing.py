@@ -321,14 +321,19 @@ def _constant(name: str) -> Any:
 _DECODER = json.JSONDecoder(parse_int=_int, parse_float=_float, parse_constant=_constant)
 
 
-def _scrub(value: Any) -> Any:
-    """``value`` with every lone surrogate in its strings (keys too) replaced by U+FFFD (depth is bounded)."""
+def scrub_surrogates(value: Any) -> Any:
+    """``value`` (JSON-like) with every lone surrogate in its strings (keys too) replaced by U+FFFD, so it encodes as
+    UTF-8 (depth is bounded by the caller's data: decoded JSON here, request bodies in ``agentgym.tools.llm``).
+
+    >>> scrub_surrogates({"content": "a\\ud800b", "n": [1, "\\udfff"]})
+    {'content': 'a\ufffdb', 'n': [1, '\ufffd']}
+    """
     if isinstance(value, str):
         return _SURROGATE.sub("\ufffd", value)
-    if isinstance(value, list):
-        return [_scrub(v) for v in value]
+    if isinstance(value, list | tuple):
+        return [scrub_surrogates(v) for v in value]
     if isinstance(value, dict):
-        return {_scrub(k): _scrub(v) for k, v in value.items()}
+        return {scrub_surrogates(k): scrub_surrogates(v) for k, v in value.items()}
     return value
 
 
@@ -361,7 +366,7 @@ def loads_untrusted(text: str, what: str = "The JSON") -> Any:
     except (RecursionError, ValueError) as e:  # not expected past the checks above; still a clear invalid action
         raise InvalidJSONError(f"{what} cannot be read ({type(e).__name__}).") from None
     escaped = "\\u" in text and _SURROGATE_ESCAPE.search(text) is not None
-    return _scrub(value) if escaped or (not text.isascii() and _SURROGATE.search(text)) else value
+    return scrub_surrogates(value) if escaped or (not text.isascii() and _SURROGATE.search(text)) else value
 
 
 def _tool_call_from_obj(obj: Any, call_id: str | None = None) -> ToolCall:

@@ -329,6 +329,21 @@ def served():
         client.close()
 
 
+HOSTILE = ["\ud800", "a\udfff\ud800b", "nul\x00byte", "<script>alert(1)</script>", "\u202eevil", "x" * 100_000]
+
+
+@pytest.mark.parametrize("junk", HOSTILE)
+def test_hostile_text_in_what_is_judged_is_sent_and_judged(served, junk):
+    """A trajectory is untrusted: lone surrogates (which cannot encode as UTF-8) reach the endpoint as U+FFFD, and
+    markup, NULs and long lines as they are; the verdict is the judge's answer, never an exception."""
+    client, server = served
+    for answer in ("text", "logprob"):
+        (verdict,) = LLMJudge(client, answer=answer, cache_size=0).ask([Question("yesno", f"Is 4 even? {junk}")])
+        assert verdict.value == 1.0, verdict.error
+    sent = server.requests[-1]
+    assert "\ufffd" in sent if any(0xD800 <= ord(c) <= 0xDFFF for c in junk) else junk in sent
+
+
 def q(n: int, **kw) -> Question:
     return Question("yesno", f"Is {n} even?", **kw)
 
