@@ -35,7 +35,7 @@ from agentgym.baselines.checkpoint import TrainState
 from agentgym.baselines.config import TrainConfig
 from agentgym.baselines.credit import EnvMaker
 from agentgym.baselines.rollout import HFPolicy, Rollout, derive_seed, run_episodes
-from agentgym.baselines.warmup import sft_update
+from agentgym.baselines.update import sft_update
 from agentgym.contract.trajectory import Trajectory
 from agentgym.rewards.catalogue import Method
 from agentgym.rewards.papers import cite

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from agentgym.baselines.backends import amp_dtype
+from agentgym.baselines.checkpoint import TrainState
 from agentgym.baselines.config import CRITIC_TRUNKS, DISTILL_ESTIMATORS, LOSS_AGG_MODES, TrainConfig
 from agentgym.baselines.rollout import Rollout, autocast
 
@@ -45,6 +46,7 @@ __all__ = [
     "minibatch_loss",
     "score_batch",
     "select",
+    "sft_update",
     "sync_critic_trunk",
     "turn_ids",
     "turn_mean_log_ratio",
@@ -525,3 +527,27 @@ def explained_variance(pred: np.ndarray, target: np.ndarray) -> float:
     """``1 - Var(target - pred) / Var(target)`` (NaN when the target is constant)."""
     var = float(np.var(target))
     return float("nan") if var == 0 else 1.0 - float(np.var(target - pred)) / var
+
+
+def sft_update(state: TrainState, config: TrainConfig, rollouts: list[Rollout]) -> float:
+    """One supervised step on ``rollouts``: the mean negative log-likelihood of their action tokens, at ``sft_lr``
+    (else ``lr``), gradients clipped at ``max_grad_norm``; the optimizer's learning rates are restored after it.
+    Returns the loss."""
+    device = next(state.model.parameters()).device
+    batch = {k: v.to(device) for k, v in make_batch(rollouts, state.tokenizer.pad_token_id).items()}
+    state.model.train()
+    lp, _, _ = forward_tokens(state.model, batch["input_ids"], batch["attention_mask"], 1.0,
+                              token_mask=batch["loss_mask"] > 0, amp=amp_dtype(config))  # fmt: skip
+    loss = -aggregate_loss(lp, batch["loss_mask"], "token-mean")
+    state.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_([p for g in state.optimizer.param_groups for p in g["params"]], config.max_grad_norm)
+    lrs = [g["lr"] for g in state.optimizer.param_groups]
+    for g in state.optimizer.param_groups:
+        g["lr"] = config.sft_lr if config.sft_lr is not None else config.lr
+    state.optimizer.step()
+    for g, lr in zip(state.optimizer.param_groups, lrs, strict=True):
+        g["lr"] = lr
+    state.policy.mark_stale()
+    state.model.eval()
+    return float(loss.detach())

@@ -17,15 +17,14 @@ from agentgym.baselines.backends import amp_dtype
 from agentgym.baselines.checkpoint import TrainState
 from agentgym.baselines.config import TrainConfig
 from agentgym.baselines.credit import EnvMaker, compute_advantages, training_rollouts
-from agentgym.baselines.rollout import Rollout, demonstration_episode, derive_seed
+from agentgym.baselines.rollout import demonstration_episode, derive_seed
 from agentgym.baselines.update import (
     TrunkValueHead,
-    aggregate_loss,
     explained_variance,
-    forward_tokens,
     make_batch,
     score_batch,
     select,
+    sft_update,
     sync_critic_trunk,
     value_only_loss,
 )
@@ -75,30 +74,6 @@ def sft_step(state: TrainState, config: TrainConfig, it: int, step: int) -> floa
     if not found:
         raise ValueError(f"{config.env_id} gives no demonstrations (it has no oracle agent)")
     return sft_update(state, config, found)
-
-
-def sft_update(state: TrainState, config: TrainConfig, rollouts: list[Rollout]) -> float:
-    """One supervised step on ``rollouts``: the mean negative log-likelihood of their action tokens, at ``sft_lr``
-    (else ``lr``), gradients clipped at ``max_grad_norm``; the optimizer's learning rates are restored after it.
-    Returns the loss."""
-    device = next(state.model.parameters()).device
-    batch = {k: v.to(device) for k, v in make_batch(rollouts, state.tokenizer.pad_token_id).items()}
-    state.model.train()
-    lp, _, _ = forward_tokens(state.model, batch["input_ids"], batch["attention_mask"], 1.0,
-                              token_mask=batch["loss_mask"] > 0, amp=amp_dtype(config))  # fmt: skip
-    loss = -aggregate_loss(lp, batch["loss_mask"], "token-mean")
-    state.optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_([p for g in state.optimizer.param_groups for p in g["params"]], config.max_grad_norm)
-    lrs = [g["lr"] for g in state.optimizer.param_groups]
-    for g in state.optimizer.param_groups:
-        g["lr"] = config.sft_lr if config.sft_lr is not None else config.lr
-    state.optimizer.step()
-    for g, lr in zip(state.optimizer.param_groups, lrs, strict=True):
-        g["lr"] = lr
-    state.policy.mark_stale()
-    state.model.eval()
-    return float(loss.detach())
 
 
 def mc_returns(rollouts: Sequence[Any], config: TrainConfig, values: Sequence[np.ndarray]) -> torch.Tensor:
