@@ -546,6 +546,21 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_view(args: argparse.Namespace) -> int:
+    from agentgym.tools.serving import TOKEN_ENV
+    from agentgym.viewer.app import serve_viewer
+
+    if not 0 <= args.port <= 65535:
+        raise UserError(f"--port must be in 0..65535, got {args.port}")
+    try:
+        token = args.token or os.environ.get(TOKEN_ENV) or None
+        announce = functools.partial(print, f"agentgym view: serving {args.path} at", flush=True)
+        serve_viewer(args.path, host=args.host, port=args.port, token=token, announce=announce)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import os
 
@@ -751,6 +766,13 @@ def build_parser(plugins: Mapping[str, EntryPoint] | None = None) -> argparse.Ar
         help="warning and above: no access log (one line per request costs the workers time under load)",
     )  # fmt: skip
     p.set_defaults(fn=cmd_serve_retriever)
+
+    p = command("view", help="look at episodes in a browser: trajectories, a bench report or a trainer run")
+    p.add_argument("path", metavar="PATH", help="a .jsonl file, or a folder (a run folder, a bench report, ...)")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default; others need a token)")
+    p.add_argument("--port", type=int, default=8765, help="port (0: any free one; the URL is printed)")
+    p.add_argument("--token", default=None, help="bearer token (default: $AGENTGYM_TOKEN); needed beyond loopback")
+    p.set_defaults(fn=cmd_view)
 
     p = command("serve", help="serve envs over HTTP: sessions for RemoteEnv, or OpenEnv's protocol (--openenv)")
     p.add_argument(
