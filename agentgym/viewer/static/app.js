@@ -54,12 +54,19 @@ async function loadSources() {
   }, s.label, el("br"), el("span", { class: "kind" }, `${s.kind}${s.run !== null ? " · run " + s.run : ""}`))));
   const compare = document.getElementById("compare");
   compare.replaceChildren(el("option", { value: "" }, "nothing"),
-    ...sources.filter((s) => s.kind !== "metrics").map((s) => el("option", { value: s.id }, s.label)));
+    ...sources.map((s) => el("option", { value: s.id }, s.label)));
   const first = sources.find((s) => s.kind === "metrics") || sources.find((s) => s.kind !== "records") || sources[0];
   if (first) await selectSource(first.id);
 }
 
 function sourceById(id) { return state.sources.find((s) => s.id === id); }
+
+// "compare with" a source of episodes: a column of its result on the same task, and the two episodes side by side
+// (a metrics file instead overlays its curves on the plots)
+function comparesEpisodes() {
+  const other = sourceById(state.compare);
+  return Boolean(other) && other.kind !== "metrics";
+}
 
 async function selectSource(id, filters) {
   state.source = id;
@@ -124,7 +131,7 @@ function cell(value, cls) { return el("td", cls ? { class: cls } : {}, value ===
 
 function renderRows(items) {
   const body = document.querySelector("#episodes tbody");
-  const comparing = Boolean(state.compare);
+  const comparing = comparesEpisodes();
   document.getElementById("cmphead").hidden = !comparing;
   body.replaceChildren(...items.map((item) => {
     const ok = item.success === null ? "" : item.success ? "yes" : "no";
@@ -153,7 +160,7 @@ async function openRecord(source, item, row) {
   detail.replaceChildren(el("p", {}, "loading…"));
   try {
     const views = [await recordView(source, item.offset)];
-    if (state.compare && item.task) {
+    if (comparesEpisodes() && item.task) {
       const { item: other } = await api("/api/match", { source: state.compare, task: item.task, seed: item.seed ?? "" });
       views.push(other ? await recordView(state.compare, other.offset) : el("div", { class: "episode" }, "not run on the other side"));
     }
@@ -264,19 +271,26 @@ function tokens(toks, adv) {
 async function drawMetrics(src) {
   const box = document.getElementById("metrics");
   const { series } = await api("/api/metrics", { source: src.id });
-  const x = series.iteration || [];
+  const other = sourceById(state.compare);
+  const theirs = other && other.kind === "metrics" && other.id !== src.id ? (await api("/api/metrics", { source: other.id })).series : null;
   const keys = CHART_KEYS.filter((k) => series[k] && series[k].some((v) => v !== null));
-  box.replaceChildren(...keys.map((k) => chart(k, x, series[k], src)));
+  box.replaceChildren(...keys.map((k) => chart(k, points(series, k), theirs ? points(theirs, k) : [], src)));
+  if (theirs) box.prepend(el("p", { class: "meta legend" }, `blue: ${src.label} · orange: ${other.label}`));
   if (!keys.length) box.replaceChildren(el("p", { class: "meta" }, "no diagnostics to plot"));
 }
 
-function chart(name, xs, ys, src) {
+function points(series, key) {
+  const xs = series.iteration || [], ys = series[key] || [];
+  return xs.map((x, i) => [x, ys[i]]).filter(([x, y]) => typeof x === "number" && typeof y === "number");
+}
+
+function chart(name, pts, other, src) {
   const W = 260, H = 120, P = 24;
-  const pts = xs.map((x, i) => [x, ys[i]]).filter(([x, y]) => typeof x === "number" && typeof y === "number");
   const wrap = el("div", { class: "chart", "data-metric": name }, el("h4", {}, name));
   if (!pts.length) return wrap;
-  const [x0, x1] = [Math.min(...pts.map((p) => p[0])), Math.max(...pts.map((p) => p[0]))];
-  const [y0, y1] = [Math.min(...pts.map((p) => p[1])), Math.max(...pts.map((p) => p[1]))];
+  const all = pts.concat(other);
+  const [x0, x1] = [Math.min(...all.map((p) => p[0])), Math.max(...all.map((p) => p[0]))];
+  const [y0, y1] = [Math.min(...all.map((p) => p[1])), Math.max(...all.map((p) => p[1]))];
   const sx = (x) => P + (W - 2 * P) * (x1 === x0 ? 0.5 : (x - x0) / (x1 - x0));
   const sy = (y) => H - P + (2 * P - H) * (y1 === y0 ? 0.5 : (y - y0) / (y1 - y0));
   const svg = document.createElementNS(SVG, "svg");
@@ -287,6 +301,12 @@ function chart(name, xs, ys, src) {
   path.setAttribute("points", pts.map(([x, y]) => `${sx(x)},${sy(y)}`).join(" "));
   path.setAttribute("class", "curve");
   svg.append(path);
+  if (other.length) {
+    const theirs = document.createElementNS(SVG, "polyline");
+    theirs.setAttribute("points", other.map(([x, y]) => `${sx(x)},${sy(y)}`).join(" "));
+    theirs.setAttribute("class", "curve other");
+    svg.append(theirs);
+  }
   for (const [x, y] of pts) {
     const c = document.createElementNS(SVG, "circle");
     c.setAttribute("cx", sx(x)); c.setAttribute("cy", sy(y)); c.setAttribute("r", 3); c.setAttribute("fill", "#0969da");
@@ -323,6 +343,12 @@ document.addEventListener("DOMContentLoaded", () => {
       await loadPage(cursor);
     } catch (e) { status(e.message, true); }
   });
-  document.getElementById("compare").addEventListener("change", (e) => { state.compare = e.target.value; loadPage(state.cursor); });
+  document.getElementById("compare").addEventListener("change", async (e) => {
+    state.compare = e.target.value;
+    const shown = sourceById(state.source);
+    const metrics = state.sources.find((s) => s.kind === "metrics" && shown && s.run === shown.run && s.run !== null);
+    if (!document.getElementById("metrics").hidden && metrics) await drawMetrics(metrics);
+    if (state.source) await loadPage(state.cursor);
+  });
   loadSources().catch((e) => status(e.message, true));
 });
