@@ -19,9 +19,11 @@ WAIT = 60  # seconds a condition may take on a loaded machine (a condition, neve
 
 
 def wait_for(driver, condition, timeout: float = WAIT):
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(condition)
+    stale = (StaleElementReferenceException,)  # the table was redrawn under the check: check again
+    return WebDriverWait(driver, timeout, poll_frequency=0.1, ignored_exceptions=stale).until(condition)
 
 
 def rows(driver):

@@ -5,7 +5,8 @@
 const SVG = "http://www.w3.org/2000/svg";
 const CHART_KEYS = ["success_rate", "eval_success_rate", "reward_mean", "valid_action_frac", "entropy", "grad_norm",
   "explained_variance", "turn_signal_auc", "kl", "zero_std_group_frac"];
-const state = { sources: [], source: null, cursors: [0], cursor: 0, next: null, filters: {}, compare: "" };
+// gen: bumped by every source pick, so an answer that arrives after the user picked another source is dropped
+const state = { sources: [], source: null, cursors: [0], cursor: 0, next: null, filters: {}, compare: "", gen: 0 };
 
 function el(tag, props, ...children) {
   const node = document.createElement(tag);
@@ -69,14 +70,16 @@ function comparesEpisodes() {
 }
 
 async function selectSource(id, filters) {
+  const gen = ++state.gen;
   state.source = id;
   for (const b of document.querySelectorAll("nav button")) b.classList.toggle("on", b.dataset.source === id);
   const src = sourceById(id);
   const metrics = document.getElementById("metrics");
   document.getElementById("detail").replaceChildren();
+  metrics.hidden = src.kind !== "metrics";
   if (src.kind === "metrics") {
-    metrics.hidden = false;
     await drawMetrics(src);
+    if (gen !== state.gen) return;
     const rollouts = state.sources.find((s) => s.kind === "rollouts" && s.run === src.run);
     if (!rollouts) {
       document.querySelector("#episodes tbody").replaceChildren();
@@ -84,8 +87,6 @@ async function selectSource(id, filters) {
       return;
     }
     state.source = rollouts.id;
-  } else if (!filters) {
-    metrics.hidden = true;
   }
   setFilters(filters || {});
   await loadPage(0, true);
@@ -109,13 +110,15 @@ async function loadPage(cursor, fresh) {
   if (fresh) state.cursors = [cursor];
   state.cursor = cursor;
   status("loading…");
+  const gen = state.gen, source = state.source;
   let page;
   try {
-    page = await api("/api/page", { source: state.source, cursor, n: 50, ...state.filters });
+    page = await api("/api/page", { source, cursor, n: 50, ...state.filters });
   } catch (e) {
     status(e.message, true);
     return;
   }
+  if (gen !== state.gen || source !== state.source) return;  // the user moved on
   state.next = page.next;
   renderRows(page.items);
   const ix = page.index;
@@ -243,7 +246,7 @@ function turnView(t, i) {
   for (const call of info.tool_calls || []) box.append(el("div", { class: "meta" }, "tool call:"), el("pre", {}, text(call)));
   const components = t.reward_components ?? info.reward_components;
   if (components && Object.keys(components).length) box.append(el("div", { class: "role" }, "reward components"), kv(components));
-  const signals = Object.fromEntries(SIGNALS.filter((k) => k in info || k in t).map((k) => [k, t[k] ?? info[k]]));
+  const signals = Object.fromEntries(SIGNALS.map((k) => [k, t[k] ?? info[k]]).filter(([, v]) => v !== undefined && v !== null));
   if (t.scored_reward !== undefined) signals.scorer = t.scored_reward;
   if (Object.keys(signals).length) box.append(el("div", { class: "role" }, "verified signals"), kv(signals));
   if (Array.isArray(t.tokens) && Array.isArray(t.advantages)) {
@@ -316,7 +319,9 @@ function chart(name, pts, other, src) {
     svg.append(c);
   }
   const label = (s, xx, yy) => { const t = document.createElementNS(SVG, "text"); t.textContent = s; t.setAttribute("x", xx); t.setAttribute("y", yy); t.setAttribute("font-size", "10"); return t; };
-  svg.append(label(fmt(y1), 2, P), label(fmt(y0), 2, H - P), label(String(x0), P, H - 6), label(String(x1), W - P - 10, H - 6));
+  const digits = y1 > y0 ? Math.min(6, Math.max(0, Math.ceil(-Math.log10(y1 - y0)) + 1)) : 2;
+  svg.append(label(y1.toFixed(digits), 2, P - 8), label(y0.toFixed(digits), 2, H - P + 12), label(String(x0), P, H - 2),
+    label(String(x1), W - P - 10, H - 2));
   wrap.append(svg);
   return wrap;
 }
