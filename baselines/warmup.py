@@ -16,7 +16,7 @@ import torch
 from agentgym.baselines.backends import amp_dtype
 from agentgym.baselines.checkpoint import TrainState
 from agentgym.baselines.config import TrainConfig
-from agentgym.baselines.credit import EnvMaker, compute_advantages, training_rollouts
+from agentgym.baselines.credit import EnvMaker, build_scorer, compute_advantages, score_turns, training_rollouts
 from agentgym.baselines.rollout import demonstration_episode, derive_seed
 from agentgym.baselines.update import (
     TrunkValueHead,
@@ -87,7 +87,8 @@ def critic_warmup(state: TrainState, config: TrainConfig) -> dict[str, Any]:
     """``critic_warmup_steps`` value-only iterations from the starting policy, before its first update. Each plays one
     iteration's rollouts (``batch_tasks`` x ``group_size``, seeds from ``Seeds.critic_warmup``) and measures the
     critic's explained variance on them before fitting them (a held-out number); the targets are the Monte-Carlo
-    returns. The policy takes no policy-gradient step.
+    returns. The policy takes no policy-gradient step. With a scorer, each batch is scored as the loop scores it
+    (one scorer for the whole warm-up), so the returns count its rewards, or its verdicts as the turn signal.
 
     - ``detach_critic``: the head's inputs (the trunk's hidden states) do not change, so they are kept and the
       linear head is refitted after every step on all of them by ridge regression (``ridge`` x the number of
@@ -107,10 +108,15 @@ def critic_warmup(state: TrainState, config: TrainConfig) -> dict[str, Any]:
     ridge = config.detach_critic and not separate  # a fixed feature map: the exact refit
     trunk = [] if config.detach_critic or separate else state.optimizer.param_groups[0]["params"]
     evs, losses, feats, targets = [], [], [], []
+    # the returns count what the loop's count: a scorer's rewards, or its verdicts as the turn signal (one scorer for
+    # the warm-up, so a learned one fits across its batches; the loop builds its own)
+    scorer = build_scorer(config, model, tok) if config.scorer is not None else None
     for step in range(config.critic_warmup_steps):
         task_rng, sample_seed = config.seeds.critic_warmup(step)
         task_seeds = task_rng.integers(0, config.task_seed_range, size=config.batch_tasks).tolist()
         rollouts = training_rollouts(state, config, task_seeds, sample_seed, 0)
+        if scorer is not None:
+            score_turns(rollouts, config, model, tok, scorer)
         batch = make_batch(rollouts, tok.pad_token_id, mask_truncated=config.mask_truncated)
         model.eval()
         inputs: list[torch.Tensor] = []

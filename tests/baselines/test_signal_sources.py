@@ -4,6 +4,7 @@ judged or learned rewards), the progress a binary signal implies, and the persis
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from pathlib import Path
 
@@ -187,3 +188,31 @@ def test_score_turns_reports_the_judges_counters_and_the_learned_scorers_fit():
                        "judge_cache_hits": 1.0, "judge_failures": 0.0, "scorer_fit_pairs": 4.0,
                        "scorer_fit_loss_after": 0.5}  # fmt: skip
     assert TurnVerdictScorer.persistent  # the trainer keeps it, so its judge's cache lasts the run
+
+
+@pytest.mark.slow
+def test_a_critic_warmed_on_the_judged_signal_equals_one_warmed_on_the_verified_signal(tmp_path: Path):
+    """progress_td reading the rule judge's verdicts (turn_signal_source='scorer') warms its critic on the same returns
+    as progress_td reading info['correct']: the warm-up scores its batches as the loop does (it used to find no
+    verdicts there and fail on the progress they imply)."""
+    from agentgym.baselines.trainer import train
+
+    base = {"env_id": "agentgym/Chain-v0", "env_kwargs": {"horizon": 3}, "algo": "ppo", "estimator": "turn_ppo",
+            "lam": 0.0, "value_lr": 1e-2, "reward_components": ["outcome"], "signal_progress_coef": 1.0,
+            "critic_warmup_steps": 2, "detach_critic": True, "batch_tasks": 2, "group_size": 2, "max_turns": 3,
+            "max_new_tokens": 6, "stop": ["</answer>"], "iterations": 1, "plot": False, "progress": False}  # fmt: skip
+    judged = {"scorer": "turn_verdict", "scorer_kwargs": {"judge": "rule", "context": "turn"},
+              "turn_signal_source": "scorer"}  # fmt: skip
+    runs = {}
+    for name, extra in (("info", {}), ("judge", judged)):
+        train(TrainConfig.from_dict({**base, **extra, "out_dir": str(tmp_path / name)}))
+        runs[name] = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+
+    def numbers(line: dict) -> dict:  # what the runs computed, without clocks and the judge's own counters
+        return {k: v for k, v in line.items() if isinstance(v, int | float) and not k.startswith(("time", "judge_",
+                "scorer_")) and "per_s" not in k}  # fmt: skip
+
+    warm_info, warm_judge = numbers(runs["info"][0]), numbers(runs["judge"][0])
+    assert any("warmup" in k for k in warm_info) and warm_info == warm_judge  # the critic's warm-up
+    after_info, after_judge = numbers(runs["info"][1]), numbers(runs["judge"][1])
+    assert after_info == {k: after_judge[k] for k in after_info}  # and the first iteration after it
