@@ -105,3 +105,23 @@ def test_round2_records_are_copied_for_every_seed_but_the_checked_one(cs, tmp_pa
     rerun["history"][-1] = {**rerun["history"][-1], "entropy": -1.0}
     (tmp_path / "rl" / "Chain-H16-s0-grpo" / "result.json").write_text(json.dumps(rerun))
     assert cs.reuse_check(args, tmp_path)[0]["status"] == "DIFFERS"
+
+
+def test_the_docs_table_is_recomputed_from_the_committed_records(cs, tmp_path):
+    """docs/diagnostics.md's table of the experiment is what the report computes from the per-run records under
+    bench/results/credit_signals/chain (copied here, so the report is written here): each row of the docs table is
+    a row of the recomputed report, and the noise threshold the docs state is the report's."""
+    committed = ROOT / "bench" / "results" / "credit_signals" / "chain"
+    for record in committed.glob("*/*/result.json"):
+        target = tmp_path / record.relative_to(committed)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(record.read_bytes())
+    args = cs.parse_args(["--env", "Chain", "--out", str(tmp_path), "--report-only"])
+    text = cs.report(args, tmp_path)
+    docs = (ROOT / "docs" / "diagnostics.md").read_text(encoding="utf-8")
+    section = docs[docs.index("## Learned and judged turn signals") :]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    assert len(rows) >= 8 and all(row in text.splitlines() for row in rows), [r for r in rows if r not in text]
+    threshold = json.loads((tmp_path / "results.json").read_text())["noise_threshold"]
+    assert f"crosses 0 at a flip rate of {threshold:.2f}" in " ".join(section.split())
+    assert (ROOT / "docs" / "images" / "credit_signals_chain.png").is_file()
