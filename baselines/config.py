@@ -314,8 +314,22 @@ class TrainConfig:
     init_from: str | None = None  # a checkpoint.pt whose policy weights start a fresh run (fresh optimizer, no SFT)
     plot: bool = True
     progress: bool = True  # a progress bar over iterations (stderr) with the latest reward/success
+    # episodes for `agentgym view` (baselines/rollout_log.py, docs/trainer.md 'Seeing a run's episodes'): every Nth
+    # iteration (1 included; 0: off) at most log_rollouts_max rollouts (whole groups first) go to rollouts.jsonl, and
+    # nothing more once it holds log_rollouts_max_mb MiB; log_advantages_of: other critic-free estimators' advantages
+    # on the same batch, for comparison
+    log_rollouts_every: int = 1
+    log_rollouts_max: int = 16
+    log_rollouts_max_mb: float = 256.0
+    log_advantages_of: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        if self.log_rollouts_every < 0 or self.log_rollouts_max < 0 or not self.log_rollouts_max_mb > 0:
+            raise ValueError("log_rollouts_every and log_rollouts_max must be >= 0 and log_rollouts_max_mb > 0")
+        unknown_logged = [n for n in self.log_advantages_of if n not in ESTIMATORS]
+        if unknown_logged:
+            raise ValueError(f"log_advantages_of: unknown estimators {unknown_logged}; known: "
+                             f"{', '.join(sorted(ESTIMATORS))}")  # fmt: skip
         self.stop = tuple(self.stop) if isinstance(self.stop, (list, tuple)) else self.stop
         components: object = self.reward_components  # a list when read from a JSON/TOML file
         if isinstance(components, list):

@@ -90,6 +90,7 @@ from agentgym.baselines.reward_conditioning import (
     conditioned_rollouts,
 )
 from agentgym.baselines.rollout import collect_rollouts
+from agentgym.baselines.rollout_log import log_rollouts
 from agentgym.baselines.t2po import mask_thinking
 from agentgym.baselines.trainer_methods import MethodState
 from agentgym.baselines.update import (
@@ -237,6 +238,8 @@ def train_iteration(state: TrainState, config: TrainConfig, it: int, methods: Me
     if herl is not None:  # guided tokens: advantage x min(pi(a|unguided) / pi(a|guided), herl_is_clip)
         advs, herl_weights = herl.correct(rollouts, advs, old_lp)
         metrics.update(herl_weights)
+    # the episodes of every log_rollouts_every-th iteration, with these advantages per token (rollouts.jsonl)
+    metrics.update(log_rollouts(config, it, rollouts, advs, tok, branches))
     scales = clip_scales(rollouts, config) if branch_advs is None else None  # A^2TGPO's adaptive clip
     batch = make_batch(rollouts, tok.pad_token_id, advantages=advs, returns=rets, mask_truncated=config.mask_truncated,
                        clip_scales=scales, with_turns=config.ratio_level == "turn")  # fmt: skip
