@@ -13,7 +13,7 @@ API (GET; every ``source`` is an id from ``/api/sources``, never a path):
   siblings, branch forks of one snapshot;
 - ``/api/metrics?source=``: a ``metrics.jsonl`` as columns over iterations;
 - ``/api/match?source=&task=&seed=``: the first record of another source on the same task (and seed), to compare
-  two runs on the same tasks.
+  two runs on the same tasks (within its first 64 MB).
 
 Every answer carries a Content-Security-Policy that lets the page load and fetch only from its own origin and run
 only its own script (``script-src 'self'``: no inline script, no ``eval``), so nothing a record holds can run or
@@ -44,6 +44,8 @@ COOKIE = "agentgym_token"
 #: Most records one page, one sibling set or one metrics file answers.
 MAX_PAGE, MAX_SIBLINGS, MAX_METRICS_ROWS = 500, 256, 100_000
 SIBLING_WINDOW_BYTES = 8 << 20
+#: How much of the other file one comparison lookup reads at most (a bench report's files are far smaller).
+MATCH_BUDGET_BYTES = 64 << 20
 STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
                 ".css": "text/css; charset=utf-8", ".png": "image/png", ".svg": "image/svg+xml"}  # fmt: skip
 
@@ -142,16 +144,17 @@ class Viewer:
         return {"source": s.id, "run": s.run, "columns": columns, "series": series, "rows": len(rows)}
 
     def match(self, sid: str, task: str, seed: int | None) -> dict[str, Any]:
-        """The first record of ``sid`` on task ``task`` (and ``seed``), scanning at most one page budget."""
+        """The first record of ``sid`` on task ``task`` (and ``seed``) within the first :data:`MATCH_BUDGET_BYTES` of
+        the file (``complete``: whether that covered the file, so None means it is not there)."""
         s = self.source(sid)
         cursor: int | None = 0
-        while cursor is not None:
-            page = read_page(s.path, cursor, 50, Filter(task=task))
+        while cursor is not None and cursor < MATCH_BUDGET_BYTES:
+            page = read_page(s.path, cursor, 50, Filter(task=task), budget_bytes=MATCH_BUDGET_BYTES - cursor)
             for item in page.items:
                 if item.task == task and (seed is None or item.seed == seed):
-                    return {"item": item.to_dict()}
+                    return {"item": item.to_dict(), "complete": True}
             cursor = page.next
-        return {"item": None}
+        return {"item": None, "complete": cursor is None}
 
 
 def _int(params: dict[str, str], name: str, default: int | None = None, low: int = 0) -> int | None:

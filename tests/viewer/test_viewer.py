@@ -221,3 +221,17 @@ def test_the_command_refuses_bad_paths_and_open_binds_in_one_line(tmp_path):
         proc = subprocess.run([sys.executable, "-m", "agentgym.cli", *argv], capture_output=True, text=True,
                               timeout=120, env={"PATH": "/usr/bin:/bin"})  # fmt: skip
         assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_comparison_lookup_reads_a_bounded_part_of_the_other_file(tmp_path, monkeypatch):
+    from agentgym.viewer import app as viewer_app
+
+    offsets = write_lines(tmp_path / "t.jsonl", [episode(i) for i in range(400)])
+    monkeypatch.setattr(viewer_app, "MATCH_BUDGET_BYTES", offsets[100])
+    viewer = Viewer.of(tmp_path)
+    assert viewer.match("s0", "t42", 42) == {"item": viewer.match("s0", "t42", None)["item"], "complete": True}
+    assert viewer.match("s0", "t42", 42)["item"]["offset"] == offsets[42]
+    assert viewer.match("s0", "t42", 7) == {"item": None, "complete": False}  # not in the part read: unknown
+    assert viewer.match("s0", "t399", 399) == {"item": None, "complete": False}
+    monkeypatch.setattr(viewer_app, "MATCH_BUDGET_BYTES", 1 << 30)
+    assert viewer.match("s0", "t42", 7) == {"item": None, "complete": True}  # read whole: not there

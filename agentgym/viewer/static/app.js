@@ -151,8 +151,8 @@ function renderRows(items) {
 
 async function fillCompareCell(td, item) {
   if (!item.task) { td.textContent = ""; return; }
-  const { item: other } = await api("/api/match", { source: state.compare, task: item.task, seed: item.seed ?? "" });
-  td.textContent = other === null ? "not run" : other.success === null ? "?" : other.success ? "yes" : "no";
+  const { item: other, complete } = await api("/api/match", { source: state.compare, task: item.task, seed: item.seed ?? "" });
+  td.textContent = other === null ? (complete ? "not run" : "not in its first 64 MB") : other.success === null ? "?" : other.success ? "yes" : "no";
   td.className = `cmp ${other && other.success !== null ? (other.success ? "yes" : "no") : ""}`;
 }
 
