@@ -153,3 +153,17 @@ def test_a_million_episode_file_pages_without_being_loaded(browser, tmp_path):
         assert cells(browser, 0)[-1] == "999999"  # line numbers once the index has them
         browser.find_element("id", "prev").click()
         wait_for(browser, lambda d: cells(d, 2)[:1] == ["t0"])
+
+
+def test_tool_calls_and_their_results_are_shown_per_turn(browser, tmp_path):
+    trajs = run("agentgym/ToolUse-v0", "oracle", 2, out=tmp_path / "tools.jsonl", progress=False)
+    with serve(tmp_path) as server:
+        browser.get(server.url + "/")
+        wait_for(browser, lambda d: len(rows(d)) == 2)
+        view = open_row(browser, 0)
+        labels = [e.text for e in view.find_elements("css selector", ".turn .role")]
+        first = trajs[0].turns[0]
+        name = json.loads(first.action.split("<tool_call>")[1].split("</tool_call>")[0])["name"]
+        assert f"tool call: {name}" in labels and "tool" in labels  # the call, and the tool's reply
+        replies = [p.text for p in view.find_elements("css selector", ".turn[data-turn='0'] .msg pre")]
+        assert replies == [first.observation[0]["content"]]

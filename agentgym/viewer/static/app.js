@@ -227,6 +227,19 @@ function messages(list) {
     el("span", { class: "role" }, text(m && m.role)), el("pre", {}, text(m && typeof m === "object" ? m.content ?? m : m)))));
 }
 
+// The <tool_call>{"name": ..., "arguments": {...}}</tool_call> blocks of an action, read leniently (an unreadable one
+// is left to the action's own text).
+function toolCalls(action) {
+  const out = [];
+  for (const m of String(action ?? "").matchAll(/<tool_call>([\s\S]*?)<\/tool_call>/g)) {
+    try {
+      const call = JSON.parse(m[1]);
+      if (call && typeof call.name === "string") out.push({ name: call.name, arguments: typeof call.arguments === "object" && call.arguments ? call.arguments : {} });
+    } catch (e) { /* not JSON: the action text shows it as written */ }
+  }
+  return out.slice(0, 20);
+}
+
 function kv(obj) {
   const rows = Object.entries(obj || {}).map(([k, v]) => el("tr", {}, el("td", {}, k), el("td", {}, fmt(v))));
   return el("table", { class: "kv" }, el("tbody", {}, ...rows));
@@ -243,7 +256,7 @@ function turnView(t, i) {
   if (parseError) box.append(el("p", { class: "error" }, `parse error: ${text(parseError)}`));
   const valid = t.action_valid ?? info.action_valid;
   if (valid === false) box.append(el("p", { class: "error" }, "invalid action"));
-  for (const call of info.tool_calls || []) box.append(el("div", { class: "meta" }, "tool call:"), el("pre", {}, text(call)));
+  for (const call of toolCalls(t.action)) box.append(el("div", { class: "role" }, `tool call: ${call.name}`), kv(call.arguments));
   const components = t.reward_components ?? info.reward_components;
   if (components && Object.keys(components).length) box.append(el("div", { class: "role" }, "reward components"), kv(components));
   const signals = Object.fromEntries(SIGNALS.map((k) => [k, t[k] ?? info[k]]).filter(([, v]) => v !== undefined && v !== null));
