@@ -194,3 +194,27 @@ def test_unknown_estimators_to_compare_are_refused_when_the_config_is_built(tmp_
         config_of(tmp_path, log_advantages_of=["no_such_estimator"])
     with pytest.raises(ValueError, match="log_rollouts_every"):
         config_of(tmp_path, log_rollouts_every=-1)
+
+
+@pytest.mark.slow
+def test_branch_forks_name_the_rollout_and_turn_they_fork_from(tmp_path):
+    """tree with branch_k=2 on Chain: the mains come first (fork_of null), then each fork's trained first turn, whose
+    observation is the one its origin's turn answered; its group is its origin's."""
+    config = TrainConfig.from_dict({"env_id": "agentgym/Chain-v0", "env_kwargs": {"horizon": 2}, "max_turns": 2,
+                                    "max_new_tokens": 6, "stop": ["</answer>"], "batch_tasks": 1, "group_size": 2,
+                                    "minibatch_size": 2, "estimator": "tree", "branch_k": 2, "iterations": 1,
+                                    "log_rollouts_max": 64, "log_advantages_of": ["grpo"], "plot": False,
+                                    "progress": False, "out_dir": str(tmp_path / "run")})  # fmt: skip
+    train(config)
+    records = list(read_rollouts(tmp_path / "run" / ROLLOUTS_FILE))
+    mains = [r for r in records if r["fork_of"] is None]
+    forks = [r for r in records if r["fork_of"] is not None]
+    assert [r["rollout"] for r in mains] == [0, 1] and len(forks) >= 2
+    for f in forks:
+        origin = records[f["fork_of"]["rollout"]]
+        assert origin["fork_of"] is None and f["group_id"] == origin["group_id"]
+        assert f["fork_of"]["k"] in (0, 1) and len(f["turns"]) == 1
+        turn = f["fork_of"]["turn"]
+        assert f["turns"][0]["observation_before"] == origin["turns"][turn]["observation_before"]
+        assert "grpo" in f["advantages_skipped"] and "advantages_by" not in f["turns"][0]
+    assert all(r["turns"][0]["advantages_by"].keys() == {"grpo"} for r in mains)
