@@ -491,6 +491,37 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 1 if bad or problems else 0
 
 
+def cmd_play(args: argparse.Namespace) -> int:
+    import io
+
+    from agentgym.contract.parsing import InvalidJSONError, JSONLimitError, loads_untrusted
+    from agentgym.running.play import PlaySession, Terminal
+
+    env_kwargs = key_values(args.env_arg)
+    if args.env_kwargs is not None:
+        try:
+            given = loads_untrusted(args.env_kwargs, "--env-kwargs")
+        except (InvalidJSONError, JSONLimitError) as e:
+            raise UserError(f"--env-kwargs must be a JSON object: {' '.join(str(e).split())}") from None
+        if not isinstance(given, dict):
+            raise UserError(f"--env-kwargs must be a JSON object, got {type(given).__name__}")
+        env_kwargs = {**given, **env_kwargs}
+    if args.save is not None and Path(args.save).is_dir():
+        raise UserError(f"--save {args.save} is a folder: give a file (e.g. {Path(args.save) / 'play.jsonl'})")
+    env = _make_env(args.env_id, env_kwargs)
+    with PlaySession(args.env_id, env_kwargs, env=env, own_env=True) as session:
+        view = session.reset(seed=args.seed)
+        if view["error"]:
+            raise UserError(f"cannot start an episode of {args.env_id} with {_args_text(env_kwargs)}: {view['error']}")
+        interactive = sys.stdin.isatty()
+        stdin: Any = sys.stdin
+        if not interactive and hasattr(sys.stdin, "buffer"):  # piped bytes that are not UTF-8 never raise
+            stdin = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
+        if callable(reconfigure := getattr(sys.stdout, "reconfigure", None)):  # a terminal that is not UTF-8
+            reconfigure(errors="replace")
+        return Terminal(session, stdin, sys.stdout, save=args.save, interactive=interactive).run()
+
+
 def _check_recorded_args(path: str, env_args: Mapping[str, Any]) -> None:
     """Refuse (one line, exit 2) a file whose records would build an env with arguments a record may not set
     (``agentgym.contract.trust``), before anything is built."""
@@ -736,6 +767,14 @@ def build_parser(plugins: Mapping[str, EntryPoint] | None = None) -> argparse.Ar
         "written with), every record's signature is checked too",
     )  # fmt: skip
     p.set_defaults(fn=cmd_replay)
+
+    p = command("play", help="play an env by hand in the terminal: type turns, undo them, save a replayable run")
+    p.add_argument("env_id", help="a registered env id, e.g. agentgym/Household-v0 (see agentgym list)")
+    p.add_argument("--seed", type=NON_NEGATIVE, default=None, help="the episode's seed (default: a random one)")
+    p.add_argument("--env-kwargs", default=None, metavar="JSON", help="env constructor arguments as a JSON object")
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env constructor argument")
+    p.add_argument("--save", default=None, metavar="PATH", help="append each finished episode (and :save) to PATH")
+    p.set_defaults(fn=cmd_play)
 
     from agentgym.tools.retrieval.base import parse_size, positive_int
 
