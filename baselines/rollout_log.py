@@ -16,7 +16,7 @@ A record (keys in this order; numbers that are not finite are null; lone surroga
     advantages_skipped ({estimator: reason}), turns: [
         {observation_before (the messages the policy saw since its last action: the reset's for turn 1),
          action (the text as sampled), action_valid, parse_error, reward, reward_components,
-         scored_reward (the turn scorer's, null where none ran or it did not score the turn),
+         scored_reward (the turn scorer's reward: only on the turns a scorer scored),
          correct / progress / success (the env's verified info, where present),
          tokens (the turn's sampled tokens, decoded one by one: joined they are ``action``),
          advantages (per token: the advantage the update used, as float32; null where the token is not in the loss),
@@ -39,7 +39,6 @@ import dataclasses
 import json
 import math
 import os
-import time
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -157,9 +156,6 @@ def rollout_record(
     for k, (s, e) in enumerate(r.turn_spans):
         info = r.infos[k] if k < len(r.infos) else {}
         before = r.initial_observation if k == 0 else r.observations[k - 1]
-        scored = None
-        if len(r.scored_rewards) == len(r.turn_spans) and (not r.scored_valid or r.scored_valid[k]):
-            scored = r.scored_rewards[k]
         turn: dict[str, Any] = {
             "observation_before": _safe(before),
             "action": r.actions[k] if k < len(r.actions) else "",
@@ -167,8 +163,9 @@ def rollout_record(
             "parse_error": info.get("parse_error"),
             "reward": r.turn_rewards[k],
             "reward_components": r.reward_components[k] if k < len(r.reward_components) else {},
-            "scored_reward": scored,
         }
+        if len(r.scored_rewards) == len(r.turn_spans) and (not r.scored_valid or r.scored_valid[k]):
+            turn["scored_reward"] = r.scored_rewards[k]  # only on the turns a scorer scored
         turn.update({key: info[key] for key in VERIFIED_KEYS if key in info})
         turn["tokens"] = token_texts(tokenizer, r.response_ids[s:e])
         turn["advantages"] = _f32(np.asarray(advantages[s:e]), mask[s:e])
@@ -185,6 +182,17 @@ def rollout_record(
     })  # fmt: skip
 
 
+def _method_defaults() -> dict[str, Any]:
+    """The knobs of the run's own method that a critic-free comparison leaves at their defaults: its estimator's
+    arguments, the critic's, A^2TGPO's clip and branch credit's (the comparison runs on the main rollouts)."""
+    return {
+        f.name: f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+        for f in dataclasses.fields(TrainConfig)
+        if f.name.startswith(("branch_", "tree_", "value_", "critic_"))
+        or f.name in ("estimator_kwargs", "detach_critic", "adaptive_clip_beta", "step_bonus")
+    }
+
+
 def other_advantages(
     rollouts: Sequence[Rollout], config: TrainConfig
 ) -> tuple[dict[str, list[np.ndarray]], dict[str, str]]:
@@ -195,8 +203,7 @@ def other_advantages(
     for name in config.log_advantages_of:
         try:
             fusion = "add" if config.scorer is not None else config.scorer_fusion
-            alt = dataclasses.replace(config, algo="grpo", estimator=name, estimator_kwargs={}, branch_k=0,
-                                      scorer_fusion=fusion)  # fmt: skip
+            alt = dataclasses.replace(config, **_method_defaults(), algo="grpo", estimator=name, scorer_fusion=fusion)
             out[name] = compute_advantages(rollouts, alt)[0]
         except Exception as exc:  # a comparison never stops the run: the reason is recorded
             skipped[name] = _clip(f"{type(exc).__name__}: {' '.join(str(exc).split())}")[:500]
@@ -244,16 +251,16 @@ def log_rollouts(
     """Append iteration ``it``'s records to ``out_dir/rollouts.jsonl`` when it is due (:func:`log_due`):
     ``rollouts`` and ``advantages`` are the rows the update trains on and their token advantages; ``branches``,
     the iteration's ``BranchSet`` (forks name their origin). Returns the iteration's log metrics
-    (``rollouts_logged``, ``rollouts_log_bytes``, ``time_rollout_log``); nothing when not due."""
+    (``rollouts_logged``, ``rollouts_log_bytes``: no timing, so a resumed run's metrics equal the uninterrupted
+    run's); nothing when not due."""
     if not log_due(config, it):
         return {}
-    t0 = time.perf_counter()
     path = Path(config.out_dir) / ROLLOUTS_FILE
     budget = config.log_rollouts_max_mb * (1 << 20)
     if path.is_file() and path.stat().st_size >= budget and _last_iteration(path) < it:
         warnings.warn(f"{path} holds {config.log_rollouts_max_mb} MiB (log_rollouts_max_mb): no more episodes are "
                       "logged", stacklevel=2)  # fmt: skip
-        return {"rollouts_logged": 0, "rollouts_log_bytes": 0, "time_rollout_log": time.perf_counter() - t0}
+        return {"rollouts_logged": 0, "rollouts_log_bytes": 0}
     chosen = pick_rollouts(rollouts, config.log_rollouts_max)
     forks = fork_origins(rollouts, branches)
     mains = [r for i, r in enumerate(rollouts) if i not in forks]  # the comparison runs on the main rollouts
@@ -272,8 +279,7 @@ def log_rollouts(
         lines.append(json.dumps(rec, ensure_ascii=True, allow_nan=False, separators=(",", ":")) + "\n")
     data = "".join(lines).encode("ascii")
     _append(path, data, it)
-    return {"rollouts_logged": len(chosen), "rollouts_log_bytes": len(data),
-            "time_rollout_log": time.perf_counter() - t0}  # fmt: skip
+    return {"rollouts_logged": len(chosen), "rollouts_log_bytes": len(data)}
 
 
 def _iteration_of(line: bytes) -> int | None:

@@ -113,7 +113,7 @@ def test_the_log_holds_the_episodes_and_the_advantages_the_update_used(tmp_path)
             assert turn["reward_components"] == {"words": r.turn_rewards[k]}
             assert turn["correct"] == r.infos[k]["correct"] and turn["progress"] == (k + 1) / 2
             assert turn["observation_before"] == (r.initial_observation if k == 0 else r.observations[k - 1])
-            assert turn["scored_reward"] is None
+            assert "scored_reward" not in turn  # no scorer ran
         assert rec["turns"][-1]["success"] == r.success
 
 
@@ -218,3 +218,23 @@ def test_branch_forks_name_the_rollout_and_turn_they_fork_from(tmp_path):
         assert f["turns"][0]["observation_before"] == origin["turns"][turn]["observation_before"]
         assert "grpo" in f["advantages_skipped"] and "advantages_by" not in f["turns"][0]
     assert all(r["turns"][0]["advantages_by"].keys() == {"grpo"} for r in mains)
+
+
+@pytest.mark.slow
+def test_a_ppo_run_with_a_scorer_logs_the_scorer_and_a_critic_free_comparison(tmp_path):
+    """PPO (a critic warmed up first) with the rule judge as turn scorer on Chain: each judged turn carries the
+    scorer's reward, and grpo's advantages are logged beside PPO's (the critic's knobs do not block them)."""
+    config = TrainConfig.from_dict({"env_id": "agentgym/Chain-v0", "env_kwargs": {"horizon": 2}, "max_turns": 2,
+                                    "max_new_tokens": 6, "stop": ["</answer>"], "batch_tasks": 1, "group_size": 2,
+                                    "minibatch_size": 2, "algo": "ppo", "critic_warmup_steps": 1, "iterations": 1,
+                                    "scorer": "turn_verdict", "scorer_kwargs": {"judge": "rule", "context": "turn"},
+                                    "log_advantages_of": ["grpo"], "plot": False, "progress": False,
+                                    "out_dir": str(tmp_path / "run")})  # fmt: skip
+    train(config)
+    records = list(read_rollouts(tmp_path / "run" / ROLLOUTS_FILE))
+    assert len(records) == 2
+    for rec in records:
+        assert rec["advantages_skipped"] == {}
+        for turn in rec["turns"]:
+            assert isinstance(turn["scored_reward"], float)
+            assert len(turn["advantages_by"]["grpo"]) == len(turn["tokens"]) == len(turn["advantages"])
