@@ -40,6 +40,7 @@ import gymnasium as gym
 from agentgym.contract.branching import restore, snapshot
 from agentgym.contract.env import MAX_ACTION_CHARS, Snapshot, SnapshotError
 from agentgym.contract.trajectory import (
+    MAX_RECORD_BYTES,
     RecordTooLarge,
     RunHeader,
     Trajectory,
@@ -165,8 +166,11 @@ class PlaySession:
     # -- playing -------------------------------------------------------------------------------------------
     def reset(self, seed: int | None = None, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Start an episode (``seed`` None: a random one, shown in the view, so the episode can be replayed);
-        ``options`` as ``env.reset`` takes them (``task_index``, ...). An error (a bad option) is the view's
-        ``error`` and leaves no episode."""
+        ``options`` as ``env.reset`` takes them (``task_index``, ...). Both may come from a client: an error (a
+        negative seed, a bad option) is the view's ``error`` and leaves no episode."""
+        return self._reset(seed, options)
+
+    def _reset(self, seed: Any, options: Any) -> dict[str, Any]:
         self._message = self._error = None
         self._traj, self._snapshots = None, []
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
@@ -346,10 +350,12 @@ class PlaySession:
                            agent_name=None, agent_kwargs=None, seed=self.seed, tasks=tasks, group_size=1,
                            episodes=1)  # fmt: skip
         key = trajectory_key()
+        record = dataclasses.replace(traj, run_id=header.run_id, index=0)
+        size = len(canonical(record.to_dict()).encode("utf-8"))  # checked before the header is written
+        if size > MAX_RECORD_BYTES - 4096:  # room for the checksum and the seal
+            raise PlayError(f"the episode is too large to save: {size} bytes of record, over {MAX_RECORD_BYTES}")
         with TrajectoryWriter(path, key=key) as writer:
             try:
-                record = dataclasses.replace(traj, run_id=header.run_id, index=0)
-                normalize(record.to_dict())  # no JSON form: refused before the header is written
                 writer.write(header)
                 writer.write(record)
             except RecordTooLarge as e:
