@@ -258,3 +258,26 @@ def test_a_person_wins_household_in_agentgym_play_and_agentgym_replay_says_ident
     res = subprocess.run([*COMMAND, "play", ENV_ID, "--seed", "1"], input=b"\xff\xfe look\n\x00\n", cwd=tmp_path,
                          capture_output=True, timeout=300)  # fmt: skip
     assert res.returncode == 0 and res.stderr == b"", res.stderr
+
+
+def test_a_remote_env_is_played_undone_and_saved_for_a_local_replay(actions, tmp_path):
+    """Over the env server (its ASGI app driven in-process): undo restores the server's snapshot, and the saved
+    record names the env's own arguments, so replay rebuilds it locally."""
+    from fastapi.testclient import TestClient
+
+    from agentgym.serving.remote import RemoteEnv
+    from agentgym.serving.server import create_app
+
+    with TestClient(create_app(env_ids=[ENV_ID])) as client:
+        env = RemoteEnv("http://testserver", ENV_ID, client=client)
+        session = played(actions[:2], env=env, own_env=True)
+        session.step("look")
+        view = session.undo()
+        assert view["error"] is None and view["undo_mode"] == "snapshot" and view["turn"] == 2
+        for a in actions[2:]:
+            session.step(a)
+        assert session.view()["success"] is True
+        assert session.trajectory().to_dict() == played(actions).trajectory().to_dict()
+        session.save(tmp_path / "remote.jsonl")
+        session.close()
+    assert [r.ok for r in replay_file(tmp_path / "remote.jsonl")] == [True]
