@@ -5,7 +5,8 @@ once, after the advantages are computed: at most ``log_rollouts_max`` of the rol
 first) become one JSON line each, appended to ``rollouts.jsonl`` in one write and flushed, so a kill at any byte
 loses at most the torn last line, which :func:`read_rollouts` skips (and the next write cuts off, as
 ``agentgym.contract.trajectory.TrajectoryWriter`` does). A resumed run replays the iterations past its checkpoint:
-its first write cuts the records of those iterations off first. Once the file holds ``log_rollouts_max_mb`` MiB,
+each iteration first cuts off the records of itself and later ones (a short read of the last line when there are
+none). Once the file holds ``log_rollouts_max_mb`` MiB,
 nothing more is logged (the iteration's metrics say ``rollouts_logged: 0``).
 
 A record (keys in this order; numbers that are not finite are null; lone surrogates escaped by the ASCII JSON)::
@@ -19,7 +20,8 @@ A record (keys in this order; numbers that are not finite are null; lone surroga
          scored_reward (the turn scorer's reward: only on the turns a scorer scored),
          correct / progress / success (the env's verified info, where present),
          tokens (the turn's sampled tokens, decoded one by one: joined they are ``action``),
-         advantages (per token: the advantage the update used, as float32; null where the token is not in the loss),
+         advantages (per token: the advantage the update used, at float32's shortest text; null where the token is
+         not in the loss),
          advantages_by ({estimator: per-token list}: ``log_advantages_of`` on the same batch),
          observation (the env's reply: on the last turn only; a turn's reply is the next turn's observation_before)}]
 
@@ -253,9 +255,12 @@ def log_rollouts(
     the iteration's ``BranchSet`` (forks name their origin). Returns the iteration's log metrics
     (``rollouts_logged``, ``rollouts_log_bytes``: no timing, so a resumed run's metrics equal the uninterrupted
     run's); nothing when not due."""
-    if not log_due(config, it):
-        return {}
     path = Path(config.out_dir) / ROLLOUTS_FILE
+    if not log_due(config, it):
+        if config.log_rollouts_every > 0 and path.is_file():  # a resumed run's records past its checkpoint go
+            with open(path, "rb+") as f:
+                _cut_from(f, it)
+        return {}
     budget = config.log_rollouts_max_mb * (1 << 20)
     if path.is_file() and path.stat().st_size >= budget and _last_iteration(path) < it:
         warnings.warn(f"{path} holds {config.log_rollouts_max_mb} MiB (log_rollouts_max_mb): no more episodes are "
@@ -313,24 +318,31 @@ def _last_iteration(path: Path) -> int:
     return it if it is not None else 0
 
 
+def _cut_from(f: BinaryIO, it: int) -> int:
+    """Cut a torn tail and the records of iterations ``>= it`` off the open file (a resumed run plays them again:
+    found from the last line, so a file without them costs one short read); returns the new end."""
+    cut_torn_tail(f)
+    end = f.seek(0, os.SEEK_END)
+    last = _iteration_of(_last_line(f, end)) if end else None
+    if last is None or last < it:
+        return end
+    f.seek(0)
+    pos = 0
+    for line in iter(lambda: f.readline(MAX_LINE_BYTES), b""):
+        seen = _iteration_of(line) if len(line) < MAX_LINE_BYTES else None
+        if seen is not None and seen >= it:
+            break
+        pos += len(line)
+    f.truncate(pos)
+    return pos
+
+
 def _append(path: Path, data: bytes, it: int) -> None:
-    """Append ``data`` in one write and flush; first cut a torn tail and the records of iterations ``>= it`` (a
-    resumed run plays them again). A write that fails on the way is cut back off."""
+    """Append ``data`` in one write and flush, after :func:`_cut_from`. A write that fails on the way is cut back
+    off."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "ab+") as f:
-        cut_torn_tail(f)
-        end = f.seek(0, os.SEEK_END)
-        last = _iteration_of(_last_line(f, end)) if end else None
-        if last is not None and last >= it:
-            f.seek(0)
-            pos = 0
-            for line in iter(lambda: f.readline(MAX_LINE_BYTES), b""):
-                seen = _iteration_of(line) if len(line) < MAX_LINE_BYTES else None
-                if seen is not None and seen >= it:
-                    break
-                pos += len(line)
-            f.truncate(pos)
-            end = pos
+        end = _cut_from(f, it)
         f.seek(end)
         try:
             f.write(data)

@@ -157,6 +157,8 @@ def test_a_resumed_run_replaces_the_iterations_past_its_checkpoint(tmp_path):
     log(tmp_path, 2, rollouts[:1], log_rollouts_max=1)  # resumed from iteration 1's checkpoint
     path = tmp_path / "run" / ROLLOUTS_FILE
     assert [(r["iteration"], r["rollout"]) for r in read_rollouts(path)] == [(1, 0), (1, 1), (2, 0)]
+    assert log(tmp_path, 2, rollouts, log_rollouts_every=3) == {}  # resumed again, logging 1, 4, 7, ...: 2 is not
+    assert [(r["iteration"], r["rollout"]) for r in read_rollouts(path)] == [(1, 0), (1, 1)]
 
 
 def test_the_cap_keeps_whole_groups_and_the_size_budget_stops_the_log(tmp_path):
