@@ -607,6 +607,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     unknown = [e for e in args.env_ids if e not in gym.registry]
     if unknown:
         raise UserError(f"unknown env id(s) {unknown} (see agentgym list)")
+    if args.mcp:
+        if len(args.env_ids) != 1 or args.openenv:
+            raise UserError("--mcp serves one env: give exactly one ENV_ID (and no --openenv)")
+        from agentgym.serving.mcp import serve_mcp
+
+        env_kwargs = key_values(args.env_arg)
+        _make_env(args.env_ids[0], env_kwargs).close()  # an unknown id or a bad argument: a one-line error
+        serve_mcp(args.env_ids[0], env_kwargs, transport=args.transport, host=args.host, port=args.port, token=token,
+                  max_body_bytes=args.max_body_bytes)  # fmt: skip
+        return 0
     common = {"host": args.host, "port": args.port, "token": token, "header_timeout": args.header_timeout,
               "idle_timeout": args.idle_timeout, "max_body_bytes": args.max_body_bytes,
               "max_connections": args.max_connections,
@@ -823,6 +833,11 @@ def build_parser(plugins: Mapping[str, EntryPoint] | None = None) -> argparse.Ar
         help="serve ENV_ID over OpenEnv's protocol (openenv-core's EnvClient, TRL, SkyRL; needs the openenv extra: "
         "pip install 'agentgym-suite[openenv]')",
     )  # fmt: skip
+    p.add_argument(
+        "--mcp", action="store_true",
+        help="serve ENV_ID's tools as an MCP server over one env instance (docs/mcp.md); --transport picks stdio/http",
+    )  # fmt: skip
+    p.add_argument("--transport", choices=("stdio", "http"), default="stdio", help="with --mcp: stdio or HTTP (/mcp)")
     p.add_argument(
         "--env-arg", action="append", default=[], metavar="[ENV_ID:]KEY=VALUE",
         help="the operator's env constructor argument (clients cannot change it): for every served env that takes "
