@@ -457,6 +457,8 @@ GARBAGE: dict[str, list[str]] = {
     "replay": ["no/such/trajectories.jsonl"],
     "serve": ["agentgym/NoSuchEnv-v0", "--port", "1"],
     "serve-retriever": ["no/such/corpus.jsonl", "--port", "1"],
+    "view": ["no/such/folder"],
+    "play": ["agentgym/NoSuchEnv-v0"],
     "train": ["--preset", "tiny", "--set", "iterations=many"],
     "methods": ["--need", "telepathy"],
 }
