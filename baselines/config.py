@@ -324,17 +324,17 @@ class TrainConfig:
     log_advantages_of: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        self.stop = tuple(self.stop) if isinstance(self.stop, (list, tuple)) else self.stop
+        components: object = self.reward_components  # a list when read from a JSON/TOML file
+        if isinstance(components, list):
+            self.reward_components = tuple(components)
+        _check_types(self)
         if self.log_rollouts_every < 0 or self.log_rollouts_max < 0 or not self.log_rollouts_max_mb > 0:
             raise ValueError("log_rollouts_every and log_rollouts_max must be >= 0 and log_rollouts_max_mb > 0")
         unknown_logged = [n for n in self.log_advantages_of if n not in ESTIMATORS]
         if unknown_logged:
             raise ValueError(f"log_advantages_of: unknown estimators {unknown_logged}; known: "
                              f"{', '.join(sorted(ESTIMATORS))}")  # fmt: skip
-        self.stop = tuple(self.stop) if isinstance(self.stop, (list, tuple)) else self.stop
-        components: object = self.reward_components  # a list when read from a JSON/TOML file
-        if isinstance(components, list):
-            self.reward_components = tuple(components)
-        _check_types(self)
         for name, value, known in [("algo", self.algo, ALGOS), ("loss_agg", self.loss_agg, (None, *LOSS_AGG_MODES)),
                                    ("old_logprobs", self.old_logprobs, ("recompute", "rollout")),
                                    ("env_pool", self.env_pool, ENV_POOLS), ("rollout_backend", self.rollout_backend,

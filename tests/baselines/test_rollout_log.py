@@ -194,6 +194,8 @@ def test_records_are_strict_ascii_json_whatever_the_episode_holds(tmp_path):
 def test_unknown_estimators_to_compare_are_refused_when_the_config_is_built(tmp_path):
     with pytest.raises(ValueError, match="log_advantages_of: unknown estimators"):
         config_of(tmp_path, log_advantages_of=["no_such_estimator"])
+    with pytest.raises(ValueError, match="log_advantages_of must be list"):
+        config_of(tmp_path, log_advantages_of="grpo")
     with pytest.raises(ValueError, match="log_rollouts_every"):
         config_of(tmp_path, log_rollouts_every=-1)
 
