@@ -15,13 +15,13 @@ import pytest
 
 pytest.importorskip("mcp")
 
-import httpx2  # noqa: E402 - the SDK's HTTP client
-from mcp.client.session import ClientSession  # noqa: E402
-from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
-from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+import httpx2
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 
-import agentgym  # noqa: E402, F401 - registers the envs
-from agentgym.serving.mcp import EnvMCPServer  # noqa: E402
+import agentgym  # noqa: F401 - registers the envs
+from agentgym.serving.mcp import EnvMCPServer
 
 ROOT = Path(__file__).resolve().parents[2]
 TRANSFER = {"source": "savings", "target": "checking", "amount": 302.5}
@@ -123,10 +123,13 @@ def test_http_client_plays_an_episode_and_needs_the_token() -> None:
             changed.append(message)
 
         async def main() -> None:
-            async with httpx2.AsyncClient(headers={"authorization": "Bearer s3cret-token"}) as http:
-                async with streamable_http_client(url, http_client=http) as (r, w):
-                    async with ClientSession(r, w, message_handler=record) as s:
-                        await _episode(s, changed)
+            headers = {"authorization": "Bearer s3cret-token"}
+            async with (
+                httpx2.AsyncClient(headers=headers) as http,
+                streamable_http_client(url, http_client=http) as streams,
+                ClientSession(*streams, message_handler=record) as s,
+            ):
+                await _episode(s, changed)
 
         anyio.run(main)
     finally:
