@@ -10,6 +10,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from agentgym.baselines.config import TrainConfig
 from agentgym.baselines.credit import compute_advantages, make_tables, training_rollouts
@@ -242,3 +243,23 @@ def test_a_ppo_run_with_a_scorer_logs_the_scorer_and_a_critic_free_comparison(tm
         for turn in rec["turns"]:
             assert isinstance(turn["scored_reward"], float)
             assert len(turn["advantages_by"]["grpo"]) == len(turn["tokens"]) == len(turn["advantages"])
+
+
+def test_a_kill_at_any_byte_loses_at_most_the_last_record(tmp_path):
+    """Whatever byte a kill stops the file at, the reader gives the records written whole before it, in order."""
+    rollouts = [hand_rollout(0, "red blue \u00e9", 1.0), hand_rollout(0, "red", 0.0)]
+    for it in range(1, 4):
+        log(tmp_path, it, rollouts)
+    whole = (tmp_path / "run" / ROLLOUTS_FILE).read_bytes()
+    expected = [(it, i) for it in range(1, 4) for i in (0, 1)]
+    path = tmp_path / "killed.jsonl"
+
+    @settings(max_examples=100, deadline=None)
+    @given(st.integers(0, len(whole)))
+    def killed_at(cut: int) -> None:
+        path.write_bytes(whole[:cut])
+        read = [(r["iteration"], r["rollout"]) for r in read_rollouts(path)]
+        whole_lines = whole[: cut + 1 if whole[cut : cut + 1] == b"\n" else cut].count(b"\n")  # only "\n" lost: whole
+        assert read == expected[:whole_lines]
+
+    killed_at()
