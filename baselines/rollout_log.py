@@ -91,8 +91,9 @@ def pick_rollouts(rollouts: Sequence[Rollout], cap: int) -> list[int]:
 
 def token_texts(tokenizer: Any, ids: Sequence[int]) -> list[str]:
     """Each token as text, in order, as the rollout decodes actions (``skip_special_tokens``): decoded one by one;
-    where those do not join into the whole decode (a character split over tokens), each token is the growth of
-    the decoded prefix instead, so the texts always join into ``decode(ids)``."""
+    where those do not join into the whole decode (a character split over tokens, a tokenizer that joins words
+    with spaces), each token is the growth of the decoded prefix instead, so the texts join into ``decode(ids)``
+    wherever each decoded prefix extends the one before (a prefix that does not is that token's text whole)."""
     ids = [int(i) for i in ids]
     whole = tokenizer.decode(ids, skip_special_tokens=True)
     one = [tokenizer.decode([i], skip_special_tokens=True) for i in ids]
@@ -113,8 +114,8 @@ def _clip(text: str) -> str:
 def _safe(x: Any, depth: int = 0) -> Any:
     """``x`` as plain JSON values: non-finite numbers None, numpy scalars Python's, long strings cut, anything else
     its (cut) text; nesting past 16 levels becomes text."""
-    if x is None or isinstance(x, bool):
-        return x
+    if x is None or isinstance(x, (bool, np.bool_)):
+        return None if x is None else bool(x)
     if isinstance(x, (int, np.integer)):
         return int(x)
     if isinstance(x, (float, np.floating)):
