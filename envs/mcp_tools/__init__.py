@@ -1,0 +1,1 @@
+"""Tool use over an external MCP server's tools (MCPTools-v0)."""
