@@ -578,15 +578,21 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
 
 
 def cmd_view(args: argparse.Namespace) -> int:
+    from agentgym.contract.registry import list_envs
     from agentgym.tools.serving import TOKEN_ENV
     from agentgym.viewer.app import serve_viewer
+    from agentgym.viewer.play_api import PlayRoom
 
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port must be in 0..65535, got {args.port}")
+    if args.path is None and args.no_play:
+        raise UserError("nothing to show: give a PATH to view, or leave out --no-play to play envs by hand")
     try:
         token = args.token or os.environ.get(TOKEN_ENV) or None
-        announce = functools.partial(print, f"agentgym view: serving {args.path} at", flush=True)
-        serve_viewer(args.path, host=args.host, port=args.port, token=token, announce=announce)
+        what = args.path if args.path is not None else "playing by hand"
+        announce = functools.partial(print, f"agentgym view: serving {what} at", flush=True)
+        play = None if args.no_play else PlayRoom(list_envs(), Path(args.save_dir))
+        serve_viewer(args.path, host=args.host, port=args.port, token=token, announce=announce, play=play)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     return 0
@@ -817,10 +823,13 @@ def build_parser(plugins: Mapping[str, EntryPoint] | None = None) -> argparse.Ar
     p.set_defaults(fn=cmd_serve_retriever)
 
     p = command("view", help="look at episodes in a browser: trajectories, a bench report or a trainer run")
-    p.add_argument("path", metavar="PATH", help="a .jsonl file, or a folder (a run folder, a bench report, ...)")
+    p.add_argument("path", metavar="PATH", nargs="?", default=None,
+                   help="a .jsonl file, or a folder (a run folder, a bench report, ...); none: only play")  # fmt: skip
     p.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default; others need a token)")
     p.add_argument("--port", type=int, default=8765, help="port (0: any free one; the URL is printed)")
     p.add_argument("--token", default=None, help="bearer token (default: $AGENTGYM_TOKEN); needed beyond loopback")
+    p.add_argument("--save-dir", default="runs/play", help="where episodes played on the page are saved")
+    p.add_argument("--no-play", action="store_true", help="do not offer playing envs by hand on the page")
     p.set_defaults(fn=cmd_view)
 
     p = command("serve", help="serve envs over HTTP: sessions for RemoteEnv, or OpenEnv's protocol (--openenv)")

@@ -26,13 +26,15 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentgym.contract.parsing import loads_untrusted
 from agentgym.tools.serving import bearer_checker
 from agentgym.viewer.index import Filter, Summary, dumps, read_page, read_record
+from agentgym.viewer.play_api import MAX_BODY_BYTES, PlayRequestError, PlayRoom, same_origin
 from agentgym.viewer.sources import Source, discover
 
 STATIC = Path(__file__).parent / "static"
@@ -65,8 +67,9 @@ class Viewer:
     sources: Sequence[Source]
 
     @classmethod
-    def of(cls, path: str | os.PathLike[str]) -> Viewer:
-        viewer = cls(discover(path))
+    def of(cls, path: str | os.PathLike[str] | None) -> Viewer:
+        """The viewer over ``path``'s sources (None: none, a page that only plays)."""
+        viewer = cls(discover(path) if path is not None else [])
         for s in viewer.sources:
             s.index.start()
         return viewer
@@ -200,13 +203,18 @@ def routes(viewer: Viewer) -> dict[str, Callable[[dict[str, str]], dict[str, Any
     }  # fmt: skip
 
 
-def create_app(path: str | os.PathLike[str], *, token: str | None = None, viewer: Viewer | None = None) -> Any:
+def create_app(path: str | os.PathLike[str] | None, *, token: str | None = None, viewer: Viewer | None = None,
+               play: PlayRoom | None = None) -> Any:  # fmt: skip
     """The viewer's ASGI app over ``path`` (a plain ASGI callable: no framework needed). ``token``: required on
-    every request (header or cookie) when set."""
+    every request (header or cookie) when set. ``play``: the sessions of playing by hand (``/api/play/...``,
+    :mod:`agentgym.viewer.play_api`); None: the page cannot play."""
     from urllib.parse import parse_qsl
 
     viewer = viewer or Viewer.of(path)
     handlers = routes(viewer)
+    if play is not None:
+        handlers["/api/play/envs"] = lambda p: play.listing()
+    posts = play.handlers() if play is not None else {}
     ok = bearer_checker(token)
 
     async def app(scope: dict[str, Any], receive: Callable, send: Callable) -> None:
@@ -243,8 +251,17 @@ def create_app(path: str | os.PathLike[str], *, token: str | None = None, viewer
                     "application/json",
                 )
                 return
+        if scope.get("method") == "POST" and route in posts:
+            try:
+                request = await _json_body(scope, receive, headers)
+                answer, status = dumps(await asyncio.to_thread(posts[route], request)).encode(), 200
+            except (PlayRequestError, ViewerError) as e:
+                answer, status = dumps({"error": str(e)}).encode(), e.status
+            await _respond(send, status, answer, "application/json", extra)
+            return
         if scope.get("method") not in ("GET", "HEAD"):
-            await _respond(send, 405, dumps({"error": "the viewer only reads: use GET"}).encode(), "application/json")
+            message = "the viewer only reads: use GET" if not posts else "use GET (POST only to /api/play/...)"
+            await _respond(send, 405, dumps({"error": message}).encode(), "application/json")
             return
         if route in handlers:
             try:  # file reads in a worker thread: one slow page never stalls the other requests
@@ -265,6 +282,34 @@ def create_app(path: str | os.PathLike[str], *, token: str | None = None, viewer
     return app
 
 
+async def _json_body(scope: dict[str, Any], receive: Callable, headers: Mapping[str, str]) -> dict[str, Any]:
+    """A POST's JSON object, refused (4xx) when it is not JSON, comes from another site, or is over the cap."""
+    if not headers.get("content-type", "").startswith("application/json"):
+        raise ViewerError(415, "send the body as JSON (content-type: application/json)")
+    if not same_origin(headers):
+        raise ViewerError(403, "a request from another site: play only from the page this server sent")
+    declared = headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise ViewerError(413, f"a body over {MAX_BODY_BYTES} bytes")
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise ViewerError(413, f"a body over {MAX_BODY_BYTES} bytes")
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            break
+    try:
+        body = loads_untrusted(b"".join(chunks).decode("utf-8", "replace"), "the body")
+    except ValueError as e:
+        raise ViewerError(400, str(e)) from None
+    if not isinstance(body, dict):
+        raise ViewerError(400, f"the body must be a JSON object, got a JSON {type(body).__name__}")
+    return body
+
+
 async def _respond(send: Callable, status: int, body: bytes, content_type: str,
                    extra: Sequence[tuple[bytes, bytes]] = ()) -> None:  # fmt: skip
     headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode()),
@@ -273,14 +318,16 @@ async def _respond(send: Callable, status: int, body: bytes, content_type: str,
     await send({"type": "http.response.body", "body": body})
 
 
-def serve_viewer(path: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 8765,
-                 token: str | None = None, announce: Callable[[str], None] = print) -> None:  # fmt: skip
+def serve_viewer(path: str | os.PathLike[str] | None, *, host: str = "127.0.0.1", port: int = 8765,
+                 token: str | None = None, announce: Callable[[str], None] = print,
+                 play: PlayRoom | None = None) -> None:  # fmt: skip
     """Serve the viewer over ``path`` until interrupted; ``announce`` gets the URL once the port is bound (port 0:
-    any free one). Beyond loopback only with a ``token`` (ValueError, one line, before anything is read)."""
+    any free one). Beyond loopback only with a ``token`` (ValueError, one line, before anything is read).
+    ``play``: the page's play sessions (None: no playing)."""
     from agentgym.tools.serving import BackgroundServer, check_bind
 
     check_bind(host, token)
-    app = create_app(path, token=token)
+    app = create_app(path, token=token, play=play)
     server = BackgroundServer(app, host=host, port=port, access_log=False).start()
     shown = f"[{host}]" if ":" in host else host
     announce(f"http://{shown}:{server.port}/" + ("?token=<your token>" if token else ""))
@@ -290,3 +337,5 @@ def serve_viewer(path: str | os.PathLike[str], *, host: str = "127.0.0.1", port:
         pass
     finally:
         server.stop()
+        if play is not None:
+            play.close()

@@ -167,3 +167,56 @@ def test_tool_calls_and_their_results_are_shown_per_turn(browser, tmp_path):
         assert f"tool call: {name}" in labels and "tool" in labels  # the call, and the tool's reply
         replies = [p.text for p in view.find_elements("css selector", ".turn[data-turn='0'] .msg pre")]
         assert replies == [first.observation[0]["content"]]
+
+
+def test_a_person_plays_household_to_success_on_the_page_and_the_saved_file_replays_identically(
+    browser, tmp_path, monkeypatch
+):
+    import gymnasium as gym
+
+    from agentgym.envs.household.agents import OracleAgent
+    from agentgym.running.episode import run_episode
+    from agentgym.running.replay import replay_file
+    from agentgym.viewer.play_api import PlayRoom
+
+    env_id, seed = "agentgym/Household-v0", 7
+    env = gym.make(env_id)
+    oracle = run_episode(env, OracleAgent(), seed=seed, env_id=env_id)
+    env.close()
+    assert oracle.success and len(oracle.turns) >= 3
+    monkeypatch.setenv("AGENTGYM_TRAJECTORY_KEY", "operator-secret")  # the operator vouches for the person's turns
+    room = PlayRoom([env_id, "agentgym/Chain-v0"], tmp_path / "saved")
+    with BackgroundServer(create_app(None, play=room)) as server:
+        browser.get(server.url + "/")
+        wait_for(browser, lambda d: d.find_element("id", "playtoggle").is_displayed())
+        browser.find_element("id", "playtoggle").click()
+        browser.find_element("id", "playenv").send_keys(env_id)
+        browser.find_element("id", "playseed").send_keys(str(seed))
+        browser.find_element("id", "playstart").click()
+        state = lambda d: d.find_element("id", "playstate").text
+        wait_for(browser, lambda d: "turn 0 of" in state(d))
+
+        def send(action: str, turn: int) -> None:
+            box = browser.find_element("id", "playaction")
+            box.clear()
+            box.send_keys(action)
+            browser.find_element("id", "playsend").click()
+            wait_for(browser, lambda d: f"turn {turn} of" in state(d))
+
+        send(oracle.turns[0].action, 1)
+        send("go to the moon <script>window.__pwned = 1</script>", 2)  # a wrong turn: the env explains, we undo it
+        assert "<script>" in browser.find_element("css selector", "#playlog .turn[data-turn='1'] pre.action").text
+        browser.find_element("id", "playundo").click()
+        wait_for(browser, lambda d: "turn 1 of" in state(d))
+        for k, turn in enumerate(oracle.turns[1:], start=2):
+            send(turn.action, k)
+        assert "success" in state(browser) and browser.find_element("id", "playsend").get_property("disabled")
+        signals = browser.find_element("css selector", f"#playlog .turn[data-turn='{len(oracle.turns) - 1}']").text
+        assert "won" in signals and "outcome" in signals  # the verified signals and the reward components
+        browser.find_element("id", "playsave").click()
+        wait_for(browser, lambda d: "saved to" in state(d))
+        assert browser.execute_script("return window.__pwned") is None
+    room.close()
+    (saved,) = (tmp_path / "saved").glob("*.jsonl")
+    results = list(replay_file(saved, key=b"operator-secret"))
+    assert [(r.kind, r.ok, r.turns, r.unverified) for r in results] == [("episode", True, len(oracle.turns), None)]

@@ -245,7 +245,7 @@ function kv(obj) {
   return el("table", { class: "kv" }, el("tbody", {}, ...rows));
 }
 
-const SIGNALS = ["success", "correct", "progress", "action_valid", "parse_error", "answer"];
+const SIGNALS = ["success", "won", "correct", "progress", "action_valid", "parse_error", "action_truncated", "answer"];
 
 function turnView(t, i) {
   const info = (t && typeof t.info === "object" && t.info) || {};
@@ -259,7 +259,8 @@ function turnView(t, i) {
   for (const call of toolCalls(t.action)) box.append(el("div", { class: "role" }, `tool call: ${call.name}`), kv(call.arguments));
   const components = t.reward_components ?? info.reward_components;
   if (components && Object.keys(components).length) box.append(el("div", { class: "role" }, "reward components"), kv(components));
-  const signals = Object.fromEntries(SIGNALS.map((k) => [k, t[k] ?? info[k]]).filter(([, v]) => v !== undefined && v !== null));
+  const named = t.signals && typeof t.signals === "object" ? Object.entries(t.signals) : SIGNALS.map((k) => [k, t[k] ?? info[k]]);
+  const signals = Object.fromEntries(named.filter(([, v]) => v !== undefined && v !== null));
   if (t.scored_reward !== undefined) signals.scorer = t.scored_reward;
   if (Object.keys(signals).length) box.append(el("div", { class: "role" }, "verified signals"), kv(signals));
   if (Array.isArray(t.tokens) && Array.isArray(t.advantages)) {
@@ -347,6 +348,76 @@ async function openIteration(src, iteration) {
   await loadPage(0, true);
 }
 
+// -- playing by hand ------------------------------------------------------------------------------------------------
+const play = { session: null };
+
+async function post(path, body) {
+  const resp = await fetch(path, { method: "POST", credentials: "same-origin",
+    headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+  const answer = await resp.json();
+  if (!resp.ok) throw new Error(answer.error || `HTTP ${resp.status}`);
+  return answer;
+}
+
+function showPlay(on) {
+  document.getElementById("play").hidden = !on;
+  document.getElementById("layout").hidden = on;
+}
+
+function renderPlay(view, note) {
+  const stateLine = [`${view.env_id}`, `seed ${view.seed}`, view.task_id ? `task ${view.task_id}` : null,
+    `turn ${view.turn} of ${view.max_turns}`, `return ${fmt(view.total_reward)}`,
+    view.done ? (view.success ? "success" : "episode over") : null, note || null].filter(Boolean).join(" · ");
+  document.getElementById("playstate").textContent = stateLine;
+  const log = document.getElementById("playlog");
+  const first = view.messages.slice(0, view.messages.length - view.turns.reduce((n, t) => n + 1 + (t.observation || []).length, 0));
+  const parts = [el("div", { class: "turn" }, el("h3", {}, "reset"), messages(first))];
+  view.turns.forEach((t, i) => parts.push(turnView(t, i)));
+  if (view.error) parts.push(el("p", { class: "error", id: "playerror" }, view.error));
+  if (view.message) parts.push(el("p", { class: "meta" }, view.message));
+  log.replaceChildren(...parts);
+  document.getElementById("playinput").hidden = false;
+  document.getElementById("playsend").disabled = view.done;
+  document.getElementById("playundo").disabled = !view.can_undo;
+}
+
+async function playCall(path, body, note) {
+  try {
+    const answer = await post(path, { session: play.session, ...body });
+    renderPlay(answer.view, note ? note(answer) : null);
+    return answer;
+  } catch (e) {
+    status(e.message, true);
+    return null;
+  }
+}
+
+async function setupPlay() {
+  let envs;
+  try { ({ envs } = await api("/api/play/envs")); } catch (e) { return; }  // this server does not offer playing
+  const toggle = document.getElementById("playtoggle");
+  toggle.hidden = false;
+  toggle.addEventListener("click", () => showPlay(true));
+  document.getElementById("playback").addEventListener("click", () => showPlay(false));
+  document.getElementById("playenv").replaceChildren(...envs.map((e) => el("option", { value: e }, e)));
+  document.getElementById("playstart").addEventListener("click", async () => {
+    if (play.session) await post("/api/play/close", { session: play.session }).catch(() => null);
+    const seed = document.getElementById("playseed").value;
+    try {
+      const answer = await post("/api/play/new", { env_id: document.getElementById("playenv").value, seed: seed === "" ? null : Number(seed) });
+      play.session = answer.session;
+      renderPlay(answer.view);
+    } catch (e) { status(e.message, true); }
+  });
+  document.getElementById("playsend").addEventListener("click", async () => {
+    const box = document.getElementById("playaction");
+    if (await playCall("/api/play/step", { action: box.value })) box.value = "";
+  });
+  document.getElementById("playundo").addEventListener("click", () => playCall("/api/play/undo", {}));
+  document.getElementById("playreset").addEventListener("click", () => playCall("/api/play/reset", { seed: document.getElementById("playseed").value === "" ? null : Number(document.getElementById("playseed").value) }));
+  document.getElementById("playsave").addEventListener("click", () => playCall("/api/play/save", {}, (a) => `saved to ${a.saved.path}`));
+}
+
 // -- wiring -----------------------------------------------------------------------------------------------------------
 document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("filters").addEventListener("submit", (e) => { e.preventDefault(); state.filters = readFilters(); loadPage(0, true); });
@@ -369,4 +440,5 @@ document.addEventListener("DOMContentLoaded", () => {
     if (state.source) await loadPage(state.cursor);
   });
   loadSources().catch((e) => status(e.message, true));
+  setupPlay();
 });
