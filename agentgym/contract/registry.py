@@ -41,6 +41,7 @@ BUILTIN_ENVS: tuple[BuiltinEnv, ...] = (
     BuiltinEnv("agentgym/ToolUse-v0", "agentgym.envs.tool_use.env:ToolUseEnv"),
     BuiltinEnv("agentgym/CodeExec-v0", "agentgym.envs.code_exec.env:CodeExecEnv"),
     BuiltinEnv("agentgym/SQL-v0", "agentgym.envs.sql.env:SQLEnv"),
+    BuiltinEnv("agentgym/MCPTools-v0", "agentgym.envs.mcp_tools.env:MCPToolsEnv"),  # tools from an MCP server
     BuiltinEnv("agentgym/Sokoban-v0", "agentgym.envs.sokoban.env:SokobanEnv"),
     BuiltinEnv("agentgym/Shop-v0", "agentgym.envs.shop.env:ShopEnv"),
     BuiltinEnv("agentgym/Clarify-v0", "agentgym.envs.user_sim.clarify:ClarifyEnv"),
