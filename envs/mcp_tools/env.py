@@ -123,7 +123,7 @@ class MCPToolsEnv(AgentEnv):
         self._tools: dict[str, dict[str, Any]] = {}
         self._ep: dict[str, Any] = {}
         self.tasks: list[dict[str, Any]] = []
-        if command is None and url is None and tasks is None:
+        if command is None and url is None:  # the registered default: reset says what the operator must give
             self.unavailable_reason = "MCPTools-v0 needs the operator's command= or url= (the MCP server) and tasks="
             self.num_tasks = 1
             return
