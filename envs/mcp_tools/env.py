@@ -123,16 +123,17 @@ class MCPToolsEnv(AgentEnv):
         self._tools: dict[str, dict[str, Any]] = {}
         self._ep: dict[str, Any] = {}
         self.tasks: list[dict[str, Any]] = []
+        self.server: ServerSpec | None = None
         if command is None and url is None:  # the registered default: reset says what the operator must give
             self.unavailable_reason = "MCPTools-v0 needs the operator's command= or url= (the MCP server) and tasks="
             self.num_tasks = 1
             return
-        self.spec = ServerSpec(command=_argv(command or ()), url=url, headers=tuple((headers or {}).items()), cwd=cwd)
+        self.server = ServerSpec(command=_argv(command or ()), url=url, headers=tuple((headers or {}).items()), cwd=cwd)
         if tasks is None:
             raise ValueError("give tasks= (a JSONL path or a list of {'prompt', 'answer'} records)")
         self.tasks = load_tasks(tasks)
         self.num_tasks = len(self.tasks)
-        self._client = MCPToolClient(self.spec, connect_timeout=float(connect_timeout))
+        self._client = MCPToolClient(self.server, connect_timeout=float(connect_timeout))
 
     # -- tasks --------------------------------------------------------------------------------------
     def task_index_of(self, task_id: str) -> int:
