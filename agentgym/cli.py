@@ -613,6 +613,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     unknown = [e for e in args.env_ids if e not in gym.registry]
     if unknown:
         raise UserError(f"unknown env id(s) {unknown} (see agentgym list)")
+    if args.web and (args.mcp or args.openenv):
+        raise UserError("--web serves the page beside the env server's sessions: not with --mcp or --openenv")
     if args.mcp:
         if len(args.env_ids) != 1 or args.openenv:
             raise UserError("--mcp serves one env: give exactly one ENV_ID (and no --openenv)")
@@ -665,11 +667,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise UserError("--client-key token needs --tokens-file (one token per client): with one shared token every "
                         "client is the same client")  # fmt: skip
     print_sandboxes(operator)
+    if args.web:
+        print(f"agentgym serve: the page for playing by hand is at http://{args.host}:{args.port}/web/"
+              + ("?token=<your token>" if token else ""), flush=True)  # fmt: skip
     serve(env_ids=args.env_ids or None, max_sessions=args.max_sessions or 1024, env_args=env_args,
           allow_env_args=allow, workers=args.workers, call_timeout=args.call_timeout,
           max_calls_per_client=args.max_calls_per_client, max_sessions_per_client=args.max_sessions_per_client,
           max_snapshot_bytes=args.max_snapshot_bytes, max_snapshot_bytes_per_client=args.max_snapshot_bytes_per_client,
-          client_key=key, tokens=tokens, **common)  # fmt: skip
+          client_key=key, tokens=tokens, web_save_dir=args.save_dir if args.web else None, **common)  # fmt: skip
     return 0
 
 
@@ -847,6 +852,11 @@ def build_parser(plugins: Mapping[str, EntryPoint] | None = None) -> argparse.Ar
         help="serve ENV_ID's tools as an MCP server over one env instance (docs/mcp.md); --transport picks stdio/http",
     )  # fmt: skip
     p.add_argument("--transport", choices=("stdio", "http"), default="stdio", help="with --mcp: stdio or HTTP (/mcp)")
+    p.add_argument(
+        "--web", action="store_true",
+        help="also serve the viewer's page at /web/ for playing the served envs by hand (same token and limits)",
+    )  # fmt: skip
+    p.add_argument("--save-dir", default="runs/play", help="with --web: where episodes played on the page are saved")
     p.add_argument(
         "--env-arg", action="append", default=[], metavar="[ENV_ID:]KEY=VALUE",
         help="the operator's env constructor argument (clients cannot change it): for every served env that takes "

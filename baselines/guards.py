@@ -23,7 +23,7 @@ __all__ = ["RUN_FILES", "RunGuard", "budget_stop", "check_collapse", "check_endp
            "check_start", "claim_out_dir", "run_files", "undo_failed_start"]  # fmt: skip
 
 #: What a run writes into its ``out_dir``: a folder holding any of them holds a run.
-RUN_FILES = ("checkpoint.pt", "metrics.jsonl", "config.json", "metrics.png", "methods.pt")
+RUN_FILES = ("checkpoint.pt", "metrics.jsonl", "config.json", "metrics.png", "methods.pt", "rollouts.jsonl")
 
 
 def check_env_args(env_id: str, kwargs: Mapping[str, Any], field: str = "env_kwargs") -> None:

@@ -61,6 +61,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 import pickle
 import secrets
 import socket
@@ -71,6 +72,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated, Any
 
 import gymnasium as gym
@@ -266,6 +268,30 @@ def _tokens_checker(token: str | None, tokens: Sequence[str]) -> Callable[[str |
     return lambda header: any([check(header) for check in checks])  # every one compared: no early exit
 
 
+#: Where ``agentgym serve --web`` serves the viewer's page.
+WEB_PREFIX = "/web"
+
+
+def _web_credentials(scope: Mapping[str, Any], prefix: str) -> list[str]:
+    """What a browser on the page under ``prefix`` can carry instead of an ``Authorization`` header: the viewer's
+    token cookie, and on the page itself the ``?token=`` it is opened with once (the page then sets the cookie)."""
+    from urllib.parse import parse_qsl
+
+    path = scope.get("path", "")
+    if not (path == prefix or path.startswith(prefix + "/")):
+        return []
+    out = []
+    for part in (_header(scope, b"cookie") or "").split(";"):
+        name, _, value = part.strip().partition("=")
+        if name == "agentgym_token":
+            out.append(f"Bearer {value}")
+    if path in (prefix, prefix + "/"):
+        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+        if "token" in query:
+            out.append(f"Bearer {query['token']}")
+    return out
+
+
 class RequestGuard:
     """ASGI middleware: a bearer token on every HTTP request and WebSocket handshake, a cap on body size, and on
     the WebSocket sessions each client holds.
@@ -279,7 +305,7 @@ class RequestGuard:
 
     def __init__(self, app: Any, *, token: str | None = None, max_body_bytes: int = 1 << 20, server_id: str = "",
                  tokens: Sequence[str] = (), client_key: ClientKey | None = None,
-                 max_websockets_per_client: int | None = None) -> None:  # fmt: skip
+                 max_websockets_per_client: int | None = None, web_prefix: str | None = None) -> None:  # fmt: skip
         if max_body_bytes < 1:
             raise ValueError(f"max_body_bytes must be >= 1, got {max_body_bytes}")
         self.app = app
@@ -289,6 +315,7 @@ class RequestGuard:
         self.client_key = client_key or ClientKey()
         self.max_websockets_per_client = max_websockets_per_client
         self.websockets: dict[str, int] = {}  # client -> its open WebSockets
+        self.web_prefix = web_prefix  # the page's paths also accept its cookie (see _web_credentials)
 
     async def __call__(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
         if scope["type"] == "websocket":
@@ -313,7 +340,8 @@ class RequestGuard:
             await self.app(scope, receive, send)
             return
         send = self._stamped(send)
-        if not self.authorized(_header(scope, b"authorization")):
+        web = _web_credentials(scope, self.web_prefix) if self.web_prefix else []
+        if not self.authorized(_header(scope, b"authorization")) and not any([self.authorized(c) for c in web]):
             error = ApiError(401, "unauthorized", "missing or wrong bearer token: send 'Authorization: Bearer <token>'")
             await _send_error(send, error, [(b"www-authenticate", b"Bearer")])
             return
@@ -822,6 +850,7 @@ def create_app(
     client_key: str | ClientKey = "peer",
     tokens: Sequence[str] = (),
     clock: Callable[[], float] = time.monotonic,
+    web_save_dir: str | os.PathLike[str] | None = None,
 ) -> FastAPI:
     """The FastAPI app of the env server.
 
@@ -855,6 +884,10 @@ def create_app(
             ``tokens``) or ``"header:NAME"`` (a trusted proxy's header).
         tokens: more bearer tokens the server accepts besides ``token``: one per client, for ``client_key="token"``.
         clock: the seconds idle sessions are measured in (``time.monotonic``; a test may drive its own).
+        web_save_dir: also serve the viewer's page at ``/web/`` for playing the served envs by hand (``agentgym serve
+            --web``; :mod:`agentgym.viewer.play_api`), with the operator's arguments, saving episodes under this
+            folder; the bearer token rule holds there too (a browser opens ``/web/?token=...`` once, and the page
+            keeps it in an HttpOnly cookie). None: no page.
     """
     from agentgym.contract.registry import list_envs
 
@@ -896,7 +929,14 @@ def create_app(
 
     app = FastAPI(title="agentgym env server", version="1", docs_url=None, redoc_url=None)
     app.add_middleware(RequestGuard, token=token, max_body_bytes=max_body_bytes, server_id=server_id, tokens=tokens,
-                       client_key=key)  # fmt: skip
+                       client_key=key, web_prefix=WEB_PREFIX if web_save_dir is not None else None)  # fmt: skip
+    if web_save_dir is not None:  # the page and its play sessions: envs built as for a client that sets nothing
+        from agentgym.viewer.app import create_app as viewer_app
+        from agentgym.viewer.play_api import PlayRoom
+
+        play_kwargs = {e: checked_kwargs(e, {}, operator=operator[e], allow=allow[e]) for e in allowed}
+        room = PlayRoom(allowed, Path(web_save_dir), env_kwargs=play_kwargs, make_env=_make)
+        app.mount(WEB_PREFIX, viewer_app(None, token=token or (tokens[0] if tokens else None), play=room))
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> Response:

@@ -227,15 +227,18 @@ def create_app(path: str | os.PathLike[str] | None, *, token: str | None = None,
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         params = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True))
-        route = scope.get("path", "/")
+        route, root = scope.get("path", "/"), scope.get("root_path", "")
+        if root and route.startswith(root):  # mounted under a prefix (agentgym serve --web: /web)
+            route = route[len(root) :] or "/"
         extra: list[tuple[bytes, bytes]] = []
         if token is not None:
             cookie = dict(p.strip().partition("=")[::2] for p in headers.get("cookie", "").split(";") if "=" in p)
             given = headers.get("authorization") or (f"Bearer {cookie[COOKIE]}" if COOKIE in cookie else None)
             if route == "/" and "token" in params and ok(f"Bearer {params['token']}"):
                 cookie_value = f"{COOKIE}={params['token']}; HttpOnly; SameSite=Strict; Path=/"
+                home = (root + "/").encode("latin-1")
                 await _respond(
-                    send, 303, b"", "text/plain", [(b"location", b"/"), (b"set-cookie", cookie_value.encode())]
+                    send, 303, b"", "text/plain", [(b"location", home), (b"set-cookie", cookie_value.encode())]
                 )
                 return
             if not ok(given):

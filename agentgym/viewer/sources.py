@@ -68,8 +68,9 @@ def classify(path: Path) -> str:
         head = json.loads(line)
     except ValueError:
         head = None
-    if not isinstance(head, dict):
-        # a first line longer than the peek: trajectories are the long ones
+    if not isinstance(head, dict):  # a first line longer than the peek: judge by its start
+        if path.name == "rollouts.jsonl" or line.startswith(b'{"iteration":'):
+            return "rollouts"  # the trainer's records start with their iteration
         return "episodes" if line.startswith(b'{"') and b'"turns"' in line else "records"
     if head.get("kind") == "run" or ("turns" in head and "iteration" not in head):
         return "episodes"

@@ -73,3 +73,21 @@ def test_without_a_room_the_page_cannot_play(tmp_path):
     with BackgroundServer(create_app(tmp_path)) as server:
         assert httpx.get(server.url + "/api/play/envs").status_code == 404
         assert httpx.post(server.url + "/api/play/new", json={"env_id": ENV}).status_code == 405
+
+
+def test_serve_web_offers_the_page_under_the_servers_token_and_only_the_page_takes_its_cookie(tmp_path):
+    from agentgym.serving.server import create_app as server_app
+
+    app = server_app(env_ids=[ENV], token="s3cret", env_args={"horizon": 2}, web_save_dir=tmp_path / "saved")
+    with BackgroundServer(app) as server, httpx.Client(base_url=server.url) as http:
+        assert http.get("/web/").status_code == 401 and http.get("/web/", params={"token": "wrong"}).status_code == 401
+        first = http.get("/web/", params={"token": "s3cret"})
+        assert first.status_code == 303 and first.headers["location"] == "/web/"
+        page = http.get("/web/")  # the cookie carries the token now
+        assert page.status_code == 200 and 'src="app.js"' in page.text
+        assert http.get("/web/api/play/envs").json()["envs"] == [ENV]
+        new = http.post("/web/api/play/new", json={"env_id": ENV, "seed": 0}).json()
+        assert new["view"]["env_kwargs"]["horizon"] == 2  # the operator's argument, as for the server's clients
+        assert http.post("/sessions", json={"env_id": ENV}).status_code == 401  # the cookie opens the page only
+        bearer = {"Authorization": "Bearer s3cret"}
+        assert http.post("/sessions", json={"env_id": ENV}, headers=bearer).status_code == 201

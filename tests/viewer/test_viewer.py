@@ -182,7 +182,7 @@ def test_the_api_pages_lines_records_siblings_and_metrics(served):
         assert match["item"]["task"] == "t33"
         resp = http.get("/")
         assert resp.status_code == 200 and resp.headers["content-security-policy"] == CSP
-        assert '<script src="/app.js"' in resp.text and "http" not in resp.text.split("<body>")[1]
+        assert '<script src="app.js"' in resp.text and "http" not in resp.text.split("<body>")[1]
 
 
 @pytest.mark.parametrize(("path", "params", "status", "message"), [
@@ -235,3 +235,10 @@ def test_a_comparison_lookup_reads_a_bounded_part_of_the_other_file(tmp_path, mo
     assert viewer.match("s0", "t399", 399) == {"item": None, "complete": False}
     monkeypatch.setattr(viewer_app, "MATCH_BUDGET_BYTES", 1 << 30)
     assert viewer.match("s0", "t42", 7) == {"item": None, "complete": True}  # read whole: not there
+
+
+def test_a_rollouts_file_with_a_long_first_record_is_still_rollouts(tmp_path):
+    long = {"iteration": 1, "group_id": 0, "turns": [{"action": "x" * 100_000, "tokens": ["x"], "advantages": [0.5]}]}
+    write_lines(tmp_path / "rollouts.jsonl", [long])
+    write_lines(tmp_path / "other.jsonl", [long])
+    assert classify(tmp_path / "rollouts.jsonl") == "rollouts" and classify(tmp_path / "other.jsonl") == "rollouts"

@@ -46,7 +46,7 @@ function status(message, isError) {
 
 // -- sources ------------------------------------------------------------------------------------------------------
 async function loadSources() {
-  const { sources } = await api("/api/sources");
+  const { sources } = await api("api/sources");
   state.sources = sources;
   const nav = document.getElementById("sources");
   nav.replaceChildren(...sources.map((s) => el("button", {
@@ -113,7 +113,7 @@ async function loadPage(cursor, fresh) {
   const gen = state.gen, source = state.source;
   let page;
   try {
-    page = await api("/api/page", { source, cursor, n: 50, ...state.filters });
+    page = await api("api/page", { source, cursor, n: 50, ...state.filters });
   } catch (e) {
     status(e.message, true);
     return;
@@ -151,7 +151,7 @@ function renderRows(items) {
 
 async function fillCompareCell(td, item) {
   if (!item.task) { td.textContent = ""; return; }
-  const { item: other, complete } = await api("/api/match", { source: state.compare, task: item.task, seed: item.seed ?? "" });
+  const { item: other, complete } = await api("api/match", { source: state.compare, task: item.task, seed: item.seed ?? "" });
   td.textContent = other === null ? (complete ? "not run" : "not in its first 64 MB") : other.success === null ? "?" : other.success ? "yes" : "no";
   td.className = `cmp ${other && other.success !== null ? (other.success ? "yes" : "no") : ""}`;
 }
@@ -164,7 +164,7 @@ async function openRecord(source, item, row) {
   try {
     const views = [await recordView(source, item.offset)];
     if (comparesEpisodes() && item.task) {
-      const { item: other } = await api("/api/match", { source: state.compare, task: item.task, seed: item.seed ?? "" });
+      const { item: other } = await api("api/match", { source: state.compare, task: item.task, seed: item.seed ?? "" });
       views.push(other ? await recordView(state.compare, other.offset) : el("div", { class: "episode" }, "not run on the other side"));
     }
     const buttons = el("div", { class: "buttons" },
@@ -183,14 +183,14 @@ async function showFull(source, offset) {
 
 async function showSiblings(source, offset) {
   const detail = document.getElementById("detail");
-  const { group, items } = await api("/api/siblings", { source, offset });
+  const { group, items } = await api("api/siblings", { source, offset });
   const views = [];
   for (const item of items.slice(0, 16)) views.push(await recordView(source, item.offset));
   detail.replaceChildren(el("h2", {}, `group ${group ?? "(none)"}: ${items.length} episodes`), el("div", { class: "side", id: "group" }, ...views));
 }
 
 async function recordView(source, offset, full) {
-  const { record, altered, clipped, line } = await api("/api/record", { source, offset, full: full ? 1 : "" });
+  const { record, altered, clipped, line } = await api("api/record", { source, offset, full: full ? 1 : "" });
   const r = record;
   const ok = typeof r.success === "boolean" ? r.success : successOf(r);
   const box = el("div", { class: "episode", "data-offset": String(offset) },
@@ -287,9 +287,9 @@ function tokens(toks, adv) {
 // -- metrics ---------------------------------------------------------------------------------------------------------
 async function drawMetrics(src) {
   const box = document.getElementById("metrics");
-  const { series } = await api("/api/metrics", { source: src.id });
+  const { series } = await api("api/metrics", { source: src.id });
   const other = sourceById(state.compare);
-  const theirs = other && other.kind === "metrics" && other.id !== src.id ? (await api("/api/metrics", { source: other.id })).series : null;
+  const theirs = other && other.kind === "metrics" && other.id !== src.id ? (await api("api/metrics", { source: other.id })).series : null;
   const keys = CHART_KEYS.filter((k) => series[k] && series[k].some((v) => v !== null));
   box.replaceChildren(...keys.map((k) => chart(k, points(series, k), theirs ? points(theirs, k) : [], src)));
   if (theirs) box.prepend(el("p", { class: "meta legend" }, `blue: ${src.label} · orange: ${other.label}`));
@@ -394,28 +394,28 @@ async function playCall(path, body, note) {
 
 async function setupPlay() {
   let envs;
-  try { ({ envs } = await api("/api/play/envs")); } catch (e) { return; }  // this server does not offer playing
+  try { ({ envs } = await api("api/play/envs")); } catch (e) { return; }  // this server does not offer playing
   const toggle = document.getElementById("playtoggle");
   toggle.hidden = false;
   toggle.addEventListener("click", () => showPlay(true));
   document.getElementById("playback").addEventListener("click", () => showPlay(false));
   document.getElementById("playenv").replaceChildren(...envs.map((e) => el("option", { value: e }, e)));
   document.getElementById("playstart").addEventListener("click", async () => {
-    if (play.session) await post("/api/play/close", { session: play.session }).catch(() => null);
+    if (play.session) await post("api/play/close", { session: play.session }).catch(() => null);
     const seed = document.getElementById("playseed").value;
     try {
-      const answer = await post("/api/play/new", { env_id: document.getElementById("playenv").value, seed: seed === "" ? null : Number(seed) });
+      const answer = await post("api/play/new", { env_id: document.getElementById("playenv").value, seed: seed === "" ? null : Number(seed) });
       play.session = answer.session;
       renderPlay(answer.view);
     } catch (e) { status(e.message, true); }
   });
   document.getElementById("playsend").addEventListener("click", async () => {
     const box = document.getElementById("playaction");
-    if (await playCall("/api/play/step", { action: box.value })) box.value = "";
+    if (await playCall("api/play/step", { action: box.value })) box.value = "";
   });
-  document.getElementById("playundo").addEventListener("click", () => playCall("/api/play/undo", {}));
-  document.getElementById("playreset").addEventListener("click", () => playCall("/api/play/reset", { seed: document.getElementById("playseed").value === "" ? null : Number(document.getElementById("playseed").value) }));
-  document.getElementById("playsave").addEventListener("click", () => playCall("/api/play/save", {}, (a) => `saved to ${a.saved.path}`));
+  document.getElementById("playundo").addEventListener("click", () => playCall("api/play/undo", {}));
+  document.getElementById("playreset").addEventListener("click", () => playCall("api/play/reset", { seed: document.getElementById("playseed").value === "" ? null : Number(document.getElementById("playseed").value) }));
+  document.getElementById("playsave").addEventListener("click", () => playCall("api/play/save", {}, (a) => `saved to ${a.saved.path}`));
 }
 
 // -- wiring -----------------------------------------------------------------------------------------------------------
@@ -427,7 +427,7 @@ document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("prev").addEventListener("click", () => { if (state.cursors.length > 1) { state.cursors.pop(); loadPage(state.cursors[state.cursors.length - 1]); } });
   document.getElementById("go").addEventListener("click", async () => {
     try {
-      const { cursor } = await api("/api/line", { source: state.source, line: document.getElementById("jump").value });
+      const { cursor } = await api("api/line", { source: state.source, line: document.getElementById("jump").value });
       state.cursors.push(cursor);
       await loadPage(cursor);
     } catch (e) { status(e.message, true); }
