@@ -161,3 +161,19 @@ def test_an_episode_over_streamable_http() -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.mark.slow
+def test_served_over_mcp_it_offers_the_servers_tools() -> None:
+    from agentgym.serving.mcp import EnvMCPServer
+
+    srv = EnvMCPServer("agentgym/MCPTools-v0", {"command": SERVER, "tasks": TASKS})
+    try:
+        assert {t["name"] for t in srv.tools()} == {"reset", "reply"}
+        srv.call("reset", {"task_id": "calc"})
+        assert {"add", "multiply", "slow", "reset", "reply"} <= {t["name"] for t in srv.tools()}
+        assert srv.call("add", {"a": 391, "b": 4}).text == "395.0"
+        end = srv.call("reply", {"text": "<answer>395</answer>"})
+        assert end.data["success"] is True and end.data["reward"] == 1.0
+    finally:
+        srv.close()

@@ -204,3 +204,18 @@ def test_finishing_tools_are_the_envs_own(env_id: str) -> None:
         assert out.data["terminated"] is True and "success" in out.data
     finally:
         srv.close()
+
+
+def test_bfcl_tools_change_at_the_user_turn_that_brings_a_missed_function() -> None:
+    srv = EnvMCPServer("agentgym/BFCL-v0", {"category": "miss_func"})
+    try:
+        if srv.base.unavailable_reason:
+            pytest.skip(srv.base.unavailable_reason)
+        srv.call("reset", {"task_index": 0})
+        offered = [len(srv.tools())]
+        while not srv.call("reply", {"text": "ok"}).data["terminated"]:
+            offered.append(len(srv.tools()))
+        assert offered[0] < offered[-1]  # the withheld function joined the tools (and list_changed would be sent)
+        assert {t["name"] for t in srv.tools()} >= {"reset", "reply"}
+    finally:
+        srv.close()
