@@ -618,6 +618,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.mcp:
         if len(args.env_ids) != 1 or args.openenv:
             raise UserError("--mcp serves one env: give exactly one ENV_ID (and no --openenv)")
+        import importlib.util
+
+        if importlib.util.find_spec("mcp") is None:
+            raise UserError("--mcp needs the MCP Python SDK: pip install 'mcp>=2.3'")
         from agentgym.serving.mcp import serve_mcp
 
         env_kwargs = key_values(args.env_arg)

@@ -18,6 +18,7 @@ a URL. One MCP session per env, opened on first use and closed by ``close()``.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -124,8 +125,13 @@ class MCPToolsEnv(AgentEnv):
         self._ep: dict[str, Any] = {}
         self.tasks: list[dict[str, Any]] = []
         self.server: ServerSpec | None = None
+        if importlib.util.find_spec("mcp") is None:
+            self.unavailable_reason = "MCPTools-v0 needs the MCP Python SDK: pip install 'mcp>=2.3'"
         if command is None and url is None:  # the registered default: reset says what the operator must give
-            self.unavailable_reason = "MCPTools-v0 needs the operator's command= or url= (the MCP server) and tasks="
+            self.unavailable_reason = (
+                self.unavailable_reason
+                or "MCPTools-v0 needs the operator's command= or url= (the MCP server) and tasks="
+            )
             self.num_tasks = 1
             return
         self.server = ServerSpec(command=_argv(command or ()), url=url, headers=tuple((headers or {}).items()), cwd=cwd)
