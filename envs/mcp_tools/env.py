@@ -247,7 +247,7 @@ def _schema(tool: Mapping[str, Any]) -> dict[str, Any]:
 def _cut(text: str, limit: int) -> str:
     """``text`` cut to ``limit`` characters, saying how much was cut.
 
-    >>> _cut("x" * 500, 100)[-40:]
+    >>> _cut("x" * 500, 100)[-39:]
     '[... output cut: 500 characters in all]'
     """
     if len(text) <= limit:
