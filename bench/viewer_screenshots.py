@@ -66,8 +66,8 @@ def make_data(root: Path, runs: list[str]) -> None:
     from agentgym.baselines.trainer import train
 
     settings = {"env_id": "agentgym/Chain-v0", "env_kwargs": {"horizon": 2}, "batch_tasks": 2, "group_size": 4,
-                "max_turns": 2, "max_new_tokens": 8, "stop": ["</answer>"], "iterations": 6, "sft_steps": 40,
-                "sft_lr": 3e-3, "estimator": "mt_grpo", "plot": False, "progress": False,
+                "max_turns": 2, "max_new_tokens": 8, "stop": ["</answer>"], "iterations": 4, "sft_steps": 150,
+                "sft_lr": 3e-3, "sft_batch": 8, "estimator": "mt_grpo", "plot": False, "progress": False,
                 "out_dir": str(root / "train-run")}  # fmt: skip
     if "log_rollouts_every" in TrainConfig.__dataclass_fields__:
         settings["log_rollouts_every"] = 1
@@ -87,6 +87,29 @@ def pick(driver: Any, label: str) -> None:
     wait_for(driver, lambda d: "on" in button.get_attribute("class"))
 
 
+def play_household(driver: Any) -> None:
+    """Three turns of Household played on the page (the oracle's first two, then a wrong one), undo offered."""
+    import gymnasium as gym
+
+    from agentgym.envs.household.agents import OracleAgent
+    from agentgym.running.episode import run_episode
+
+    env = gym.make("agentgym/Household-v0")
+    oracle = run_episode(env, OracleAgent(), seed=7, env_id="agentgym/Household-v0")
+    env.close()
+    driver.find_element("id", "playtoggle").click()
+    driver.find_element("id", "playseed").send_keys("7")
+    driver.find_element("id", "playstart").click()
+    wait_for(driver, lambda d: "turn 0 of" in d.find_element("id", "playstate").text)
+    for k, action in enumerate([oracle.turns[0].action, oracle.turns[1].action, "take the moon"], start=1):
+        box = driver.find_element("id", "playaction")
+        box.clear()
+        box.send_keys(action)
+        driver.find_element("id", "playsend").click()
+        wait_for(driver, lambda d, k=k: f"turn {k} of" in d.find_element("id", "playstate").text)
+    shoot(driver, "play", driver.find_element("id", "play"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keep", default=None, help="a folder for the data (default: a temporary one)")
@@ -94,6 +117,7 @@ def main() -> None:
     args = parser.parse_args()
     from agentgym.tools.serving import BackgroundServer
     from agentgym.viewer.app import Viewer, create_app
+    from agentgym.viewer.play_api import PlayRoom
 
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="viewer_shots_"))
     make_data(root, args.runs)
@@ -102,7 +126,8 @@ def main() -> None:
         s.index.wait(60)
     driver = chromium(1400, 1400)
     try:
-        with BackgroundServer(create_app(root, viewer=viewer)) as server:
+        room = PlayRoom(["agentgym/Household-v0"], root / "played")
+        with BackgroundServer(create_app(root, viewer=viewer, play=room)) as server:
             driver.get(server.url + "/")
             pick(driver, "trajectories/household__oracle.jsonl")
             wait_for(driver, lambda d: len(d.find_elements("css selector", "#episodes tbody tr")) == 8)
@@ -129,12 +154,21 @@ def main() -> None:
                 if rollouts is not None:
                     driver.find_elements("css selector", "#metrics .chart circle")[-1].click()
                     wait_for(driver, lambda d: d.find_elements("css selector", "#episodes tbody tr"))
+                    driver.find_element("css selector", "input[name=iteration]").clear()
+                    driver.find_element("css selector", "select[name=success]").send_keys("yes")
+                    driver.find_element("id", "apply").click()  # a success: its group's advantages are not all 0
+                    wait_for(driver, lambda d: "shown" in d.find_element("id", "pageinfo").text)
+                    if not driver.find_elements("css selector", "#episodes tbody tr"):
+                        driver.find_element("id", "clear").click()
+                        wait_for(driver, lambda d: d.find_elements("css selector", "#episodes tbody tr"))
                     driver.find_elements("css selector", "#episodes tbody tr")[0].click()
                     wait_for(driver, lambda d: d.find_elements("css selector", "#detail .tokens"))
                     shoot(driver, "advantages", driver.find_element("css selector", "#detail .episode"))
                     driver.find_element("id", "siblings").click()
                     wait_for(driver, lambda d: d.find_elements("css selector", "#group .episode"))
                     shoot(driver, "group", driver.find_element("id", "detail"))
+            play_household(driver)
+        room.close()
     finally:
         driver.quit()
         if not args.keep:
