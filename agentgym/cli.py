@@ -577,11 +577,21 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
     return 0
 
 
+def play_room(env_ids: Sequence[str], save_dir: str, env_kwargs: Mapping[str, Mapping[str, Any]] | None = None) -> Any:
+    """The page's play sessions (``agentgym view``, ``agentgym serve --web``): a ``PlaySession`` per player."""
+    from agentgym.running.play import PlaySession
+    from agentgym.viewer.play_api import PlayRoom
+
+    def new_session(env_id: str, kwargs: dict[str, Any]) -> PlaySession:
+        return PlaySession(env_id, kwargs, own_env=True)
+
+    return PlayRoom(env_ids, Path(save_dir), new_session, env_kwargs=env_kwargs or {})
+
+
 def cmd_view(args: argparse.Namespace) -> int:
     from agentgym.contract.registry import list_envs
     from agentgym.tools.serving import TOKEN_ENV
     from agentgym.viewer.app import serve_viewer
-    from agentgym.viewer.play_api import PlayRoom
 
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port must be in 0..65535, got {args.port}")
@@ -591,7 +601,7 @@ def cmd_view(args: argparse.Namespace) -> int:
         token = args.token or os.environ.get(TOKEN_ENV) or None
         what = args.path if args.path is not None else "playing by hand"
         announce = functools.partial(print, f"agentgym view: serving {what} at", flush=True)
-        play = None if args.no_play else PlayRoom(list_envs(), Path(args.save_dir))
+        play = None if args.no_play else play_room(list_envs(), args.save_dir)
         serve_viewer(args.path, host=args.host, port=args.port, token=token, announce=announce, play=play)
     except ValueError as exc:
         raise UserError(str(exc)) from None
@@ -662,7 +672,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     served = sorted(set(args.env_ids or list_envs()))
     try:  # the operator's arguments name arguments the served envs take: checked before anything is built
         operator = split_operator_args(served, env_args)
-        split_allowed_args(served, allow)
+        allowed = split_allowed_args(served, allow)
         key = ClientKey.parse(args.client_key)
     except ValueError as exc:
         raise UserError(str(exc)) from None
@@ -671,14 +681,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise UserError("--client-key token needs --tokens-file (one token per client): with one shared token every "
                         "client is the same client")  # fmt: skip
     print_sandboxes(operator)
-    if args.web:
+    web = None
+    if args.web:  # the viewer's page, playing the served envs built as for a client that sets nothing
+        from agentgym.contract.trust import checked_kwargs
+        from agentgym.viewer.app import create_app as viewer_app
+
+        kwargs = {e: checked_kwargs(e, {}, operator=operator[e], allow=allowed[e]) for e in served}
+        web = viewer_app(None, token=token or (tokens[0] if tokens else None),
+                         play=play_room(served, args.save_dir, kwargs))  # fmt: skip
         print(f"agentgym serve: the page for playing by hand is at http://{args.host}:{args.port}/web/"
               + ("?token=<your token>" if token else ""), flush=True)  # fmt: skip
     serve(env_ids=args.env_ids or None, max_sessions=args.max_sessions or 1024, env_args=env_args,
           allow_env_args=allow, workers=args.workers, call_timeout=args.call_timeout,
           max_calls_per_client=args.max_calls_per_client, max_sessions_per_client=args.max_sessions_per_client,
           max_snapshot_bytes=args.max_snapshot_bytes, max_snapshot_bytes_per_client=args.max_snapshot_bytes_per_client,
-          client_key=key, tokens=tokens, web_save_dir=args.save_dir if args.web else None, **common)  # fmt: skip
+          client_key=key, tokens=tokens, web=web, **common)  # fmt: skip
     return 0
 
 

@@ -115,9 +115,9 @@ def main() -> None:
     parser.add_argument("--keep", default=None, help="a folder for the data (default: a temporary one)")
     parser.add_argument("--runs", nargs="*", default=list(RUNS), help="trainer run folders whose metrics to overlay")
     args = parser.parse_args()
+    from agentgym.cli import play_room
     from agentgym.tools.serving import BackgroundServer
     from agentgym.viewer.app import Viewer, create_app
-    from agentgym.viewer.play_api import PlayRoom
 
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="viewer_shots_"))
     make_data(root, args.runs)
@@ -126,7 +126,7 @@ def main() -> None:
         s.index.wait(60)
     driver = chromium(1400, 1400)
     try:
-        room = PlayRoom(["agentgym/Household-v0"], root / "played")
+        room = play_room(["agentgym/Household-v0"], str(root / "played"))
         with BackgroundServer(create_app(root, viewer=viewer, play=room)) as server:
             driver.get(server.url + "/")
             pick(driver, "trajectories/household__oracle.jsonl")

@@ -61,7 +61,6 @@ import hashlib
 import json
 import logging
 import math
-import os
 import pickle
 import secrets
 import socket
@@ -72,7 +71,6 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Annotated, Any
 
 import gymnasium as gym
@@ -850,7 +848,7 @@ def create_app(
     client_key: str | ClientKey = "peer",
     tokens: Sequence[str] = (),
     clock: Callable[[], float] = time.monotonic,
-    web_save_dir: str | os.PathLike[str] | None = None,
+    web: Any = None,
 ) -> FastAPI:
     """The FastAPI app of the env server.
 
@@ -884,10 +882,10 @@ def create_app(
             ``tokens``) or ``"header:NAME"`` (a trusted proxy's header).
         tokens: more bearer tokens the server accepts besides ``token``: one per client, for ``client_key="token"``.
         clock: the seconds idle sessions are measured in (``time.monotonic``; a test may drive its own).
-        web_save_dir: also serve the viewer's page at ``/web/`` for playing the served envs by hand (``agentgym serve
-            --web``; :mod:`agentgym.viewer.play_api`), with the operator's arguments, saving episodes under this
-            folder; the bearer token rule holds there too (a browser opens ``/web/?token=...`` once, and the page
-            keeps it in an HttpOnly cookie). None: no page.
+        web: an ASGI app to serve at ``/web/``: the viewer's page for playing the served envs by hand (``agentgym
+            serve --web`` builds it: ``agentgym.viewer.app.create_app`` with a play room); the bearer token rule holds
+            there too, and a browser may carry the token in the page's cookie there (:func:`_web_credentials`).
+            None: no page.
     """
     from agentgym.contract.registry import list_envs
 
@@ -929,14 +927,9 @@ def create_app(
 
     app = FastAPI(title="agentgym env server", version="1", docs_url=None, redoc_url=None)
     app.add_middleware(RequestGuard, token=token, max_body_bytes=max_body_bytes, server_id=server_id, tokens=tokens,
-                       client_key=key, web_prefix=WEB_PREFIX if web_save_dir is not None else None)  # fmt: skip
-    if web_save_dir is not None:  # the page and its play sessions: envs built as for a client that sets nothing
-        from agentgym.viewer.app import create_app as viewer_app
-        from agentgym.viewer.play_api import PlayRoom
-
-        play_kwargs = {e: checked_kwargs(e, {}, operator=operator[e], allow=allow[e]) for e in allowed}
-        room = PlayRoom(allowed, Path(web_save_dir), env_kwargs=play_kwargs, make_env=_make)
-        app.mount(WEB_PREFIX, viewer_app(None, token=token or (tokens[0] if tokens else None), play=room))
+                       client_key=key, web_prefix=WEB_PREFIX if web is not None else None)  # fmt: skip
+    if web is not None:
+        app.mount(WEB_PREFIX, web)
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> Response:

@@ -1,5 +1,7 @@
-"""Playing by hand from the page: a few :class:`~agentgym.running.play.PlaySession` objects held by the server, one
-per player, driven by JSON POSTs.
+"""Playing by hand from the page: a few play sessions held by the server, one per player, driven by JSON POSTs.
+A session is what ``new_session(env_id, env_kwargs)`` returns: an ``agentgym.running.play.PlaySession`` (the command
+line passes it in, so this room imports no env code), with ``reset``, ``step``, ``undo``, ``save``, ``view`` and
+``close``; a ``ValueError`` it raises (``PlayError``) is the client's error.
 
 - ``GET /api/play/envs``: the env ids a player may pick (the operator's list: every registered agentgym env by
   default) and where episodes are saved;
@@ -27,8 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentgym.running.play import PlayError, PlaySession
-
 #: The largest request body read (a turn is at most the env's action limit, far below it).
 MAX_BODY_BYTES = 1 << 20
 
@@ -43,7 +43,7 @@ class PlayRequestError(Exception):
 
 @dataclass
 class _Held:
-    session: PlaySession
+    session: Any
     lock: threading.Lock = field(default_factory=threading.Lock)
     used: float = field(default_factory=time.monotonic)
     saves: int = 0
@@ -52,15 +52,15 @@ class _Held:
 @dataclass(eq=False)
 class PlayRoom:
     """The play sessions of one server (see the module docstring). ``env_ids``: what a player may pick;
-    ``env_kwargs``: the operator's constructor arguments per env id; ``save_dir``: where episodes are saved;
-    ``make_env``: how an env is built (default ``gymnasium.make``; the env server passes its own)."""
+    ``save_dir``: where episodes are saved; ``new_session``: ``(env_id, env_kwargs) -> session``; ``env_kwargs``:
+    the operator's constructor arguments per env id."""
 
     env_ids: Sequence[str]
     save_dir: Path
+    new_session: Callable[[str, dict[str, Any]], Any]
     env_kwargs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     max_sessions: int = 8
     idle_seconds: float = 1800.0
-    make_env: Callable[[str, dict[str, Any]], Any] | None = None
     _held: dict[str, _Held] = field(default_factory=dict, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
@@ -91,9 +91,7 @@ class PlayRoom:
         env_id = body.get("env_id")
         if not isinstance(env_id, str) or env_id not in self.env_ids:
             raise PlayRequestError(400, f"env_id must be one of the {len(self.env_ids)} envs /api/play/envs lists")
-        kwargs = dict(self.env_kwargs.get(env_id, {}))
-        env = self.make_env(env_id, kwargs) if self.make_env is not None else None
-        session = PlaySession(env_id, kwargs, env=env, own_env=True)
+        session = self.new_session(env_id, dict(self.env_kwargs.get(env_id, {})))
         view = session.reset(body.get("seed"))
         if view.get("error") and not view.get("started"):
             session.close()
@@ -113,7 +111,7 @@ class PlayRoom:
         try:
             held.used = time.monotonic()
             return fn(held)
-        except PlayError as e:
+        except ValueError as e:  # the session's PlayError: what the client asked cannot be done
             raise PlayRequestError(400, str(e)) from None
         finally:
             held.lock.release()

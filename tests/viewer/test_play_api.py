@@ -5,17 +5,19 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from agentgym.cli import play_room
 from agentgym.running.replay import replay_file
 from agentgym.tools.serving import BackgroundServer
 from agentgym.viewer.app import create_app
-from agentgym.viewer.play_api import MAX_BODY_BYTES, PlayRoom
+from agentgym.viewer.play_api import MAX_BODY_BYTES
 
 ENV = "agentgym/Chain-v0"
 
 
 @pytest.fixture
 def served(tmp_path):
-    room = PlayRoom([ENV], tmp_path / "saved", env_kwargs={ENV: {"horizon": 2}}, max_sessions=2)
+    room = play_room([ENV], str(tmp_path / "saved"), {ENV: {"horizon": 2}})
+    room.max_sessions = 2
     with BackgroundServer(create_app(None, play=room)) as server, httpx.Client(base_url=server.url) as http:
         yield http, room
     room.close()
@@ -78,7 +80,8 @@ def test_without_a_room_the_page_cannot_play(tmp_path):
 def test_serve_web_offers_the_page_under_the_servers_token_and_only_the_page_takes_its_cookie(tmp_path):
     from agentgym.serving.server import create_app as server_app
 
-    app = server_app(env_ids=[ENV], token="s3cret", env_args={"horizon": 2}, web_save_dir=tmp_path / "saved")
+    page = create_app(None, token="s3cret", play=play_room([ENV], str(tmp_path / "saved"), {ENV: {"horizon": 2}}))
+    app = server_app(env_ids=[ENV], token="s3cret", env_args={"horizon": 2}, web=page)
     with BackgroundServer(app) as server, httpx.Client(base_url=server.url) as http:
         assert http.get("/web/").status_code == 401 and http.get("/web/", params={"token": "wrong"}).status_code == 401
         first = http.get("/web/", params={"token": "s3cret"})

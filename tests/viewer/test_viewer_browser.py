@@ -174,10 +174,10 @@ def test_a_person_plays_household_to_success_on_the_page_and_the_saved_file_repl
 ):
     import gymnasium as gym
 
+    from agentgym.cli import play_room
     from agentgym.envs.household.agents import OracleAgent
     from agentgym.running.episode import run_episode
     from agentgym.running.replay import replay_file
-    from agentgym.viewer.play_api import PlayRoom
 
     env_id, seed = "agentgym/Household-v0", 7
     env = gym.make(env_id)
@@ -185,7 +185,7 @@ def test_a_person_plays_household_to_success_on_the_page_and_the_saved_file_repl
     env.close()
     assert oracle.success and len(oracle.turns) >= 3
     monkeypatch.setenv("AGENTGYM_TRAJECTORY_KEY", "operator-secret")  # the operator vouches for the person's turns
-    room = PlayRoom([env_id, "agentgym/Chain-v0"], tmp_path / "saved")
+    room = play_room([env_id, "agentgym/Chain-v0"], str(tmp_path / "saved"))
     with BackgroundServer(create_app(None, play=room)) as server:
         browser.get(server.url + "/")
         wait_for(browser, lambda d: d.find_element("id", "playtoggle").is_displayed())
