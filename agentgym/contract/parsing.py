@@ -458,18 +458,25 @@ class ToolTurn:
     text: str | None = None
 
 
-def parse_tool_turn(action: str) -> ToolTurn:
+def parse_tool_turn(action: str, max_calls: int | None = None) -> ToolTurn:
     """Read an agent turn in either call format: Hermes ``<tool_call>`` blocks, or an OpenAI assistant message as
     JSON text (``{"tool_calls": [...]}``, or ``{"content": "..."}`` for a plain reply); anything else is a reply.
 
-    Raises ``ParseError`` (a message for the model) for JSON that is not an assistant message, a broken call, or
-    tool-call tags that hold no call.
+    Raises ``ParseError`` (a message for the model) for JSON that is not an assistant message, a broken call,
+    tool-call tags that hold no call, or more than ``max_calls`` calls (None: any number).
 
     >>> parse_tool_turn('{"tool_calls": [{"type": "function", "function": {"name": "ls", "arguments": "{}"}}]}')
     ToolTurn(calls=(ToolCall(name='ls', arguments={}, id=None),), text=None)
     >>> parse_tool_turn("All done.")
     ToolTurn(calls=None, text='All done.')
     """
+    turn = _tool_turn(action)
+    if max_calls is not None and turn.calls is not None and len(turn.calls) > max_calls:
+        raise ParseError(f"Too many calls in one turn ({len(turn.calls)}); at most {max_calls}.")
+    return turn
+
+
+def _tool_turn(action: str) -> ToolTurn:
     stripped = action.strip()
     if stripped.startswith("{"):
         try:

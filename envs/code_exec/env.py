@@ -319,9 +319,7 @@ class CodeExecEnv(AgentEnv):
     # -- steps --------------------------------------------------------------------------------------------
     def _step(self, action: str) -> StepResult:
         try:
-            turn = parse_tool_turn(action)
-            if turn.calls is not None and len(turn.calls) > MAX_CALLS_PER_TURN:
-                raise ParseError(f"Too many calls in one turn ({len(turn.calls)}); at most {MAX_CALLS_PER_TURN}.")
+            turn = parse_tool_turn(action, MAX_CALLS_PER_TURN)
         except ParseError as e:
             return self._invalid(f"Error: {e}")
         if turn.calls is not None:

@@ -172,9 +172,7 @@ class MCPToolsEnv(AgentEnv):
     # -- steps --------------------------------------------------------------------------------------
     def _step(self, action: str) -> StepResult:
         try:
-            turn = parse_tool_turn(action)
-            if turn.calls is not None and len(turn.calls) > MAX_CALLS_PER_TURN:
-                raise ParseError(f"Too many calls in one turn ({len(turn.calls)}); at most {MAX_CALLS_PER_TURN}.")
+            turn = parse_tool_turn(action, MAX_CALLS_PER_TURN)
         except ParseError as e:
             return self._invalid(f"Error: {e}", "tool")
         if turn.calls is not None:
