@@ -2,5 +2,5 @@
 runs (``index``: byte-offset paging of JSONL files of any size; ``sources``: what a path holds; ``app``: the HTTP
 API and the page, loopback unless a bearer token is set).
 
-May import: agentgym.contract, agentgym.running, agentgym.tools.
+May import: agentgym.contract, agentgym.tools.
 """
