@@ -220,3 +220,32 @@ def test_a_person_plays_household_to_success_on_the_page_and_the_saved_file_repl
     (saved,) = (tmp_path / "saved").glob("*.jsonl")
     results = list(replay_file(saved, key=b"operator-secret"))
     assert [(r.kind, r.ok, r.turns, r.unverified) for r in results] == [("episode", True, len(oracle.turns), None)]
+
+
+def test_a_trainer_run_plots_its_diagnostics_and_shows_each_tokens_advantage(browser, tmp_path):
+    from agentgym.baselines.config import TrainConfig
+    from agentgym.baselines.rollout_log import read_rollouts
+    from agentgym.baselines.trainer import train
+
+    run_dir = tmp_path / "run"
+    train(TrainConfig.from_dict({
+        "env_id": "agentgym/Chain-v0", "env_kwargs": {"horizon": 2}, "batch_tasks": 2, "group_size": 2,
+        "max_turns": 2, "max_new_tokens": 6, "stop": ["</answer>"], "iterations": 2, "estimator": "mt_grpo",
+        "log_rollouts_every": 1, "plot": False, "progress": False, "out_dir": str(run_dir)}))  # fmt: skip
+    records = list(read_rollouts(run_dir / "rollouts.jsonl", iteration=2))
+    chart = "#metrics .chart[data-metric='success_rate'] circle"
+    with serve(tmp_path) as server:
+        browser.get(server.url + "/")
+        wait_for(browser, lambda d: d.find_elements("css selector", chart))
+        points = browser.find_elements("css selector", chart)
+        assert [p.get_attribute("data-iteration") for p in points] == ["1", "2"]
+        points[1].click()  # the diagnostics click through to that iteration's episodes
+        wait_for(browser, lambda d: cells(d, 5) == ["2"] * len(records))
+        view = open_row(browser, 0)
+        tokens = view.find_elements("css selector", ".turn[data-turn='0'] .tokens")[0]
+        shown = browser.execute_script(
+            "return [...arguments[0].querySelectorAll('.tok')].map(s => [s.textContent, s.dataset.adv])", tokens
+        )
+        turn = records[0]["turns"][0]
+        assert [t for t, _ in shown] == turn["tokens"]  # the action's tokens, each in its own span
+        assert [None if a == "null" else float(a) for _, a in shown] == turn["advantages"]  # each one's advantage
