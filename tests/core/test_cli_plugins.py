@@ -46,7 +46,17 @@ def test_train_and_methods_are_declared_and_installed_as_plugins():
 def test_builtin_commands_are_the_parsers():
     usage = cli.build_parser().format_usage()
     assert set(re.search(r"\{(.*?)\}", usage)[1].split(",")) == cli.builtin_commands()
-    assert cli.builtin_commands() == {"list", "run", "bench", "check", "replay", "serve", "serve-retriever", "view", "play"}
+    assert cli.builtin_commands() == {
+        "list",
+        "run",
+        "bench",
+        "check",
+        "replay",
+        "serve",
+        "serve-retriever",
+        "view",
+        "play",
+    }
 
 
 def test_plugin_gets_the_remaining_argv_help_included(plugins, capsys):
