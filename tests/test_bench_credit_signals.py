@@ -120,7 +120,7 @@ def test_the_docs_table_is_recomputed_from_the_committed_records(cs, tmp_path):
     text = cs.report(args, tmp_path)
     docs = (ROOT / "docs" / "diagnostics.md").read_text(encoding="utf-8")
     section = docs[docs.index("## Learned and judged turn signals") :]
-    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    rows = [line.strip() for line in section.splitlines() if line.strip().startswith("| `")]
     assert len(rows) >= 8 and all(row in text.splitlines() for row in rows), [r for r in rows if r not in text]
     threshold = json.loads((tmp_path / "results.json").read_text())["noise_threshold"]
     assert f"crosses 0 at a flip rate of {threshold:.2f}" in " ".join(section.split())
